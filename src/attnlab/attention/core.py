@@ -1,0 +1,118 @@
+"""The attention core: one pure function, softmax(q kᵀ · scale + bias, masked) v.
+
+"Attention Is All You Need", section 3.2.1 (scaled dot-product attention).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnlab.attention.masks import check_mask
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Scaled dot-product attention with a boolean mask and an additive bias.
+
+    Args:
+        q: ``(B, H, Lq, D)`` queries.
+        k: ``(B, H, Lk, D)`` keys.
+        v: ``(B, H, Lk, Dv)`` values (Dv may differ from D).
+        mask: boolean, broadcastable to ``(B, H, Lq, Lk)``; True = may attend.
+        bias: additive, broadcastable to ``(B, H, Lq, Lk)``, added after scaling
+            (relative-position logits, ALiBi, ...).
+        dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
+        need_weights: return the ``(B, H, Lq, Lk)`` softmax weights (before dropout).
+        scale: multiplier of ``q kᵀ``; default ``1/sqrt(D)``.
+
+    Returns:
+        ``(out, weights)``: out ``(B, H, Lq, Dv)``; weights or None. A query row with no
+        allowed key gets zero output (and zero weights), never NaN.
+
+    When weights are not requested this calls the fused
+    ``torch.nn.functional.scaled_dot_product_attention``; fused kernels cannot return the
+    weights, so ``need_weights=True`` always takes the explicit path.
+    """
+    batch, heads, query_len, _ = q.shape
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"attend: keys have length {k.shape[-2]} but values have length {v.shape[-2]}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"attend: queries have width {q.shape[-1]} but keys have width {k.shape[-1]}")
+    key_len = k.shape[-2]
+    if mask is not None:
+        check_mask(mask, batch, heads, query_len, key_len)
+    if bias is not None:
+        try:
+            fits = bias.dim() <= 4 and torch.broadcast_shapes(tuple(bias.shape), (batch, heads, query_len, key_len)) == (
+                batch, heads, query_len, key_len)
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to (B, H, Lq, Lk) = "
+                             f"{(batch, heads, query_len, key_len)}")
+    return attend_unchecked(q, k, v, mask=mask, bias=bias, dropout_p=dropout_p, need_weights=need_weights, scale=scale)
+
+
+def attend_unchecked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+    is_causal: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`attend` without argument checks, for inner code that built its own inputs.
+
+    ``is_causal=True`` (only with ``mask=None`` and ``Lq == Lk``) lets the fused kernel
+    apply the causal mask itself instead of reading a materialised one.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if is_causal:
+        if mask is not None or q.shape[-2] != k.shape[-2]:
+            raise ValueError("attend: is_causal needs mask=None and equal query and key lengths")
+        if need_weights or bias is not None:
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+            is_causal = False
+    # A row is "empty" when its mask allows no key; such rows must come out as zeros.
+    empty_rows = None if mask is None else ~mask.any(dim=-1, keepdim=True)
+
+    if not need_weights:
+        attn_mask = mask
+        if bias is not None:
+            attn_mask = bias.to(q.dtype)
+            if mask is not None:
+                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                             is_causal=is_causal, scale=scale)
+        if empty_rows is not None:
+            out = out.masked_fill(empty_rows, 0.0)
+        return out, None
+
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    # Softmax in at least float32: half-precision softmax loses the small weights.
+    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
+    if empty_rows is not None:
+        weights = weights.masked_fill(empty_rows, 0.0)  # softmax of an all -inf row is NaN
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return torch.matmul(dropped, v), weights

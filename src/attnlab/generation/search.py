@@ -1,0 +1,191 @@
+"""Greedy and beam search for encoder–decoder models, with the KV cache.
+
+Works with any model that has ``encode(src) -> (memory, memory_mask)``,
+``decode(tgt_ids, memory, memory_mask, cache=...) -> logits``, ``new_cache()`` and a
+config with ``bos_id``, ``eos_id`` and ``pad_id`` (the Transformer, later captioners).
+
+Scores: a hypothesis's ``log_prob`` is the sum of its tokens' log-probabilities (EOS
+included); its ``score`` is ``log_prob / lp(length)`` with the GNMT length penalty
+lp(L) = ((5 + L) / 6)^α (Wu et al. 2016, §7), L counting the EOS token. A hypothesis
+is cut at ``max_len = ceil(a · source_length + b)`` tokens, where the source length
+counts the non-pad source tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output: ``tokens`` (without BOS, with EOS if it ended), total ``log_prob``,
+    length-penalised ``score``."""
+
+    tokens: list[int]
+    log_prob: float
+    score: float
+
+
+def length_penalty(length: int | Tensor, alpha: float):
+    """GNMT length penalty lp(L) = ((5 + L) / 6)^alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _check_common(model, src_ids: Tensor, max_len_a: float, max_len_b: float, alpha: float) -> None:
+    if src_ids.dim() != 2 or src_ids.shape[0] == 0:
+        raise ValueError(f"src_ids must be a non-empty (batch, length) tensor, got shape {tuple(src_ids.shape)}")
+    if max_len_a < 0 or max_len_b < 0 or max_len_a * 1 + max_len_b < 1:
+        raise ValueError(f"max_len_a={max_len_a}, max_len_b={max_len_b} allow no output token")
+    if alpha < 0:
+        raise ValueError(f"alpha={alpha} must be >= 0")
+
+
+def _max_lengths(model, src_ids: Tensor, max_len_a: float, max_len_b: float) -> list[int]:
+    source_lengths = (src_ids != model.config.pad_id).sum(dim=1).tolist()
+    limits = [max(1, math.ceil(max_len_a * n + max_len_b)) for n in source_lengths]
+    # A learned position table bounds the decoder input length (BOS + tokens - 1).
+    table = getattr(model.config, "max_positions", None)
+    if getattr(model.config, "positional", "sinusoidal") == "learned" and table:
+        limits = [min(limit, table) for limit in limits]
+    return limits
+
+
+@torch.no_grad()
+def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: float = 50,
+                  alpha: float = 0.6) -> list[Hypothesis]:
+    """Pick the most probable token at every step. Returns one :class:`Hypothesis` per source."""
+    _check_common(model, src_ids, max_len_a, max_len_b, alpha)
+    config = model.config
+    batch = src_ids.shape[0]
+    limits = _max_lengths(model, src_ids, max_len_a, max_len_b)
+    memory, memory_mask = model.encode(src_ids)
+    cache = model.new_cache(capacity=max(limits) + 1)
+    step_input = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src_ids.device)
+    tokens = [[] for _ in range(batch)]
+    log_probs = [0.0] * batch
+    done = [False] * batch
+    for step in range(max(limits)):
+        logits = model.decode(step_input, memory if step == 0 else None, memory_mask, cache=cache)
+        step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        best_log_prob, best = step_log_probs.max(dim=-1)
+        for i, (token, lp) in enumerate(zip(best.tolist(), best_log_prob.tolist())):
+            if done[i]:
+                continue
+            tokens[i].append(token)
+            log_probs[i] += lp
+            done[i] = token == config.eos_id or len(tokens[i]) >= limits[i]
+        if all(done):
+            break
+        step_input = best[:, None]
+    return [Hypothesis(t, lp, lp / length_penalty(len(t), alpha)) for t, lp in zip(tokens, log_probs)]
+
+
+@torch.no_grad()
+def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+                max_len_b: float = 50, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Beam search over a batch of sources of different lengths.
+
+    Every step expands each of the ``beam_size`` live hypotheses of a source, takes the
+    2·k best continuations, moves those ending in EOS that rank among the best k into
+    the finished list (scored with the length penalty), and keeps the best k that do not
+    end in EOS. A source stops when it has k finished hypotheses (as fairseq and Marian
+    do), or when it reaches its maximum length, where its live hypotheses are finished
+    as they stand. Finished sources leave the batch, so the work shrinks as they finish.
+
+    Returns, per source, the ``nbest`` best hypotheses by ``score``, best first.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size} must be >= 1")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest={nbest} must be between 1 and beam_size={beam_size}")
+    _check_common(model, src_ids, max_len_a, max_len_b, alpha)
+    config = model.config
+    device = src_ids.device
+    batch, k = src_ids.shape[0], beam_size
+    limits = _max_lengths(model, src_ids, max_len_a, max_len_b)
+
+    memory, memory_mask = model.encode(src_ids)
+    # Every hypothesis row b·k + j belongs to source b.
+    memory = memory.repeat_interleave(k, dim=0)  # (B·k, S, d)
+    memory_mask = memory_mask.repeat_interleave(k, dim=0)
+    cache = model.new_cache(capacity=max(limits) + 1)
+
+    active = list(range(batch))  # original index of each source still in the batch
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    history = torch.empty(batch * k, 0, dtype=torch.long, device=device)  # generated tokens per row
+    # Start with one live hypothesis per source: the other k-1 copies get -inf.
+    beam_log_probs = torch.full((batch, k), float("-inf"), device=device)
+    beam_log_probs[:, 0] = 0.0
+    step_input = torch.full((batch * k, 1), config.bos_id, dtype=torch.long, device=device)
+
+    for step in range(max(limits)):
+        length = step + 1  # tokens per hypothesis after this step
+        logits = model.decode(step_input, memory if step == 0 else None, memory_mask, cache=cache)
+        vocab = logits.shape[-1]
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1).view(len(active), k, vocab)
+        candidates = (beam_log_probs[:, :, None] + log_probs).view(len(active), k * vocab)
+        top_log_probs, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (B', 2k)
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        is_eos = top_token == config.eos_id
+
+        # Finish EOS continuations that rank among the best k.
+        eos_rows, eos_ranks = torch.nonzero(is_eos[:, :k] & (top_log_probs[:, :k] > float("-inf")), as_tuple=True)
+        if eos_rows.numel():
+            for row, rank in zip(eos_rows.tolist(), eos_ranks.tolist()):
+                source = active[row]
+                if len(finished[source]) < k:
+                    beam = row * k + int(top_beam[row, rank])
+                    lp = float(top_log_probs[row, rank])
+                    finished[source].append(Hypothesis(history[beam].tolist() + [config.eos_id], lp,
+                                                       lp / length_penalty(length, alpha)))
+        # Keep the best k continuations that do not end in EOS.
+        survivor_log_probs = top_log_probs.masked_fill(is_eos, float("-inf"))
+        beam_log_probs, pick = survivor_log_probs.topk(k, dim=1)  # (B', k)
+        next_beam = top_beam.gather(1, pick)
+        next_token = top_token.gather(1, pick)
+
+        # Sources at their length limit finish their live hypotheses as they stand.
+        keep = []
+        for row, source in enumerate(active):
+            if len(finished[source]) >= k:
+                continue
+            if length >= limits[source]:
+                for j in range(k):
+                    lp = float(beam_log_probs[row, j])
+                    if lp > float("-inf"):
+                        beam = row * k + int(next_beam[row, j])
+                        tokens = history[beam].tolist() + [int(next_token[row, j])]
+                        finished[source].append(Hypothesis(tokens, lp, lp / length_penalty(length, alpha)))
+                continue
+            keep.append(row)
+        if not keep:
+            break
+
+        rows = torch.tensor(keep, device=device)
+        origin = (rows[:, None] * k + next_beam[rows]).view(-1)  # (B''·k,) rows the survivors extend
+        history = torch.cat([history[origin], next_token[rows].view(-1, 1)], dim=1)
+        step_input = next_token[rows].view(-1, 1)
+        beam_log_probs = beam_log_probs[rows]
+        if len(keep) < len(active):
+            # Sources left the batch: drop their rows everywhere, memory included.
+            memory_rows = (rows[:, None] * k + torch.arange(k, device=device)).view(-1)
+            memory_mask = memory_mask[memory_rows]
+            cache.reorder(memory_rows)
+            active = [active[row] for row in keep]
+            # Within the remaining rows, beams are reordered; memory rows of one source are equal.
+            cache.reorder(_local_origin(origin, rows, k), include_memory=False)
+        else:
+            cache.reorder(origin, include_memory=False)
+
+    return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
+
+
+def _local_origin(origin: Tensor, rows: Tensor, k: int) -> Tensor:
+    """Map row indices of the old batch to the compacted batch that keeps ``rows``."""
+    position = torch.empty(int(rows.max()) + 1, dtype=torch.long, device=rows.device)
+    position[rows] = torch.arange(len(rows), device=rows.device)
+    return position[origin // k] * k + origin % k

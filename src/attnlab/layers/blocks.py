@@ -1,0 +1,138 @@
+"""Transformer layers and stacks ("Attention Is All You Need" §3.1).
+
+One layer class serves all families: self-attention with any pattern, optional
+encoder–decoder (cross) attention, and the feed-forward network, each wrapped in
+residual + dropout + LayerNorm, either post-LN as in the paper
+(x = LN(x + Dropout(sublayer(x)))) or pre-LN (x = x + Dropout(sublayer(LN(x)))).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from attnlab.attention.cache import LayerCache, StackCache
+from attnlab.attention.multihead import MultiHeadAttention
+from attnlab.attention.patterns import AttentionPattern, CausalAttention, FullAttention
+from attnlab.layers.feedforward import FeedForward
+
+
+@dataclass
+class LayerAttention:
+    """Per-head attention weights of one layer, ``(B, H, Lq, Lk)`` each."""
+
+    self_attn: Tensor | None
+    cross_attn: Tensor | None = None
+
+
+class TransformerLayer(nn.Module):
+    """Self-attention (+ cross-attention) + FFN with residuals and LayerNorm.
+
+    Args:
+        d_model, num_heads, d_ff: widths.
+        dropout: residual dropout (on each sub-layer's output before the residual sum).
+        attention_dropout: dropout on attention weights.
+        activation_dropout: dropout after the FFN's activation.
+        activation: "relu" or "gelu".
+        norm_first: pre-LN if True, post-LN (the paper) if False.
+        cross_attention: add encoder–decoder attention (a decoder layer).
+        self_pattern: pattern of the self-attention (full for encoders, causal for decoders).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
+                 attention_dropout: float = 0.0, activation_dropout: float = 0.0, activation: str = "relu",
+                 norm_first: bool = False, layer_norm_eps: float = 1e-5, cross_attention: bool = False,
+                 self_pattern: AttentionPattern | None = None):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout, pattern=self_pattern)
+        self.self_attn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout, pattern=FullAttention())
+            self.cross_attn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        else:
+            self.cross_attn = None
+        self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=activation_dropout)
+        self.ffn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer) -> tuple[Tensor, Tensor | None]:
+        if self.norm_first:
+            out, weights = sublayer(norm(x))
+            return x + self.dropout(out), weights
+        out, weights = sublayer(x)
+        return norm(x + self.dropout(out)), weights
+
+    def forward(self, x: Tensor, *, self_mask: Tensor | None = None, memory: Tensor | None = None,
+                memory_mask: Tensor | None = None, cache: LayerCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, LayerAttention | None]:
+        """
+        Args:
+            x: ``(B, L, d_model)``.
+            self_mask: boolean, broadcastable to ``(B, H, L, L_past + L)``.
+            memory: ``(B, S, d_model)`` encoder output (cross-attention layers; may be None
+                once ``cache`` holds its keys/values).
+            memory_mask: boolean, broadcastable to ``(B, H, L, S)``, usually ``(B, 1, 1, S)``.
+            cache: this layer's :class:`LayerCache` for incremental decoding.
+        """
+        x, self_weights = self._residual(x, self.self_attn_norm, lambda h: self.self_attn(
+            h, mask=self_mask, cache=None if cache is None else cache.self_attn, need_weights=need_weights))
+        cross_weights = None
+        if self.cross_attn is not None:
+            x, cross_weights = self._residual(x, self.cross_attn_norm, lambda h: self.cross_attn(
+                h, memory, mask=memory_mask, cache=None if cache is None else cache.cross_attn,
+                need_weights=need_weights))
+        x, _ = self._residual(x, self.ffn_norm, lambda h: (self.ffn(h), None))
+        return x, (LayerAttention(self_weights, cross_weights) if need_weights else None)
+
+
+class EncoderLayer(TransformerLayer):
+    """Full self-attention + FFN."""
+
+    def __init__(self, d_model, num_heads, d_ff, *, self_pattern=None, **kwargs):
+        super().__init__(d_model, num_heads, d_ff, cross_attention=False,
+                         self_pattern=self_pattern if self_pattern is not None else FullAttention(), **kwargs)
+
+
+class DecoderLayer(TransformerLayer):
+    """Masked (causal) self-attention + encoder–decoder attention + FFN."""
+
+    def __init__(self, d_model, num_heads, d_ff, *, self_pattern=None, **kwargs):
+        super().__init__(d_model, num_heads, d_ff, cross_attention=True,
+                         self_pattern=self_pattern if self_pattern is not None else CausalAttention(), **kwargs)
+
+
+class TransformerStack(nn.Module):
+    """A stack of layers with an optional final LayerNorm.
+
+    Pre-LN stacks need the final norm; ``torch.nn.Transformer`` also has one after its
+    post-LN stacks, which is why the presets keep it (see docs/architecture.md).
+    """
+
+    def __init__(self, layers: list[TransformerLayer], *, d_model: int, final_norm: bool, layer_norm_eps: float = 1e-5):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = nn.LayerNorm(d_model, eps=layer_norm_eps) if final_norm else None
+
+    @property
+    def has_cross_attention(self) -> bool:
+        return bool(self.layers) and self.layers[0].cross_attn is not None
+
+    def new_cache(self, capacity: int = 64) -> StackCache:
+        """An empty cache for incremental decoding with this stack."""
+        return StackCache(len(self.layers), self.has_cross_attention, capacity)
+
+    def forward(self, x: Tensor, *, self_mask: Tensor | None = None, memory: Tensor | None = None,
+                memory_mask: Tensor | None = None, cache: StackCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, list[LayerAttention] | None]:
+        """``(B, L, d_model)`` -> ``(B, L, d_model)``, and per-layer weights if asked."""
+        all_weights = [] if need_weights else None
+        for i, layer in enumerate(self.layers):
+            x, weights = layer(x, self_mask=self_mask, memory=memory, memory_mask=memory_mask,
+                               cache=None if cache is None else cache[i], need_weights=need_weights)
+            if need_weights:
+                all_weights.append(weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, all_weights

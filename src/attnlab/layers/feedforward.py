@@ -1,0 +1,27 @@
+"""Position-wise feed-forward network ("Attention Is All You Need" §3.3)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = linear2(dropout(act(linear1(x)))), applied to each position alike.
+
+    ``activation`` is "relu" (the paper), "gelu" or "gelu_tanh" (GPT-2's approximation).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(ACTIVATIONS[self.activation](self.linear1(x))))

@@ -1,0 +1,8 @@
+"""Model families. Importing this package registers every family and preset."""
+
+from attnlab.models.base import AttnlabModel, ModelConfig
+from attnlab.models.registry import create_model, get_preset, list_presets, load_model, register_family, register_preset
+from attnlab.models.transformer import Transformer, TransformerConfig
+
+__all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
+           "register_family", "register_preset", "Transformer", "TransformerConfig"]

@@ -1,0 +1,89 @@
+"""What every attnlab model shares: a frozen config, parameter counts, saving."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from safetensors.torch import save_model
+from torch import nn
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Base of the per-family frozen configs. ``family`` names the model class in the registry."""
+
+    family: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> "ModelConfig":
+        """Build from a dict (``family`` is ignored here); unknown keys raise ValueError."""
+        values = {k: v for k, v in values.items() if k != "family"}
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown {cls.__name__} field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**values)
+
+    def replace(self, **overrides) -> "ModelConfig":
+        """A copy with some fields changed; unknown names raise ValueError."""
+        return self.from_dict({**dataclasses.asdict(self), **overrides}, source="overrides")
+
+
+class AttnlabModel(nn.Module):
+    """Base class of attnlab models: holds ``config`` and saves itself."""
+
+    config_class: ClassVar[type[ModelConfig]]
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+
+    def num_parameters(self, *, exclude: tuple[str, ...] = ()) -> int:
+        """Number of distinct parameters (tied ones counted once), skipping modules named in ``exclude``."""
+        seen, total = set(), 0
+        for name, parameter in self.named_parameters():
+            if id(parameter) in seen or any(name == e or name.startswith(e + ".") for e in exclude):
+                continue
+            seen.add(id(parameter))
+            total += parameter.numel()
+        return total
+
+    def save_pretrained(self, directory: str | os.PathLike, *, extra_files: dict[str, bytes] | None = None) -> Path:
+        """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) into ``directory``.
+
+        Each file is written to a temporary name in the same directory and renamed into
+        place, so an interrupted save never leaves a half-written file under the real name.
+        Tied weights are stored once.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        config_bytes = (json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n").encode()
+        files = {CONFIG_NAME: config_bytes, **(extra_files or {})}
+        _atomic_write(directory / WEIGHTS_NAME, lambda path: save_model(self, str(path)))
+        for name, data in files.items():
+            _atomic_write(directory / name, lambda path, data=data: Path(path).write_bytes(data))
+        return directory
+
+
+def _atomic_write(target: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

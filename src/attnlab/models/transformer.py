@@ -1,0 +1,221 @@
+"""The encoder–decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.attention.cache import StackCache
+from attnlab.attention.masks import check_mask, key_padding_mask
+from attnlab.layers.blocks import DecoderLayer, EncoderLayer, LayerAttention, TransformerStack
+from attnlab.layers.embedding import TokenEmbedding
+from attnlab.layers.positional import build_positional
+from attnlab.models.base import AttnlabModel, ModelConfig
+from attnlab.models.registry import register_family, register_preset
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig(ModelConfig):
+    """Configuration of the encoder–decoder Transformer.
+
+    ``tgt_vocab_size=None`` means source and target share one vocabulary of
+    ``vocab_size``. ``share_embeddings`` ties the source and target embeddings (needs a
+    shared vocabulary); ``tie_output_projection`` ties the target embedding and the
+    pre-softmax projection. Both together are the paper's three-way tying (§3.4).
+    """
+
+    family = "transformer"
+
+    vocab_size: int = 32000
+    tgt_vocab_size: int | None = None
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
+    final_norm: bool = True
+    layer_norm_eps: float = 1e-5
+    positional: str = "sinusoidal"
+    max_positions: int = 1024
+    share_embeddings: bool = True
+    tie_output_projection: bool = True
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self):
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        if self.share_embeddings and self.tgt_vocab_size not in (None, self.vocab_size):
+            raise ValueError(f"share_embeddings needs one shared vocabulary, but vocab_size={self.vocab_size} "
+                             f"and tgt_vocab_size={self.tgt_vocab_size}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional={self.positional!r}; choose 'sinusoidal' or 'learned'")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < min(self.vocab_size, self.target_vocab_size):
+                raise ValueError(f"{name}={getattr(self, name)} is outside the vocabulary")
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+
+
+class Seq2SeqAttention(NamedTuple):
+    """Per-layer attention weights of one forward pass, each ``(B, H, Lq, Lk)``."""
+
+    encoder: list[Tensor]
+    decoder_self: list[Tensor]
+    cross: list[Tensor]
+
+
+@register_family
+class Transformer(AttnlabModel):
+    """Encoder–decoder Transformer.
+
+    ``model(src_ids, tgt_in_ids)`` with ``(B, S)`` and ``(B, T)`` ids returns logits
+    ``(B, T, V)``. Padding (``config.pad_id``) is masked in the source; target padding must
+    be on the right, where causal masking already keeps it out of every real position.
+    """
+
+    config_class = TransformerConfig
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        c = config
+        self.src_embed = TokenEmbedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_embed = (self.src_embed if c.share_embeddings
+                          else TokenEmbedding(c.target_vocab_size, c.d_model, padding_idx=c.pad_id))
+        self.positions = build_positional(c.positional, c.d_model, c.max_positions)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        layer_args = dict(dropout=c.dropout, attention_dropout=c.attention_dropout,
+                          activation_dropout=c.activation_dropout, activation=c.activation, norm_first=c.norm_first,
+                          layer_norm_eps=c.layer_norm_eps)
+        self.encoder = TransformerStack([EncoderLayer(c.d_model, c.num_heads, c.d_ff, **layer_args)
+                                         for _ in range(c.num_encoder_layers)],
+                                        d_model=c.d_model, final_norm=c.final_norm, layer_norm_eps=c.layer_norm_eps)
+        self.decoder = TransformerStack([DecoderLayer(c.d_model, c.num_heads, c.d_ff, **layer_args)
+                                         for _ in range(c.num_decoder_layers)],
+                                        d_model=c.d_model, final_norm=c.final_norm, layer_norm_eps=c.layer_norm_eps)
+        self.output_proj = nn.Linear(c.d_model, c.target_vocab_size, bias=False)
+        if c.tie_output_projection:
+            self.output_proj.weight = self.tgt_embed.weight
+        else:
+            nn.init.normal_(self.output_proj.weight, std=c.d_model ** -0.5)
+        self._init_linear_layers()
+
+    def _init_linear_layers(self) -> None:
+        # Xavier-uniform weights and zero biases for the feed-forward layers, as in the
+        # paper's tensor2tensor code; attention projections initialise themselves.
+        for stack in (self.encoder, self.decoder):
+            for layer in stack.layers:
+                for linear in (layer.ffn.linear1, layer.ffn.linear2):
+                    nn.init.xavier_uniform_(linear.weight)
+                    nn.init.zeros_(linear.bias)
+
+    # -- input checks at the boundary ------------------------------------------------
+    def _check_ids(self, ids: Tensor, vocab_size: int, name: str) -> None:
+        if ids.dim() != 2:
+            raise ValueError(f"{name} must be (batch, length) token ids, got shape {tuple(ids.shape)}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"{name} must be an integer tensor, got dtype {ids.dtype}")
+        if ids.numel():
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= vocab_size:
+                bad = low if low < 0 else high
+                raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
+
+    def _embed(self, embedding: TokenEmbedding, ids: Tensor, offset: int = 0) -> Tensor:
+        positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)
+        return self.embed_dropout(embedding(ids) + self.positions(positions))  # (B, L, d_model)
+
+    # -- the two halves ----------------------------------------------------------------
+    def encode(self, src_ids: Tensor, *, need_weights: bool = False):
+        """``(B, S)`` ids -> ``(memory (B, S, d_model), memory_mask (B, 1, 1, S))``; with
+        ``need_weights`` also the per-layer encoder self-attention weights."""
+        self._check_ids(src_ids, self.config.vocab_size, "src_ids")
+        memory_mask = key_padding_mask(src_ids, self.config.pad_id)
+        memory, weights = self.encoder(self._embed(self.src_embed, src_ids), self_mask=memory_mask,
+                                       need_weights=need_weights)
+        if need_weights:
+            return memory, memory_mask, [w.self_attn for w in weights]
+        return memory, memory_mask
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None, *,
+               cache: StackCache | None = None, need_weights: bool = False):
+        """Target ids ``(B, T)`` -> logits ``(B, T, V)``.
+
+        With a ``cache`` (from :meth:`new_cache`), ``tgt_ids`` are the next positions after
+        those already cached; the result then equals the last ``T`` positions of a full
+        recomputation. ``memory`` may be None once the cache holds the cross-attention
+        keys/values. With ``need_weights`` also returns ``list[LayerAttention]``.
+        """
+        self._check_ids(tgt_ids, self.config.target_vocab_size, "tgt_ids")
+        if memory_mask is not None:
+            batch = tgt_ids.shape[0]
+            source_len = memory.shape[1] if memory is not None else memory_mask.shape[-1]
+            check_mask(memory_mask, batch, self.config.num_heads, tgt_ids.shape[1], source_len, "memory_mask")
+        offset = 0 if cache is None else cache.length
+        hidden, weights = self.decoder(self._embed(self.tgt_embed, tgt_ids, offset), memory=memory,
+                                       memory_mask=memory_mask, cache=cache, need_weights=need_weights)
+        logits = self.output_proj(hidden)
+        return (logits, weights) if need_weights else logits
+
+    def new_cache(self, capacity: int = 64) -> StackCache:
+        """An empty decoder cache for incremental decoding."""
+        return self.decoder.new_cache(capacity)
+
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        """Teacher-forced logits ``(B, T, V)``."""
+        memory, memory_mask = self.encode(src_ids)
+        return self.decode(tgt_in_ids, memory, memory_mask)
+
+    def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> tuple[Tensor, Seq2SeqAttention]:
+        """Logits and every layer's attention weights (for visualisation)."""
+        memory, memory_mask, encoder_weights = self.encode(src_ids, need_weights=True)
+        logits, decoder_weights = self.decode(tgt_in_ids, memory, memory_mask, need_weights=True)
+        return logits, Seq2SeqAttention(encoder_weights, [w.self_attn for w in decoder_weights],
+                                        [w.cross_attn for w in decoder_weights])
+
+    def num_parameters_without_embeddings(self) -> int:
+        """Parameters of the encoder and decoder stacks only (what ``torch.nn.Transformer`` has)."""
+        return self.num_parameters(exclude=("src_embed", "tgt_embed", "output_proj", "positions"))
+
+
+# -- presets ---------------------------------------------------------------------------
+@register_preset
+def transformer_base() -> TransformerConfig:
+    """The paper's base model: N=6, d_model=512, d_ff=2048, h=8, dropout 0.1 (Table 3)."""
+    return TransformerConfig(d_model=512, num_heads=8, d_ff=2048, num_encoder_layers=6, num_decoder_layers=6,
+                             dropout=0.1)
+
+
+@register_preset
+def transformer_big() -> TransformerConfig:
+    """The paper's big model: d_model=1024, d_ff=4096, h=16, dropout 0.3 (Table 3)."""
+    return TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, num_encoder_layers=6, num_decoder_layers=6,
+                             dropout=0.3)
+
+
+@register_preset
+def transformer_tiny() -> TransformerConfig:
+    """A tiny model for tests and the copy task: 2+2 layers, d_model=32, 4 heads."""
+    return TransformerConfig(vocab_size=64, d_model=32, num_heads=4, d_ff=64, num_encoder_layers=2,
+                             num_decoder_layers=2, dropout=0.0, max_positions=256)
+
+
+@register_preset
+def transformer_small() -> TransformerConfig:
+    """A small model for CPU experiments: 3+3 layers, d_model=256, 4 heads, d_ff=1024."""
+    return TransformerConfig(vocab_size=8000, d_model=256, num_heads=4, d_ff=1024, num_encoder_layers=3,
+                             num_decoder_layers=3, dropout=0.1)
+
+
+__all__ = ["Transformer", "TransformerConfig", "Seq2SeqAttention", "LayerAttention"]
