@@ -1,0 +1,94 @@
+"""The batch-source protocol the trainer consumes, and a small in-memory implementation.
+
+A *batch source* is an iterable of batches (dicts of tensors) whose position can
+be saved and restored, so that a resumed run sees exactly the batches an
+uninterrupted run would have seen::
+
+    class BatchSource(Protocol):
+        def __iter__(self) -> Iterator[dict[str, Tensor]]: ...
+        def state_dict(self) -> dict: ...
+        def load_state_dict(self, state: dict) -> None: ...
+
+The contract, precisely:
+
+* ``iter(source)`` yields the rest of the current epoch and then stops. Calling
+  ``iter`` again after an epoch ended starts the next epoch (reshuffled as the
+  source sees fit). The trainer calls ``iter`` again whenever an epoch ends, so
+  a source may also simply never stop.
+* ``state_dict()`` describes the position just after the last batch yielded,
+  and must hold only plain data and tensors (it is stored without pickle).
+* After ``load_state_dict(state)``, the next ``iter(source)`` continues from
+  that position. Randomness (shuffling) must come from the source's own seeded
+  generator, not from the global RNG, so that it is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["Batch", "BatchSource", "ListBatchSource"]
+
+Batch = dict[str, Any]
+"""One (micro-)batch: named tensors, e.g. ``{"src": (B, S), "tgt": (B, T)}``."""
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """An iterable of batches whose position can be saved and restored (see module docstring)."""
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class ListBatchSource:
+    """Pre-built batches in a seeded random order that changes every epoch.
+
+    Epoch ``e`` visits the batches in the order ``randperm(len, seed + e)``
+    (or in list order when ``shuffle`` is false). The state is just
+    ``{"epoch": e, "position": i}``.
+    """
+
+    def __init__(self, batches: Sequence[Batch], *, shuffle: bool = True, seed: int = 0) -> None:
+        if len(batches) == 0:
+            raise ValueError("batches: need at least one batch")
+        self.batches = batches
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+
+    def _order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(len(self.batches)))
+        # A private generator: shuffling must not consume (or depend on) the global RNG.
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(len(self.batches), generator=generator).tolist()
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.position >= len(self.batches):
+            self.epoch += 1
+            self.position = 0
+        order = self._order(self.epoch)
+        while self.position < len(order):
+            index = order[self.position]
+            # Advance before yielding so state_dict() taken after this batch points past it.
+            self.position += 1
+            yield self.batches[index]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        epoch, position = state.get("epoch"), state.get("position")
+        if not isinstance(epoch, int) or not isinstance(position, int) or not 0 <= position <= len(self.batches):
+            raise ValueError(f"state: expected epoch and position in [0, {len(self.batches)}], got {state!r}")
+        self.epoch, self.position = epoch, position

@@ -1,0 +1,476 @@
+"""Training checkpoints without pickle: safetensors for tensors, JSON for the rest.
+
+A checkpoint is a directory ``<root>/step_<NNNNNNNN>/`` holding::
+
+    model.safetensors            model weights (``safetensors.torch.save_model``:
+                                 tied weights are stored once and re-tied on load)
+    config.json                  the model config, when given; with it the
+                                 checkpoint is also a loadable model directory
+    <extra files>                e.g. tokenizer files, copied verbatim
+    training_state.json          step, optimizer/scheduler structure and scalars,
+                                 data position, RNG states, ...
+    training_state.safetensors   every tensor of the training state, keyed by
+                                 its path in the structure (e.g. ``optimizer/state/0/exp_avg``)
+
+Arbitrary nested training state (dicts with any JSON-able keys, lists, tuples,
+tensors, numbers, strings, None) is split into the two ``training_state`` files
+by :func:`encode_state` and put back by :func:`decode_state`. Loading never
+unpickles anything, so a checkpoint from an untrusted source can at worst fail
+to load; truncated or foreign files raise ``ValueError`` naming the file.
+
+Directories are written into a hidden temporary sibling, fsynced and renamed
+into place, so a crash leaves either the previous set of checkpoints or the new
+complete one, never a half-written ``step_*`` directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import os
+import random
+import re
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.torch
+import torch
+
+__all__ = [
+    "MODEL_FILE",
+    "CONFIG_FILE",
+    "STATE_JSON_FILE",
+    "STATE_TENSORS_FILE",
+    "checkpoint_dir",
+    "list_checkpoints",
+    "latest_checkpoint",
+    "save_checkpoint",
+    "load_training_state",
+    "load_model_weights",
+    "average_checkpoints",
+    "write_model_directory",
+    "average_checkpoints_to_directory",
+    "encode_state",
+    "decode_state",
+    "capture_rng_state",
+    "restore_rng_state",
+]
+
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+STATE_JSON_FILE = "training_state.json"
+STATE_TENSORS_FILE = "training_state.safetensors"
+_FORMAT = "attnlab.training_state"
+_FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+# Files that belong to training only; everything else in a checkpoint describes the model.
+_TRAINING_ONLY_FILES = {MODEL_FILE, STATE_JSON_FILE, STATE_TENSORS_FILE}
+
+
+# --------------------------------------------------------------------------- #
+# Nested state  <->  (JSON, tensors)
+# --------------------------------------------------------------------------- #
+# JSON cannot say "tuple", "int key" or "infinity", and must not hold tensors, so
+# those are written as single-key tagged objects. Plain dicts with string keys
+# stay plain so the JSON remains readable.
+_TENSOR, _TUPLE, _ITEMS, _FLOAT = "__tensor__", "__tuple__", "__items__", "__float__"
+_TAGS = {_TENSOR, _TUPLE, _ITEMS, _FLOAT}
+
+
+def encode_state(state: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Split nested ``state`` into a JSON-able structure and a flat dict of tensors.
+
+    Tensors are replaced by ``{"__tensor__": key}`` where ``key`` is their path
+    (``"optimizer/state/0/exp_avg"``). Raises ``ValueError`` naming the path of
+    any value that is neither a tensor nor plain data.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    seen_storage: set[int] = set()
+
+    def add_tensor(path: str, tensor: torch.Tensor) -> dict[str, str]:
+        tensor = tensor.detach().cpu().contiguous()
+        # safetensors refuses tensors that share memory; copy the rare aliased one.
+        if tensor.numel():
+            pointer = tensor.untyped_storage().data_ptr()
+            if pointer in seen_storage:
+                tensor = tensor.clone()
+            seen_storage.add(tensor.untyped_storage().data_ptr())
+        key = path or "."
+        if key in tensors:  # only possible when a dict mixes e.g. 0 and "0" as keys
+            key = f"{key}~{len(tensors)}"
+        tensors[key] = tensor
+        return {_TENSOR: key}
+
+    def encode(value: Any, path: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            return add_tensor(path, value)
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, (int, np.integer)):
+            return int(value)
+        if isinstance(value, (float, np.floating)):
+            value = float(value)
+            return value if math.isfinite(value) else {_FLOAT: repr(value)}
+        if isinstance(value, tuple):
+            return {_TUPLE: [encode(item, f"{path}/{i}") for i, item in enumerate(value)]}
+        if isinstance(value, list):
+            return [encode(item, f"{path}/{i}") for i, item in enumerate(value)]
+        if isinstance(value, Mapping):
+            if all(isinstance(key, str) for key in value) and not (_TAGS & set(value)):
+                return {key: encode(item, f"{path}/{key}") for key, item in value.items()}
+            return {
+                _ITEMS: [
+                    [encode(key, f"{path}/<key>"), encode(item, f"{path}/{key}")]
+                    for key, item in value.items()
+                ]
+            }
+        raise ValueError(
+            f"training state at {path or '/'!r} has a {type(value).__name__}, which cannot be "
+            "stored without pickle; use tensors, numbers, strings, lists, tuples, dicts or None"
+        )
+
+    return encode(state, ""), tensors
+
+
+def decode_state(encoded: Any, tensors: Mapping[str, torch.Tensor], *, source: str = "state") -> Any:
+    """Inverse of :func:`encode_state`. ``source`` names the file in error messages."""
+
+    def decode(value: Any) -> Any:
+        if isinstance(value, list):
+            return [decode(item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            (tag, payload), = value.items()
+            if tag == _TENSOR:
+                if payload not in tensors:
+                    raise ValueError(f"{source}: refers to tensor {payload!r}, which the tensor file lacks")
+                return tensors[payload]
+            if tag == _TUPLE:
+                return tuple(decode(item) for item in payload)
+            if tag == _ITEMS:
+                return {decode(key): decode(item) for key, item in payload}
+            if tag == _FLOAT:
+                return float(payload)
+        return {key: decode(item) for key, item in value.items()}
+
+    try:
+        return decode(encoded)
+    except (TypeError, ValueError, AttributeError) as error:
+        if isinstance(error, ValueError) and str(error).startswith(source):
+            raise
+        raise ValueError(f"{source}: malformed training state ({error})") from error
+
+
+# --------------------------------------------------------------------------- #
+# RNG state (JSON only, so it can also travel between processes as bytes)
+# --------------------------------------------------------------------------- #
+def _bytes_to_text(tensor: torch.Tensor) -> str:
+    return base64.b64encode(tensor.cpu().numpy().tobytes()).decode("ascii")
+
+
+def _text_to_bytes(text: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The Python, NumPy (legacy global) and torch (CPU and CUDA) RNG states as JSON-able data."""
+    version, internal, gauss_next = random.getstate()
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+        "numpy": {
+            "kind": kind,
+            "keys": keys.tolist(),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": _bytes_to_text(torch.get_rng_state()),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = [_bytes_to_text(s) for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`capture_rng_state` captured."""
+    try:
+        python = state["python"]
+        random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
+        numpy = state["numpy"]
+        np.random.set_state(
+            (
+                numpy["kind"],
+                np.asarray(numpy["keys"], dtype=np.uint32),
+                numpy["position"],
+                numpy["has_gauss"],
+                numpy["cached_gaussian"],
+            )
+        )
+        torch.set_rng_state(_text_to_bytes(state["torch"]))
+        if "cuda" in state and torch.cuda.is_available():
+            cuda_states = [_text_to_bytes(s) for s in state["cuda"]]
+            if len(cuda_states) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(cuda_states)
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"rng state is malformed ({error!r})") from error
+
+
+# --------------------------------------------------------------------------- #
+# Files
+# --------------------------------------------------------------------------- #
+def _fsync_path(path: Path) -> None:
+    # Directories need fsync too, or the rename that publishes them may not survive a crash.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _atomic_directory(final: Path) -> Iterator[Path]:
+    """Yield a temporary directory that becomes ``final`` only if the block succeeds."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temporary = final.parent / f".{final.name}.tmp-{os.getpid()}"
+    if temporary.exists():
+        shutil.rmtree(temporary)
+    temporary.mkdir()
+    try:
+        yield temporary
+        for file in temporary.iterdir():
+            _fsync_path(file)
+        _fsync_path(temporary)
+        if final.exists():
+            # rename() cannot replace a non-empty directory: move the old one aside first.
+            previous = final.parent / f".{final.name}.old-{os.getpid()}"
+            os.replace(final, previous)
+            os.replace(temporary, final)
+            shutil.rmtree(previous)
+        else:
+            os.replace(temporary, final)
+        _fsync_path(final.parent)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def _write_json(path: Path, data: Any) -> None:
+    with open(path, "w", encoding="utf-8") as file:
+        json.dump(data, file, indent=1, allow_nan=False)
+        file.write("\n")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: file is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from error
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ValueError(f"{path}: file is missing")
+    try:
+        return safetensors.torch.load_file(path)
+    except Exception as error:  # safetensors raises its own SafetensorError and others
+        raise ValueError(f"{path}: not a valid safetensors file ({error})") from error
+
+
+def _model_file(path: str | os.PathLike) -> Path:
+    """Accept a checkpoint/model directory or a ``.safetensors`` file."""
+    path = Path(path)
+    return path / MODEL_FILE if path.is_dir() else path
+
+
+# --------------------------------------------------------------------------- #
+# Checkpoint directories
+# --------------------------------------------------------------------------- #
+def checkpoint_dir(root: str | os.PathLike, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives under ``root``."""
+    if step < 0:
+        raise ValueError(f"step must be non-negative, got {step!r}")
+    return Path(root) / f"step_{step:08d}"
+
+
+def list_checkpoints(root: str | os.PathLike) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest step first (temporary directories are ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir() and (child / STATE_JSON_FILE).is_file():
+            found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def latest_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The checkpoint with the highest step under ``root``, or ``None`` when there is none."""
+    checkpoints = list_checkpoints(root)
+    return checkpoints[-1] if checkpoints else None
+
+
+def save_checkpoint(
+    root: str | os.PathLike,
+    step: int,
+    model: torch.nn.Module,
+    training_state: Mapping[str, Any],
+    *,
+    model_config: Mapping[str, Any] | None = None,
+    extra_files: Sequence[str | os.PathLike] = (),
+    keep_last: int | None = None,
+) -> Path:
+    """Write ``<root>/step_<step>/`` atomically and prune to the newest ``keep_last``.
+
+    Args:
+        model: the bare module (unwrap DistributedDataParallel first).
+        training_state: nested plain data and tensors (see :func:`encode_state`).
+        model_config: written as ``config.json`` so the checkpoint is a model directory.
+        extra_files: files copied in by name, e.g. the tokenizer.
+        keep_last: how many checkpoints to keep, counting this one; ``None`` keeps all.
+    """
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be at least 1 or None, got {keep_last!r}")
+    root = Path(root)
+    final = checkpoint_dir(root, step)
+    encoded, tensors = encode_state(dict(training_state))
+    header = {"format": _FORMAT, "version": _FORMAT_VERSION, "step": step, "state": encoded}
+    # Temporary directories left by a crashed run are invisible to list_checkpoints; remove them.
+    for stale in root.glob(".step_*.tmp-*") if root.is_dir() else ():
+        shutil.rmtree(stale, ignore_errors=True)
+    with _atomic_directory(final) as directory:
+        safetensors.torch.save_model(model, str(directory / MODEL_FILE))
+        safetensors.torch.save_file(tensors, str(directory / STATE_TENSORS_FILE), metadata={"format": "pt"})
+        _write_json(directory / STATE_JSON_FILE, header)
+        if model_config is not None:
+            _write_json(directory / CONFIG_FILE, dict(model_config))
+        for extra in extra_files:
+            extra = Path(extra)
+            if extra.name in _TRAINING_ONLY_FILES or extra.name == CONFIG_FILE:
+                raise ValueError(f"extra_files: {extra} would overwrite the checkpoint's own {extra.name}")
+            if not extra.is_file():
+                raise ValueError(f"extra_files: {extra} is not a file")
+            shutil.copyfile(extra, directory / extra.name)
+    if keep_last is not None:
+        for old in list_checkpoints(root)[:-keep_last]:
+            shutil.rmtree(old)
+    return final
+
+
+def load_training_state(path: str | os.PathLike) -> dict[str, Any]:
+    """The training state saved in checkpoint directory ``path``, plus its ``"step"``."""
+    path = Path(path)
+    header = _read_json(path / STATE_JSON_FILE)
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise ValueError(f"{path / STATE_JSON_FILE}: not an attnlab training state (no format {_FORMAT!r})")
+    if header.get("version") != _FORMAT_VERSION:
+        raise ValueError(
+            f"{path / STATE_JSON_FILE}: format version {header.get('version')!r} is not {_FORMAT_VERSION}"
+        )
+    tensors = _read_safetensors(path / STATE_TENSORS_FILE)
+    state = decode_state(header.get("state"), tensors, source=str(path / STATE_JSON_FILE))
+    if not isinstance(state, dict):
+        raise ValueError(f"{path / STATE_JSON_FILE}: training state is not a mapping")
+    state["step"] = header["step"]
+    return state
+
+
+def load_model_weights(path: str | os.PathLike, model: torch.nn.Module, *, strict: bool = True) -> None:
+    """Load ``model.safetensors`` (from a directory, or the file itself) into ``model`` in place."""
+    file = _model_file(path)
+    if not file.is_file():
+        raise ValueError(f"{file}: file is missing")
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    try:
+        safetensors.torch.load_model(model, str(file), strict=strict, device=str(device))
+    except Exception as error:  # header/size errors from safetensors, key mismatches from torch
+        raise ValueError(f"{file}: cannot load into {type(model).__name__} ({error})") from error
+
+
+# --------------------------------------------------------------------------- #
+# Averaging
+# --------------------------------------------------------------------------- #
+def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of several checkpoints.
+
+    The Transformer paper (section 6.1) averages the last 5 (base) or 20 (big)
+    checkpoints. Floating-point tensors are averaged in float64 and cast back
+    to their dtype; other tensors (integer buffers) are taken from the first
+    checkpoint. Tied weights appear once, as in the files.
+
+    Args:
+        paths: checkpoint or model directories, or ``.safetensors`` files.
+    """
+    if not paths:
+        raise ValueError("paths: need at least one checkpoint to average")
+    files = [_model_file(path) for path in paths]
+    first = _read_safetensors(files[0])
+    sums = {key: t.double() if t.is_floating_point() else t for key, t in first.items()}
+    for file in files[1:]:
+        tensors = _read_safetensors(file)
+        if tensors.keys() != first.keys():
+            difference = sorted(tensors.keys() ^ first.keys())
+            raise ValueError(f"{file}: tensor names differ from {files[0]} (e.g. {difference[:3]})")
+        for key, tensor in tensors.items():
+            if tensor.shape != first[key].shape or tensor.dtype != first[key].dtype:
+                raise ValueError(
+                    f"{file}: tensor {key!r} is {tensor.dtype}{tuple(tensor.shape)}, "
+                    f"but {first[key].dtype}{tuple(first[key].shape)} in {files[0]}"
+                )
+            if tensor.is_floating_point():
+                sums[key] += tensor.double()
+    return {
+        key: (total / len(files)).to(first[key].dtype) if first[key].is_floating_point() else total
+        for key, total in sums.items()
+    }
+
+
+def write_model_directory(
+    state_dict: Mapping[str, torch.Tensor],
+    out_dir: str | os.PathLike,
+    *,
+    copy_from: str | os.PathLike | None = None,
+) -> Path:
+    """Write ``model.safetensors`` (and the model files of ``copy_from``) atomically to ``out_dir``.
+
+    ``copy_from`` is a checkpoint or model directory whose ``config.json`` and
+    other model files (tokenizer, ...) are copied; training state is not.
+    """
+    out_dir = Path(out_dir)
+    sources: list[Path] = []
+    if copy_from is not None:
+        copy_from = Path(copy_from)
+        if not (copy_from / CONFIG_FILE).is_file():
+            raise ValueError(
+                f"{copy_from / CONFIG_FILE}: file is missing; a model directory needs it "
+                "(give the Trainer a model_config)"
+            )
+        sources = [f for f in copy_from.iterdir() if f.is_file() and f.name not in _TRAINING_ONLY_FILES]
+    with _atomic_directory(out_dir) as directory:
+        tensors = {key: tensor.contiguous() for key, tensor in state_dict.items()}
+        safetensors.torch.save_file(tensors, str(directory / MODEL_FILE), metadata={"format": "pt"})
+        for source in sources:
+            shutil.copyfile(source, directory / source.name)
+    return out_dir
+
+
+def average_checkpoints_to_directory(
+    paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike
+) -> Path:
+    """Average ``paths`` and write a model directory (config and model files from the first)."""
+    if not paths:
+        raise ValueError("paths: need at least one checkpoint to average")
+    averaged = average_checkpoints(paths)
+    return write_model_directory(averaged, out_dir, copy_from=paths[0])

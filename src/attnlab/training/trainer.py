@@ -1,0 +1,509 @@
+"""A model-agnostic training loop: Adam + schedule, accumulation, checkpoints, resume, DDP.
+
+The trainer knows nothing about translation, language modelling or images. It
+needs three things from the model family:
+
+* ``model``: any ``nn.Module``;
+* ``loss_fn(model, batch) -> (loss_sum, num_tokens, logs)``: the summed loss
+  of one micro-batch (a scalar tensor with gradient), the number of target
+  tokens it counted, and a dict of further *sums* to report (e.g.
+  ``{"nll": nll_sum}``). It must call ``model(...)`` (the forward) rather than
+  other methods or attributes, because under torchrun ``model`` is the
+  DistributedDataParallel wrapper. The trainer reports every log as a
+  per-token mean, and a log named ``"nll"`` also as perplexity ``"ppl"``;
+* a batch source (:mod:`attnlab.training.batches`) yielding dicts of tensors.
+
+One update (section 5 of the paper, plus the usual accumulation)::
+
+    for each of grad_accum_steps micro-batches:   # this rank's share
+        loss_sum, n, logs = loss_fn(model, batch); loss_sum.backward()
+    N = number of target tokens over all micro-batches of all ranks
+    grad = (sum of loss_sum gradients) / N        # sum, then divide once
+    clip (optional); Adam step; schedule step
+
+Dividing by the *global* token count after accumulating sums makes the update
+independent of how the batch was cut into micro-batches and processes (up to
+float summation order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from attnlab.training.batches import Batch, BatchSource
+from attnlab.training.checkpoint import (
+    capture_rng_state,
+    latest_checkpoint,
+    load_model_weights,
+    load_training_state,
+    restore_rng_state,
+    save_checkpoint,
+)
+from attnlab.training.distributed import (
+    DistributedContext,
+    all_reduce_sum,
+    gather_bytes,
+    init_distributed,
+    wrap_model,
+)
+from attnlab.training.schedules import NoamSchedule, ScheduledLR, WarmupCosineSchedule
+
+__all__ = ["LossFn", "TrainConfig", "Trainer"]
+
+LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, int, Mapping[str, Any]]]
+"""``loss_fn(model, batch) -> (loss_sum, num_tokens, logs)``; see the module docstring."""
+
+_SCHEDULES = ("noam", "cosine")
+
+
+@dataclass
+class TrainConfig:
+    """Everything the training loop needs, as plain data (it is stored in every checkpoint).
+
+    Learning rate: ``schedule="noam"`` (the paper; needs ``d_model``, uses
+    ``lr_scale`` and ``warmup_steps``) or ``"cosine"`` (linear warm-up to
+    ``peak_lr`` over ``warmup_steps``, cosine decay to ``min_lr`` at ``max_steps``).
+
+    Batching: one update uses ``grad_accum_steps`` micro-batches per process,
+    i.e. ``world_size * grad_accum_steps`` in all.
+
+    Periods (``log_every``, ``validate_every``, ``checkpoint_every``) count
+    updates; ``None`` disables validation or periodic checkpoints. The final
+    step is always checkpointed.
+    """
+
+    out_dir: str
+    max_steps: int
+    schedule: str = "noam"
+    d_model: int | None = None
+    lr_scale: float = 1.0
+    warmup_steps: int = 4000
+    peak_lr: float | None = None
+    min_lr: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    grad_accum_steps: int = 1
+    clip_grad_norm: float | None = None
+    bf16: bool = False
+    log_every: int = 100
+    validate_every: int | None = None
+    checkpoint_every: int | None = None
+    keep_last: int | None = 5
+    seed: int = 0
+    progress_bar: bool = True
+    tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        for name in ("max_steps", "grad_accum_steps", "log_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("validate_every", "checkpoint_every", "keep_last"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if self.schedule not in _SCHEDULES:
+            raise ValueError(f"schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
+        if self.schedule == "noam" and self.d_model is None:
+            raise ValueError("d_model is required by schedule='noam'")
+        if self.schedule == "cosine" and self.peak_lr is None:
+            raise ValueError("peak_lr is required by schedule='cosine'")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise ValueError(f"clip_grad_norm must be positive or None, got {self.clip_grad_norm!r}")
+        self.build_schedule()  # validates the schedule's own arguments early
+
+    def build_schedule(self) -> Callable[[int], float]:
+        """The ``step -> lr`` function this config describes."""
+        if self.schedule == "noam":
+            return NoamSchedule(self.d_model, self.warmup_steps, self.lr_scale)
+        return WarmupCosineSchedule(self.peak_lr, self.warmup_steps, self.max_steps, self.min_lr)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class _BatchStream:
+    """Endless stream of this rank's micro-batches from a resumable batch source.
+
+    Every rank reads the whole source and keeps micro-batches ``rank``,
+    ``rank + world_size``, ... so ranks stay in lock-step and share one data
+    position.
+    """
+
+    def __init__(self, source: BatchSource, context: DistributedContext) -> None:
+        self.source = source
+        self.context = context
+        self._iterator: Iterator[Batch] | None = None
+
+    def _next_global(self) -> Batch:
+        for fresh in (False, True):
+            if self._iterator is None or fresh:
+                self._iterator = iter(self.source)
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                continue  # end of epoch: the next iter() starts the next one
+        raise ValueError("train_batches: an epoch yielded no batches")
+
+    def next(self) -> Batch:
+        group = [self._next_global() for _ in range(self.context.world_size)]
+        return group[self.context.rank]
+
+    def restart(self) -> None:
+        """Forget the live iterator (after the source's position was restored)."""
+        self._iterator = None
+
+
+class Trainer:
+    """Train any ``nn.Module`` with the paper's optimiser; see the module docstring.
+
+    Args:
+        model: the module to train (placed on its device by the caller; under
+            torchrun with nccl it is moved to ``cuda:LOCAL_RANK``).
+        loss_fn: ``loss_fn(model, batch) -> (loss_sum, num_tokens, logs)``.
+        train_batches: a :class:`~attnlab.training.batches.BatchSource`.
+        config: a :class:`TrainConfig`.
+        valid_batches: an iterable of batches, iterated fully at each validation.
+        model_config: written as ``config.json`` into every checkpoint, making
+            each a loadable model directory. Defaults to ``model.config.to_dict()``
+            when the model has one (every attnlab model does), so checkpoints
+            open with ``attnlab.load_model``.
+        model_files: files (e.g. the tokenizer) copied into every checkpoint.
+        context: the process group; by default discovered from torchrun's
+            environment (a single process when there is none).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loss_fn: LossFn,
+        train_batches: BatchSource,
+        config: TrainConfig,
+        *,
+        valid_batches: Iterable[Batch] | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        model_files: Sequence[str | Path] = (),
+        context: DistributedContext | None = None,
+    ) -> None:
+        if not isinstance(train_batches, BatchSource):
+            raise ValueError(
+                "train_batches must have __iter__, state_dict and load_state_dict "
+                f"(see attnlab.training.batches), got {type(train_batches).__name__}"
+            )
+        if config.validate_every is not None and valid_batches is None:
+            raise ValueError("valid_batches is required when config.validate_every is set")
+        self.config = config
+        self.context = context if context is not None else init_distributed()
+        if self.context.device is not None:
+            model.to(self.context.device)
+        self.model = model
+        self.train_model = wrap_model(model, self.context)
+        self.loss_fn = loss_fn
+        self.train_batches = train_batches
+        self.valid_batches = valid_batches
+        if model_config is None and callable(getattr(getattr(model, "config", None), "to_dict", None)):
+            model_config = model.config.to_dict()
+        self.model_config = dict(model_config) if model_config is not None else None
+        self.model_files = list(model_files)
+        self.out_dir = Path(config.out_dir)
+        self.checkpoint_root = self.out_dir / "checkpoints"
+
+        schedule = config.build_schedule()
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=schedule(1), betas=config.betas, eps=config.eps)
+        self.scheduler = ScheduledLR(self.optimizer, schedule)
+        self.step = 0
+        self._stream = _BatchStream(train_batches, self.context)
+        self._metrics_file = None
+        self._tensorboard = None
+
+    # ------------------------------------------------------------------ #
+    @property
+    def device(self) -> torch.device:
+        return next((p.device for p in self.model.parameters()), torch.device("cpu"))
+
+    def _to_device(self, batch: Batch) -> Batch:
+        device = self.device
+        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
+
+    def _seed(self, offset: int = 0) -> None:
+        # Different ranks get different dropout masks, as independent workers would.
+        seed = self.config.seed + self.context.rank + offset
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    # ------------------------------------------------------------------ #
+    def train(self, *, resume: bool = False) -> dict[str, float]:
+        """Run until ``config.max_steps`` updates; returns the last logged metrics.
+
+        With ``resume=True`` training continues from the latest checkpoint in
+        ``out_dir/checkpoints`` (model, optimizer, schedule, data position, RNG),
+        or starts fresh when there is none. On CPU, N steps + resume + N steps
+        ends with bit-identical parameters to 2N uninterrupted steps.
+        """
+        checkpoint = latest_checkpoint(self.checkpoint_root) if resume else None
+        if checkpoint is not None:
+            self.load_checkpoint(checkpoint)
+        else:
+            self._seed()
+        last: dict[str, float] = {"step": self.step}
+        if self.step >= self.config.max_steps:
+            return last
+        self._open_logs()
+        progress = tqdm(
+            total=self.config.max_steps,
+            initial=self.step,
+            disable=not (self.context.is_main and self.config.progress_bar),
+            desc="train",
+            dynamic_ncols=True,
+        )
+        window = _Window()
+        saved_at = None
+        try:
+            while self.step < self.config.max_steps:
+                lr = self.optimizer.param_groups[0]["lr"]
+                stats = self._update()
+                self.step += 1
+                window.add(stats)
+                progress.update(1)
+                if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
+                    last = {"step": self.step, "lr": lr, **window.summary()}
+                    window = _Window()
+                    progress.set_postfix(loss=f"{last['loss']:.4f}", lr=f"{lr:.3g}", tok_s=f"{last['tokens_per_s']:.0f}")
+                    self._log(last)
+                if self.config.validate_every and self.step % self.config.validate_every == 0:
+                    valid = self.validate()
+                    self._log({"step": self.step, **valid})
+                    last.update(valid)
+                if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
+                    self.save_checkpoint()
+                    saved_at = self.step
+            if saved_at != self.step:
+                self.save_checkpoint()
+        finally:
+            progress.close()
+            self._close_logs()
+        return last
+
+    def _update(self) -> dict[str, Any]:
+        """One optimizer update over ``grad_accum_steps`` micro-batches per rank."""
+        started = time.perf_counter()
+        self.train_model.train()
+        accum = self.config.grad_accum_steps
+        loss_total = torch.zeros((), dtype=torch.float64)
+        tokens = 0
+        log_totals: dict[str, float] = {}
+        for index in range(accum):
+            batch = self._to_device(self._stream.next())
+            # DDP all-reduces gradients on every backward; only the last micro-batch needs it.
+            sync = (
+                self.train_model.no_sync()
+                if self.context.is_distributed and index < accum - 1
+                else contextlib.nullcontext()
+            )
+            with sync:
+                with self._autocast():
+                    loss_sum, num_tokens, logs = self.loss_fn(self.train_model, batch)
+                loss_sum.backward()
+            loss_total += loss_sum.detach().double().cpu()
+            tokens += int(num_tokens)
+            for key, value in logs.items():
+                log_totals[key] = log_totals.get(key, 0.0) + float(value)
+
+        # One all-reduce for the token count and everything we report.
+        keys = sorted(log_totals)
+        local = torch.tensor([tokens, float(loss_total), *(log_totals[k] for k in keys)], dtype=torch.float64)
+        total = all_reduce_sum(local, self.context)
+        global_tokens = int(total[0].item())
+        if global_tokens == 0:
+            raise ValueError(f"step {self.step + 1}: the batches of this update have no target tokens")
+        # DDP averaged the gradient sums over ranks; undo that and divide by the global count.
+        scale = self.context.world_size / global_tokens
+        for parameter in self.model.parameters():
+            if parameter.grad is not None:
+                parameter.grad.mul_(scale)
+        grad_norm = None
+        if self.config.clip_grad_norm is not None:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "tokens": global_tokens,
+            "loss_sum": float(total[1]),
+            "logs": {k: float(v) for k, v in zip(keys, total[2:])},
+            "grad_norm": grad_norm,
+            "seconds": time.perf_counter() - started,
+        }
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Per-token loss (and log means) over ``valid_batches``, prefixed ``valid_``.
+
+        Ranks split the batches (every ``world_size``-th) and sum their results.
+        The bare model is used, not the DDP wrapper: ranks may see different
+        numbers of batches and DDP's forward would wait for the others.
+        """
+        if self.valid_batches is None:
+            raise ValueError("valid_batches was not given to the Trainer")
+        self.model.eval()
+        loss_total, tokens, log_totals = 0.0, 0, {}
+        try:
+            for index, batch in enumerate(self.valid_batches):
+                if index % self.context.world_size != self.context.rank:
+                    continue
+                with self._autocast():
+                    loss_sum, num_tokens, logs = self.loss_fn(self.model, self._to_device(batch))
+                loss_total += float(loss_sum)
+                tokens += int(num_tokens)
+                for key, value in logs.items():
+                    log_totals[key] = log_totals.get(key, 0.0) + float(value)
+        finally:
+            self.model.train()
+        keys = sorted(log_totals)
+        local = torch.tensor([tokens, loss_total, *(log_totals[k] for k in keys)], dtype=torch.float64)
+        total = all_reduce_sum(local, self.context)
+        global_tokens = int(total[0].item())
+        if global_tokens == 0:
+            raise ValueError("valid_batches: no target tokens to validate on")
+        result = {"valid_loss": float(total[1]) / global_tokens}
+        result.update(_per_token_logs(dict(zip(keys, total[2:].tolist())), global_tokens, prefix="valid_"))
+        return result
+
+    # ------------------------------------------------------------------ #
+    def save_checkpoint(self) -> Path | None:
+        """Checkpoint the current step (collective: call on every rank; rank 0 writes)."""
+        # Every rank's RNG state is kept so each rank's dropout continues exactly on resume.
+        rng_states = gather_bytes(json.dumps(capture_rng_state()).encode(), self.context)
+        path = None
+        if self.context.is_main:
+            state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "data": self.train_batches.state_dict(),
+                "rng": [json.loads(state) for state in rng_states],
+                "world_size": self.context.world_size,
+                "train_config": self.config.to_dict(),
+            }
+            path = save_checkpoint(
+                self.checkpoint_root,
+                self.step,
+                self.model,
+                state,
+                model_config=self.model_config,
+                extra_files=self.model_files,
+                keep_last=self.config.keep_last,
+            )
+        # Nobody runs ahead (or exits) before the checkpoint is complete on disk.
+        self.context.barrier()
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore model, optimizer, schedule, data position and this rank's RNG from ``path``."""
+        path = Path(path)
+        state = load_training_state(path)
+        load_model_weights(path, self.model)
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.train_batches.load_state_dict(state["data"])
+        except (KeyError, TypeError, RuntimeError) as error:
+            raise ValueError(f"{path}: training state does not fit this model/optimizer ({error!r})") from error
+        self._stream.restart()
+        rng = state.get("rng", [])
+        if state.get("world_size") == self.context.world_size and len(rng) == self.context.world_size:
+            restore_rng_state(rng[self.context.rank])
+        else:
+            # A different number of processes cannot continue the same random streams;
+            # reseed deterministically instead (the run is then not bit-identical).
+            self._seed(offset=1_000_003 * int(state["step"]))
+        self.step = int(state["step"])
+
+    # ------------------------------------------------------------------ #
+    def _open_logs(self) -> None:
+        if not self.context.is_main:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._metrics_file = open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8")
+        if self.config.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # TensorBoard is optional
+                SummaryWriter = None
+            if SummaryWriter is not None:
+                self._tensorboard = SummaryWriter(log_dir=str(self.out_dir / "tensorboard"))
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self._metrics_file is None:
+            return
+        record = {"time": time.time(), **record}
+        self._metrics_file.write(json.dumps(record) + "\n")
+        self._metrics_file.flush()
+        if self._tensorboard is not None:
+            for key, value in record.items():
+                if key not in ("step", "time") and isinstance(value, (int, float)):
+                    self._tensorboard.add_scalar(key, value, record["step"])
+
+    def _close_logs(self) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
+
+
+def _per_token_logs(sums: Mapping[str, float], tokens: int, *, prefix: str = "") -> dict[str, float]:
+    """Per-token means of summed logs; ``nll`` also yields perplexity ``ppl``."""
+    result = {f"{prefix}{key}": value / tokens for key, value in sums.items()}
+    if "nll" in sums:
+        result[f"{prefix}ppl"] = math.exp(min(sums["nll"] / tokens, 700.0))  # exp overflows past ~709
+    return result
+
+
+class _Window:
+    """Sums over the updates since the last log line."""
+
+    def __init__(self) -> None:
+        self.tokens, self.loss_sum, self.seconds, self.updates = 0, 0.0, 0.0, 0
+        self.logs: dict[str, float] = {}
+        self.grad_norm: float | None = None
+
+    def add(self, stats: Mapping[str, Any]) -> None:
+        self.tokens += stats["tokens"]
+        self.loss_sum += stats["loss_sum"]
+        self.seconds += stats["seconds"]
+        self.updates += 1
+        for key, value in stats["logs"].items():
+            self.logs[key] = self.logs.get(key, 0.0) + value
+        self.grad_norm = stats["grad_norm"]
+
+    def summary(self) -> dict[str, float]:
+        summary = {
+            "loss": self.loss_sum / self.tokens,
+            "tokens": self.tokens,
+            "tokens_per_s": self.tokens / max(self.seconds, 1e-9),
+        }
+        summary.update(_per_token_logs(self.logs, self.tokens))
+        if self.grad_norm is not None:
+            summary["grad_norm"] = self.grad_norm
+        return summary
