@@ -1,6 +1,16 @@
-"""attnlab: the Transformer family, exact to the papers."""
+"""attnlab: the Transformer family, exact to the papers.
 
-from attnlab.models.registry import create_model, list_presets, load_model
+The top-level names are imported lazily so that ``import attnlab`` (and the CLI's
+``--help``) does not pay for importing torch.
+"""
 
-__all__ = ["create_model", "list_presets", "load_model"]
 __version__ = "0.1.0"
+__all__ = ["create_model", "list_presets", "load_model", "get_preset"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from attnlab.models import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'attnlab' has no attribute {name!r}")

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up a virtual environment in .venv with attnlab installed (editable).
+#   scripts/setup.sh          library + CLI
+#   scripts/setup.sh test     also the test-only dependencies
+# torch is installed first, pinned, so pip never pulls a multi-GB CUDA build where a CPU
+# wheel of that version is available (as on our CI machines).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+TORCH_VERSION="${ATTNLAB_TORCH_VERSION:-2.13.0}"
+
+# Debian packages with offline data: trans-de-en (the quickstart's German-English sentences).
+if [ ! -f /usr/share/trans/de-en ] && command -v apt-get >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null && $SUDO apt-get install -y -qq trans-de-en >/dev/null \
+    || echo "warning: could not install trans-de-en (apt-get install -y trans-de-en); the quickstart needs it" >&2
+fi
+
+[ -d .venv ] || python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --disable-pip-version-check "torch==${TORCH_VERSION}"
+if [ "$extras" = test ]; then
+  python -m pip install -q --disable-pip-version-check -e ".[test]"
+else
+  python -m pip install -q --disable-pip-version-check -e .
+fi
