@@ -165,3 +165,9 @@ def test_a_model_config_is_taken_from_the_model_when_it_has_one(tmp_path):
     Trainer(model, loss_fn, make_source(), _config(tmp_path, max_steps=1)).train()
     saved = tmp_path / "checkpoints" / "step_00000001" / "config.json"
     assert json.loads(saved.read_text()) == {"family": "toy", "dim": 8}
+
+
+def test_a_fresh_run_refuses_an_out_dir_with_checkpoints(tmp_path):
+    _run(tmp_path, 3)
+    with pytest.raises(ValueError, match="resume=True"):
+        _run(tmp_path, 6)

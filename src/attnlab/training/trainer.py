@@ -29,13 +29,12 @@ float summation order).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +134,7 @@ class TrainConfig:
         return WarmupCosineSchedule(self.peak_lr, self.warmup_steps, self.max_steps, self.min_lr)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
 
 class _BatchStream:
@@ -258,9 +257,16 @@ class Trainer:
         With ``resume=True`` training continues from the latest checkpoint in
         ``out_dir/checkpoints`` (model, optimizer, schedule, data position, RNG),
         or starts fresh when there is none. On CPU, N steps + resume + N steps
-        ends with bit-identical parameters to 2N uninterrupted steps.
+        ends with bit-identical parameters to 2N uninterrupted steps. Without
+        ``resume``, an ``out_dir`` that already holds checkpoints is refused.
         """
-        checkpoint = latest_checkpoint(self.checkpoint_root) if resume else None
+        checkpoint = latest_checkpoint(self.checkpoint_root)
+        if checkpoint is not None and not resume:
+            # Starting over here would interleave two runs' checkpoints and metrics.
+            raise ValueError(
+                f"out_dir {self.out_dir} already holds checkpoints (latest {checkpoint.name}); "
+                "pass resume=True to continue, or choose another out_dir"
+            )
         if checkpoint is not None:
             self.load_checkpoint(checkpoint)
         else:
@@ -281,9 +287,9 @@ class Trainer:
         try:
             while self.step < self.config.max_steps:
                 lr = self.optimizer.param_groups[0]["lr"]
-                stats = self._update()
+                update = self._update()
                 self.step += 1
-                window.add(stats)
+                window.add(update)
                 progress.update(1)
                 if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
                     last = {"step": self.step, "lr": lr, **window.summary()}
@@ -309,9 +315,7 @@ class Trainer:
         started = time.perf_counter()
         self.train_model.train()
         accum = self.config.grad_accum_steps
-        loss_total = torch.zeros((), dtype=torch.float64)
-        tokens = 0
-        log_totals: dict[str, float] = {}
+        local = _Sums()
         for index in range(accum):
             batch = self._to_device(self._stream.next())
             # DDP all-reduces gradients on every backward; only the last micro-batch needs it.
@@ -324,20 +328,13 @@ class Trainer:
                 with self._autocast():
                     loss_sum, num_tokens, logs = self.loss_fn(self.train_model, batch)
                 loss_sum.backward()
-            loss_total += loss_sum.detach().double().cpu()
-            tokens += int(num_tokens)
-            for key, value in logs.items():
-                log_totals[key] = log_totals.get(key, 0.0) + float(value)
+            local.add(loss_sum.detach(), num_tokens, logs)
 
-        # One all-reduce for the token count and everything we report.
-        keys = sorted(log_totals)
-        local = torch.tensor([tokens, float(loss_total), *(log_totals[k] for k in keys)], dtype=torch.float64)
-        total = all_reduce_sum(local, self.context)
-        global_tokens = int(total[0].item())
-        if global_tokens == 0:
+        total = local.all_reduce(self.context)
+        if total.tokens == 0:
             raise ValueError(f"step {self.step + 1}: the batches of this update have no target tokens")
         # DDP averaged the gradient sums over ranks; undo that and divide by the global count.
-        scale = self.context.world_size / global_tokens
+        scale = self.context.world_size / total.tokens
         for parameter in self.model.parameters():
             if parameter.grad is not None:
                 parameter.grad.mul_(scale)
@@ -347,13 +344,7 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {
-            "tokens": global_tokens,
-            "loss_sum": float(total[1]),
-            "logs": {k: float(v) for k, v in zip(keys, total[2:])},
-            "grad_norm": grad_norm,
-            "seconds": time.perf_counter() - started,
-        }
+        return {"sums": total, "grad_norm": grad_norm, "seconds": time.perf_counter() - started}
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -366,28 +357,18 @@ class Trainer:
         if self.valid_batches is None:
             raise ValueError("valid_batches was not given to the Trainer")
         self.model.eval()
-        loss_total, tokens, log_totals = 0.0, 0, {}
+        local = _Sums()
         try:
             for index, batch in enumerate(self.valid_batches):
-                if index % self.context.world_size != self.context.rank:
-                    continue
-                with self._autocast():
-                    loss_sum, num_tokens, logs = self.loss_fn(self.model, self._to_device(batch))
-                loss_total += float(loss_sum)
-                tokens += int(num_tokens)
-                for key, value in logs.items():
-                    log_totals[key] = log_totals.get(key, 0.0) + float(value)
+                if index % self.context.world_size == self.context.rank:
+                    with self._autocast():
+                        local.add(*self.loss_fn(self.model, self._to_device(batch)))
         finally:
             self.model.train()
-        keys = sorted(log_totals)
-        local = torch.tensor([tokens, loss_total, *(log_totals[k] for k in keys)], dtype=torch.float64)
-        total = all_reduce_sum(local, self.context)
-        global_tokens = int(total[0].item())
-        if global_tokens == 0:
+        total = local.all_reduce(self.context)
+        if total.tokens == 0:
             raise ValueError("valid_batches: no target tokens to validate on")
-        result = {"valid_loss": float(total[1]) / global_tokens}
-        result.update(_per_token_logs(dict(zip(keys, total[2:].tolist())), global_tokens, prefix="valid_"))
-        return result
+        return total.means(prefix="valid_")
 
     # ------------------------------------------------------------------ #
     def save_checkpoint(self) -> Path | None:
@@ -472,38 +453,57 @@ class Trainer:
             self._tensorboard = None
 
 
-def _per_token_logs(sums: Mapping[str, float], tokens: int, *, prefix: str = "") -> dict[str, float]:
-    """Per-token means of summed logs; ``nll`` also yields perplexity ``ppl``."""
-    result = {f"{prefix}{key}": value / tokens for key, value in sums.items()}
-    if "nll" in sums:
-        result[f"{prefix}ppl"] = math.exp(min(sums["nll"] / tokens, 700.0))  # exp overflows past ~709
-    return result
+@dataclass
+class _Sums:
+    """A token count with the loss and logs summed over it (micro-batches, updates or ranks)."""
+
+    tokens: int = 0
+    loss: float = 0.0
+    logs: dict[str, float] = field(default_factory=dict)
+
+    def add(self, loss_sum: torch.Tensor | float, num_tokens: int, logs: Mapping[str, Any]) -> None:
+        self.tokens += int(num_tokens)
+        self.loss += float(loss_sum)
+        for key, value in logs.items():
+            self.logs[key] = self.logs.get(key, 0.0) + float(value)
+
+    def all_reduce(self, context: DistributedContext) -> _Sums:
+        """The sums over all ranks, in one collective (log keys are the same on every rank)."""
+        keys = sorted(self.logs)
+        local = torch.tensor([self.tokens, self.loss, *(self.logs[k] for k in keys)], dtype=torch.float64)
+        total = all_reduce_sum(local, context).tolist()
+        return _Sums(int(total[0]), total[1], dict(zip(keys, total[2:])))
+
+    def means(self, prefix: str = "") -> dict[str, float]:
+        """Per-token means of the loss and every log; a log named ``nll`` also gives ``ppl``."""
+        result = {f"{prefix}loss": self.loss / self.tokens}
+        result.update({f"{prefix}{key}": value / self.tokens for key, value in self.logs.items()})
+        if "nll" in self.logs:
+            result[f"{prefix}ppl"] = math.exp(min(self.logs["nll"] / self.tokens, 700.0))  # exp overflows past ~709
+        return result
 
 
 class _Window:
-    """Sums over the updates since the last log line."""
+    """What happened since the last log line."""
 
     def __init__(self) -> None:
-        self.tokens, self.loss_sum, self.seconds, self.updates = 0, 0.0, 0.0, 0
-        self.logs: dict[str, float] = {}
+        self.sums = _Sums()
+        self.seconds = 0.0
         self.grad_norm: float | None = None
 
-    def add(self, stats: Mapping[str, Any]) -> None:
-        self.tokens += stats["tokens"]
-        self.loss_sum += stats["loss_sum"]
-        self.seconds += stats["seconds"]
-        self.updates += 1
-        for key, value in stats["logs"].items():
-            self.logs[key] = self.logs.get(key, 0.0) + value
-        self.grad_norm = stats["grad_norm"]
+    def add(self, update: Mapping[str, Any]) -> None:
+        sums = update["sums"]
+        self.sums.add(sums.loss, sums.tokens, sums.logs)
+        self.seconds += update["seconds"]
+        self.grad_norm = update["grad_norm"]
 
     def summary(self) -> dict[str, float]:
+        # Throughput of the updates themselves: validation and checkpoints are not counted.
         summary = {
-            "loss": self.loss_sum / self.tokens,
-            "tokens": self.tokens,
-            "tokens_per_s": self.tokens / max(self.seconds, 1e-9),
+            **self.sums.means(),
+            "tokens": self.sums.tokens,
+            "tokens_per_s": self.sums.tokens / max(self.seconds, 1e-9),
         }
-        summary.update(_per_token_logs(self.logs, self.tokens))
         if self.grad_norm is not None:
             summary["grad_norm"] = self.grad_norm
         return summary
