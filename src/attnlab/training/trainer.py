@@ -33,6 +33,7 @@ import json
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -416,6 +417,11 @@ class Trainer:
         else:
             # A different number of processes cannot continue the same random streams;
             # reseed deterministically instead (the run is then not bit-identical).
+            warnings.warn(
+                f"{path}: saved with {state.get('world_size')} process(es), resuming with "
+                f"{self.context.world_size}; RNG streams are reseeded, so the run will not be bit-identical",
+                stacklevel=2,
+            )
             self._seed(offset=1_000_003 * int(state["step"]))
         self.step = int(state["step"])
 
