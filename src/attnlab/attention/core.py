@@ -46,7 +46,13 @@ def attend(
     ``torch.nn.functional.scaled_dot_product_attention``; fused kernels cannot return the
     weights, so ``need_weights=True`` always takes the explicit path.
     """
+    if not q.dim() == k.dim() == v.dim() == 4:
+        raise ValueError(f"attend: q, k, v must have 4 dimensions (B, H, L, D), got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     batch, heads, query_len, _ = q.shape
+    if not q.shape[:2] == k.shape[:2] == v.shape[:2]:
+        raise ValueError(f"attend: q, k, v must share batch and heads (B, H), got {tuple(q.shape[:2])}, "
+                         f"{tuple(k.shape[:2])}, {tuple(v.shape[:2])}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"attend: keys have length {k.shape[-2]} but values have length {v.shape[-2]}")
     if q.shape[-1] != k.shape[-1]:
@@ -99,6 +105,8 @@ def attend_unchecked(
             attn_mask = bias.to(q.dtype)
             if mask is not None:
                 attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+        if attn_mask is not None and attn_mask.dim() < 2:
+            attn_mask = attn_mask.reshape(1, -1)  # the fused kernel needs (..., Lq, Lk); (Lk,) broadcasts as (1, Lk)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                              is_causal=is_causal, scale=scale)
         if empty_rows is not None:

@@ -38,7 +38,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         needed = int(positions.max()) + 1 if positions.numel() else 0
         if needed > self.table.shape[0]:
             length = max(needed, 2 * self.table.shape[0])
-            self.table = sinusoidal_table(length, self.d_model, base=self.base).to(self.table.device)
+            # Keep the buffer's device and dtype (the module may have been moved or cast).
+            table = sinusoidal_table(length, self.d_model, base=self.base, dtype=self.table.dtype)
+            self.table = table.to(self.table.device)
         return self.table[positions]
 
     def extra_repr(self) -> str:

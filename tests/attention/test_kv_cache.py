@@ -1,0 +1,167 @@
+"""Key/value caches: incremental attention equals full recomputation."""
+
+import pytest
+import torch
+
+from attnlab.attention import CausalAttention, KVCache, LayerCache, MemoryKVCache, MultiHeadAttention, StackCache
+
+
+def causal_attention(d_model=8, heads=2):
+    attention = MultiHeadAttention(d_model, heads, pattern=CausalAttention()).eval()
+    with torch.no_grad():
+        attention.qkv_proj.bias.normal_()
+        attention.out_proj.bias.normal_()
+    return attention
+
+
+def run_in_chunks(attention, x, chunks, cache, *, mask=None, need_weights=False):
+    """Feed ``x`` chunk by chunk through the cache; return outputs (and weights) per chunk."""
+    outputs, all_weights, start = [], [], 0
+    for size in chunks:
+        chunk_mask = None if mask is None else mask[..., :start + size]
+        out, weights = attention(x[:, start:start + size], mask=chunk_mask, cache=cache, need_weights=need_weights)
+        outputs.append(out)
+        all_weights.append(weights)
+        start += size
+    assert start == x.shape[1]
+    return outputs, all_weights
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 64])
+@pytest.mark.parametrize("chunks", [[1] * 13, [3, 1, 4, 1, 4], [13], [1, 12], [5, 8]],
+                         ids=["steps", "mixed", "whole", "one-then-rest", "two"])
+def test_cached_self_attention_equals_full_causal_recomputation(chunks, capacity):
+    attention = causal_attention()
+    x = torch.randn(3, 13, 8)
+    full, full_weights = attention(x, need_weights=True)
+    cache = KVCache(capacity)
+    outputs, weights = run_in_chunks(attention, x, chunks, cache, need_weights=True)
+    assert cache.length == 13
+    start = 0
+    for size, out, w in zip(chunks, outputs, weights):
+        assert (full[:, start:start + size] - out).abs().max() < 1e-5
+        assert w.shape == (3, 2, size, start + size)
+        assert (full_weights[:, :, start:start + size, :start + size] - w).abs().max() < 1e-5
+        start += size
+
+
+def test_cached_self_attention_with_key_padding_equals_full():
+    """Left-padded batch: the padding mask covers all keys so far at every step."""
+    attention = causal_attention()
+    x = torch.randn(3, 9, 8)
+    mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    mask[1, ..., :2] = False
+    mask[2, ..., :4] = False
+    full, _ = attention(x, mask=mask)
+    for chunks in ([1] * 9, [2, 3, 4]):
+        outputs, _ = run_in_chunks(attention, x, chunks, KVCache(2), mask=mask)
+        stepped = torch.cat(outputs, dim=1)
+        assert not stepped.isnan().any()
+        assert (stepped - full).abs().max() < 1e-5
+
+
+def test_cross_attention_memory_cache_is_computed_once_and_reused():
+    cross = MultiHeadAttention(8, 2).eval()
+    memory = torch.randn(3, 7, 8)
+    memory_mask = torch.rand(3, 1, 1, 7) < 0.7
+    memory_mask[..., 0] = True
+    x = torch.randn(3, 5, 8)
+    full, full_weights = cross(x, memory, mask=memory_mask, need_weights=True)
+
+    cache = MemoryKVCache()
+    assert not cache.is_set
+    first, _ = cross(x[:, :1], memory, mask=memory_mask, cache=cache)
+    assert cache.is_set and cache.k.shape == cache.v.shape == (3, 2, 7, 4)
+    keys, values = cache.k, cache.v
+    outputs, weights = [first], []
+    for t in range(1, 5):
+        out, w = cross(x[:, t:t + 1], None, mask=memory_mask, cache=cache, need_weights=True)  # no memory needed
+        outputs.append(out)
+        weights.append(w)
+        assert cache.k is keys and cache.v is values  # not recomputed
+    assert (torch.cat(outputs, dim=1) - full).abs().max() < 1e-5
+    assert (torch.cat(weights, dim=2) - full_weights[:, :, 1:]).abs().max() < 1e-5
+
+
+def test_kv_cache_grows_beyond_capacity_and_keeps_contents():
+    cache = KVCache(capacity=2)
+    pieces_k, pieces_v = [], []
+    for size in [1, 1, 1, 4, 1, 9, 2]:
+        k, v = torch.randn(2, 3, size, 5), torch.randn(2, 3, size, 4)
+        pieces_k.append(k)
+        pieces_v.append(v)
+        all_k, all_v = cache.append(k, v)
+        assert cache.length == sum(p.shape[2] for p in pieces_k)
+        assert torch.equal(all_k, torch.cat(pieces_k, dim=2))
+        assert torch.equal(all_v, torch.cat(pieces_v, dim=2))
+    assert cache.length == 19
+
+
+def test_kv_cache_earlier_results_are_not_overwritten_by_later_appends():
+    cache = KVCache(capacity=8)
+    k1, v1 = torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2)
+    old_k, _ = cache.append(k1, v1)
+    cache.append(torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))
+    assert torch.equal(old_k, k1)
+
+
+def test_kv_cache_reorder_selects_and_repeats_batch_rows():
+    cache = KVCache(capacity=2)
+    k, v = torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5)
+    cache.append(k[:, :, :1], v[:, :, :1])
+    cache.append(k[:, :, 1:], v[:, :, 1:])
+    index = torch.tensor([2, 0, 0, 1])
+    cache.reorder(index)
+    new_k, new_v = torch.randn(4, 2, 3, 5), torch.randn(4, 2, 3, 5)
+    all_k, all_v = cache.append(new_k, new_v)  # growth after reorder keeps the reordered rows
+    assert torch.equal(all_k, torch.cat([k[index], new_k], dim=2))
+    assert torch.equal(all_v, torch.cat([v[index], new_v], dim=2))
+    assert cache.length == 7
+
+
+def test_empty_caches_reorder_without_error():
+    KVCache().reorder(torch.tensor([0, 0]))
+    MemoryKVCache().reorder(torch.tensor([0, 0]))
+    StackCache(2, cross_attention=True).reorder(torch.tensor([0, 0]))
+
+
+def test_memory_cache_reorder():
+    cache = MemoryKVCache()
+    k, v = torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5)
+    cache.set(k, v)
+    index = torch.tensor([1, 1, 0])
+    cache.reorder(index)
+    assert torch.equal(cache.k, k[index]) and torch.equal(cache.v, v[index])
+
+
+@pytest.mark.parametrize("include_memory", [True, False])
+def test_stack_cache_reorder(include_memory):
+    stack = StackCache(3, cross_attention=True, capacity=2)
+    assert len(stack.layers) == 3 and stack.length == 0
+    assert all(isinstance(stack[i], LayerCache) for i in range(3))
+    saved = []
+    for layer in stack.layers:
+        k, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)
+        mk, mv = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+        layer.self_attn.append(k, v)
+        layer.cross_attn.set(mk, mv)
+        saved.append((k, v, mk, mv))
+    assert stack.length == 3
+    index = [1, 0, 1]  # a plain list works too
+    stack.reorder(index, include_memory=include_memory)
+    rows = torch.tensor(index)
+    for layer, (k, v, mk, mv) in zip(stack.layers, saved):
+        all_k, all_v = layer.self_attn.append(torch.zeros(3, 2, 0, 4), torch.zeros(3, 2, 0, 4))
+        assert torch.equal(all_k, k[rows]) and torch.equal(all_v, v[rows])
+        if include_memory:
+            assert torch.equal(layer.cross_attn.k, mk[rows]) and torch.equal(layer.cross_attn.v, mv[rows])
+        else:
+            assert layer.cross_attn.k is mk and layer.cross_attn.v is mv
+    assert stack.length == 3
+
+
+def test_stack_cache_without_cross_attention_or_layers():
+    stack = StackCache(2, cross_attention=False)
+    assert all(layer.cross_attn is None for layer in stack.layers)
+    stack.reorder(torch.tensor([0]))
+    assert StackCache(0, cross_attention=False).length == 0
