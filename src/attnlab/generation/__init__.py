@@ -1,5 +1,7 @@
-"""Decoding: greedy and beam search for encoder–decoder models."""
+"""Decoding: greedy and beam search for encoder–decoder models; sampling for decoder-only LMs."""
 
+from attnlab.generation.sampling import choose_next, filter_logits, generate, generate_text
 from attnlab.generation.search import Hypothesis, beam_search, greedy_search, length_penalty
 
-__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty", "choose_next", "filter_logits", "generate",
+           "generate_text"]

