@@ -144,6 +144,35 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(need_weights):
     assert (q.grad[empty] == 0).all()  # a query that sees nothing has no gradient
 
 
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_minus_infinity_bias_masks_like_a_mask_on_both_paths(with_mask):
+    """An additive -inf bias forbids a key; a row forbidden everywhere is empty: zeros,
+    finite gradients, and the same answer on both paths."""
+    shape = (2, 2, 5, 7, 4, 3)
+    bias = make_bias("full", shape)
+    bias[torch.rand(2, 2, 5, 7) < 0.3] = float("-inf")
+    bias[0, 1, 3] = float("-inf")            # empty through the bias alone
+    mask = torch.rand(2, 1, 5, 7) < 0.7 if with_mask else None
+    if with_mask:
+        bias[1, 0, 2, :4] = float("-inf")
+        mask[1, 0, 2, 4:] = False            # empty through bias and mask together
+    inputs = make_qkv(shape)
+    expected, expected_weights = naive_attention(*inputs, mask=mask, bias=bias)
+    empty = expected_weights.sum(-1) == 0
+    assert empty[0, 1, 3] and (empty[1, 0, 2] or not with_mask)
+    outputs = []
+    for need_weights in (False, True):
+        q, k, v = (t.clone().requires_grad_() for t in inputs)
+        out, weights = attend(q, k, v, mask=mask, bias=bias, need_weights=need_weights)
+        torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+        if need_weights:
+            torch.testing.assert_close(weights, expected_weights, atol=1e-12, rtol=1e-10)
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        outputs.append(out)
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-12, rtol=1e-10)
+
+
 def test_all_keys_masked_everywhere_gives_zeros():
     q, k, v = make_qkv((2, 1, 3, 4, 5, 5))
     mask = torch.zeros(4, dtype=torch.bool)  # (Lk,): broadcasts to every row

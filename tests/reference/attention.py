@@ -40,7 +40,8 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = No
                     score = sum(qs[b][h][i][c] * ks[b][h][j][c] for c in range(width)) * scale
                     if added is not None:
                         score += added[b][h][i][j]
-                    logits[j] = score
+                    if score != -math.inf:  # a bias of -inf forbids the key as a mask would
+                        logits[j] = score
                 if not logits:
                     continue  # no allowed key: the row stays zero
                 top = max(logits.values())

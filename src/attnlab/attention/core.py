@@ -96,8 +96,12 @@ def attend_unchecked(
         if need_weights or bias is not None:
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             is_causal = False
-    # A row is "empty" when its mask allows no key; such rows must come out as zeros.
+    # A row is "empty" when its mask allows no key, or its bias is -inf at every allowed
+    # key; such rows must come out as zeros (on both paths alike).
     empty_rows = None if mask is None else ~mask.any(dim=-1, keepdim=True)
+    if bias is not None and bias.is_floating_point():
+        blocked = torch.isneginf(bias) if mask is None else torch.isneginf(bias) | ~mask
+        empty_rows = blocked.all(dim=-1, keepdim=True)
 
     if not need_weights:
         attn_mask = mask
@@ -118,9 +122,13 @@ def attend_unchecked(
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
+    if empty_rows is not None:
+        # Softmax of an all -inf row is NaN, and so is its gradient: give it finite scores,
+        # then zero its weights.
+        scores = scores.masked_fill(empty_rows, 0.0)
     # Softmax in at least float32: half-precision softmax loses the small weights.
     weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
     if empty_rows is not None:
-        weights = weights.masked_fill(empty_rows, 0.0)  # softmax of an all -inf row is NaN
+        weights = weights.masked_fill(empty_rows, 0.0)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return torch.matmul(dropped, v), weights
