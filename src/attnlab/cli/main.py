@@ -14,6 +14,11 @@ import sys
 VERBS = {
     "presets": "attnlab.cli.presets",
     "demo": "attnlab.cli.demo",
+    "train": "attnlab.cli.train",
+    "translate": "attnlab.cli.translate",
+    "evaluate": "attnlab.cli.evaluate",
+    "attention": "attnlab.cli.attention",
+    "average": "attnlab.cli.average",
 }
 
 

@@ -1,0 +1,30 @@
+"""``attnlab attention``: translate one sentence and plot its encoder–decoder attention
+(every layer and head; source tokens across, target tokens down) to a PNG."""
+
+from attnlab.cli.translate import add_decoding_arguments, decoding_options, set_threads
+
+HELP = "translate a sentence and write a PNG of the encoder-decoder attention per layer and head"
+
+
+def add_arguments(parser) -> None:
+    add_decoding_arguments(parser)
+    parser.add_argument("sentence", help="the source sentence")
+    parser.add_argument("-o", "--out", default="attention.png", help="PNG file to write (default: attention.png)")
+    parser.add_argument("--dpi", type=int, default=100)
+
+
+def run(args) -> int:
+    from attnlab.translation import Translator
+    from attnlab.viz import plot_attention_grid
+
+    if not args.out.lower().endswith(".png"):
+        raise ValueError(f"-o {args.out}: the output is a PNG; give a file name ending in .png")
+    set_threads(args.threads)
+    translator = Translator.load(args.model, device=args.device)
+    example = translator.attention(args.sentence, **decoding_options(args))
+    layers, heads = example.cross.shape[:2]
+    path = plot_attention_grid(example.cross, example.source_pieces, example.target_pieces, args.out,
+                               title=f"{example.source}  →  {example.translation}", dpi=args.dpi)
+    print(example.translation)
+    print(f"encoder-decoder attention, {layers} layers x {heads} heads -> {path}")
+    return 0

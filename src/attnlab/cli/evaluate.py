@@ -1,0 +1,77 @@
+"""``attnlab evaluate``: translate a test set and score it (sacreBLEU cased 13a, chrF,
+lower-cased tokenized BLEU), each with its sacrebleu signature."""
+
+from attnlab.cli.translate import add_decoding_arguments, decoding_options, set_threads
+
+HELP = "translate a test set with a model directory and print sacreBLEU (with signature), chrF and lower-cased BLEU"
+
+
+def add_arguments(parser) -> None:
+    add_decoding_arguments(parser)
+    parser.add_argument("--data", help="named data set (multi30k, trans-de-en)")
+    parser.add_argument("--data-root", help="where the named data set lives (overrides its default location)")
+    parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
+    parser.add_argument("--src", help="source language (default: the one the model was trained on)")
+    parser.add_argument("--tgt", help="target language (default: the one the model was trained on)")
+    parser.add_argument("--src-file", help="your source sentences, one a line")
+    parser.add_argument("--ref-file", help="reference translations aligned with --src-file")
+    parser.add_argument("--limit", type=int, help="score only the first N sentences")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    parser.add_argument("--output", "-o", help="also write the translations to this file")
+    parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")
+    parser.add_argument("--json", help="also write the scores as JSON to this file")
+
+
+def run(args) -> int:
+    import json
+    import time
+
+    from attnlab.data import get_parallel_dataset, read_parallel
+    from attnlab.evaluation import score_translations
+    from attnlab.translation import Translator
+
+    if (args.data is None) == (args.src_file is None and args.ref_file is None):
+        raise ValueError("give either --data NAME or --src-file and --ref-file")
+    set_threads(args.threads)
+    translator = Translator.load(args.model, device=args.device)
+    if args.data is not None:
+        src_lang = args.src or translator.info.get("src_lang")
+        tgt_lang = args.tgt or translator.info.get("tgt_lang")
+        if not (src_lang and tgt_lang):
+            raise ValueError(f"{args.model} does not record its languages: pass --src and --tgt")
+        try:
+            corpus = get_parallel_dataset(args.data, args.split, src_lang, tgt_lang, root=args.data_root)
+        except FileNotFoundError as error:
+            raise ValueError(str(error)) from None
+    else:
+        if args.src_file is None or args.ref_file is None:
+            raise ValueError("--src-file and --ref-file go together")
+        for path in (args.src_file, args.ref_file):
+            try:
+                open(path, "rb").close()
+            except OSError as error:
+                raise ValueError(f"{path}: {error.strerror}") from None
+        corpus = read_parallel(args.src_file, args.ref_file)
+    pairs = corpus.pairs[: args.limit] if args.limit else corpus.pairs
+    sources = [src for src, _ in pairs]
+    references = [ref for _, ref in pairs]
+
+    started = time.perf_counter()
+    hypotheses = translator.translate(sources, batch_size=args.batch_size, **decoding_options(args))
+    seconds = time.perf_counter() - started
+    scores = score_translations(hypotheses, references)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.writelines(h + "\n" for h in hypotheses)
+    for source, hypothesis, reference in list(zip(sources, hypotheses, references))[: args.show]:
+        print(f"  source:      {source}\n  translation: {hypothesis}\n  reference:   {reference}\n")
+    description = corpus.description or f"{args.src_file} -> {args.ref_file}"
+    print(f"{description}: {scores.sentences} sentences translated in {seconds:.1f} s "
+          f"(beam {args.beam}, alpha {args.alpha})")
+    print(scores.report())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump({**scores.to_dict(), "data": description, "beam": args.beam, "alpha": args.alpha,
+                       "seconds": seconds}, out, indent=1)
+            out.write("\n")
+    return 0

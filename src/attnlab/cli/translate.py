@@ -1,0 +1,66 @@
+"""``attnlab translate``: sentences in (stdin or --input), translations out, same order and count."""
+
+HELP = "translate sentences (one a line, from stdin or --input) with a trained model directory"
+
+
+def add_decoding_arguments(parser) -> None:
+    """Options shared by translate, evaluate and attention."""
+    parser.add_argument("--model", required=True, help="model directory (e.g. OUT/model from attnlab train)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default: 4)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty alpha (default: 0.6)")
+    parser.add_argument("--max-len-a", type=float, default=1.5,
+                        help="output tokens <= a * source tokens + b (default a: 1.5)")
+    parser.add_argument("--max-len-b", type=float, default=10, help="(default b: 10)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
+
+
+def set_threads(threads: int | None) -> None:
+    """Apply ``--threads``: on a machine shared with other jobs, 1 thread per process is
+    often several times faster than oversubscribed cores."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"--threads={threads} must be at least 1")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def add_arguments(parser) -> None:
+    add_decoding_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    parser.add_argument("--input", "-i", help="file of sentences, one a line (plain or .gz; default: stdin)")
+    parser.add_argument("--output", "-o", help="write translations here (default: stdout)")
+
+
+def decoding_options(args) -> dict:
+    return dict(beam_size=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+
+
+def run(args) -> int:
+    import sys
+
+    from attnlab.data import read_lines
+    from attnlab.translation import Translator
+
+    set_threads(args.threads)
+    if args.input is not None:
+        try:
+            sentences = read_lines(args.input)
+        except FileNotFoundError:
+            raise ValueError(f"{args.input}: no such file") from None
+    else:
+        sentences = [line.strip() for line in sys.stdin.read().split("\n")]
+        if sentences and sentences[-1] == "":
+            sentences.pop()  # the final newline
+    translator = Translator.load(args.model, device=args.device)
+    translations = translator.translate(sentences, batch_size=args.batch_size, **decoding_options(args))
+    text = "".join(t + "\n" for t in translations)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(text)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0

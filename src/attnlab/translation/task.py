@@ -1,0 +1,259 @@
+"""Translation as a training task: corpora -> joint vocabulary -> batches -> Trainer -> model directory.
+
+This module only ties together pieces that live elsewhere (``attnlab.data`` reads and
+batches, ``attnlab.models`` builds the Transformer, ``attnlab.training`` runs the loop).
+
+Layout of an output directory ``out`` after ``train_translation``::
+
+    out/tokenizer.model         the joint sentencepiece vocabulary (training side only)
+    out/translation.json        languages and data the model was trained on
+    out/metrics.jsonl           one JSON line per log / validation (Trainer)
+    out/checkpoints/step_N/     resumable checkpoints; each is also a loadable model directory
+    out/model/                  the final model: config.json + model.safetensors +
+                                tokenizer.model + translation.json (attnlab.load_model,
+                                attnlab.translation.Translator.load, ``attnlab translate``)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.data import (
+    ParallelCorpus,
+    Tokenizer,
+    TranslationBatches,
+    filter_by_length,
+    get_parallel_dataset,
+    read_parallel,
+)
+from attnlab.data.tokenizer import TOKENIZER_FILE
+from attnlab.models.registry import create_model
+from attnlab.training import (
+    TrainConfig,
+    Trainer,
+    average_checkpoints_to_directory,
+    init_distributed,
+    label_smoothed_cross_entropy,
+    latest_checkpoint,
+    list_checkpoints,
+)
+
+__all__ = [
+    "MODEL_SUBDIR",
+    "TASK_FILE",
+    "TranslationTrainOptions",
+    "encode_and_filter",
+    "load_training_corpora",
+    "train_translation",
+    "translation_loss",
+]
+
+MODEL_SUBDIR = "model"
+TASK_FILE = "translation.json"
+
+
+@dataclass
+class TranslationTrainOptions:
+    """Everything ``attnlab train translation`` accepts, as plain data.
+
+    Data comes either from a named data set (``data``, with ``data_root`` overriding its
+    location) or from the user's files (``train_src``/``train_tgt``, optionally
+    ``valid_src``/``valid_tgt``). ``max_train_pairs`` keeps only the first N training
+    pairs (quick experiments and tests).
+    """
+
+    out: str
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    data: str | None = None
+    data_root: str | None = None
+    train_src: str | None = None
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    max_train_pairs: int | None = None
+    preset: str = "transformer_small"
+    vocab_size: int = 8000
+    tokenizer_type: str = "bpe"
+    max_length: int = 128
+    max_tokens: int = 4096
+    max_steps: int = 10000
+    warmup: int = 4000
+    lr_scale: float = 1.0
+    label_smoothing: float = 0.1
+    grad_accum: int = 1
+    clip: float | None = None
+    bf16: bool = False
+    val_every: int | None = 500
+    save_every: int | None = 1000
+    keep: int = 5
+    average_last: int = 1
+    log_every: int = 50
+    resume: bool = False
+    seed: int = 1
+    device: str = "cpu"
+    progress_bar: bool = True
+
+
+def translation_loss(label_smoothing: float = 0.1, pad_id: int = 0):
+    """``loss_fn(model, batch)`` for the Trainer: label-smoothed cross-entropy summed over
+    the non-padding target tokens, with the plain NLL as a log (→ perplexity)."""
+
+    def loss_fn(model, batch):
+        logits = model(batch["src"], batch["tgt_in"])  # (B, T, V); model may be the DDP wrapper
+        loss = label_smoothed_cross_entropy(logits, batch["tgt_out"], epsilon=label_smoothing, ignore_index=pad_id)
+        return loss.loss_sum, loss.num_tokens, {"nll": loss.nll_sum}
+
+    return loss_fn
+
+
+def load_training_corpora(options: TranslationTrainOptions) -> tuple[ParallelCorpus, ParallelCorpus | None]:
+    """The training corpus and the validation corpus (``None`` when there is none)."""
+    own_files = options.train_src is not None or options.train_tgt is not None
+    if own_files == (options.data is not None):
+        raise ValueError("give either --data NAME or --train-src and --train-tgt (not both, not neither)")
+    if own_files:
+        if options.train_src is None or options.train_tgt is None:
+            raise ValueError("--train-src and --train-tgt go together")
+        if (options.valid_src is None) != (options.valid_tgt is None):
+            raise ValueError("--valid-src and --valid-tgt go together")
+        train = _read_files(options.train_src, options.train_tgt)
+        valid = _read_files(options.valid_src, options.valid_tgt) if options.valid_src else None
+    else:
+        train = _named(options, "train")
+        valid = _named(options, "valid")
+    if options.max_train_pairs is not None:
+        if options.max_train_pairs < 1:
+            raise ValueError(f"max_train_pairs={options.max_train_pairs} must be positive")
+        train = ParallelCorpus(train.pairs[: options.max_train_pairs], train.skipped_empty,
+                               description=f"{train.description} (first {options.max_train_pairs})")
+    return train, valid
+
+
+def _read_files(src: str, tgt: str) -> ParallelCorpus:
+    for path in (src, tgt):
+        if not Path(path).is_file():
+            raise ValueError(f"{path}: no such file")
+    return read_parallel(src, tgt)
+
+
+def _named(options: TranslationTrainOptions, split: str) -> ParallelCorpus:
+    try:
+        return get_parallel_dataset(options.data, split, options.src_lang, options.tgt_lang, root=options.data_root)
+    except FileNotFoundError as error:  # the message says how to get the data
+        raise ValueError(str(error)) from None
+
+
+def encode_and_filter(tokenizer: Tokenizer, corpus: ParallelCorpus, max_length: int):
+    """Subword ids of every pair, without pairs that are empty or longer than ``max_length``.
+
+    Returns ``(examples, LengthFilterResult)``.
+    """
+    encoded = tokenizer.encode_pairs(corpus)
+    result = filter_by_length([len(s) for s, _ in encoded], [len(t) for _, t in encoded], max_length=max_length)
+    return [encoded[i] for i in result.kept], result
+
+
+def _say(context, message: str) -> None:
+    if context.is_main:
+        print(message, file=sys.stderr, flush=True)
+
+
+def train_translation(options: TranslationTrainOptions) -> Path:
+    """Train a translation model as ``options`` say and return the final model directory.
+
+    Rank 0 trains the vocabulary (or reuses ``out/tokenizer.model`` when resuming) and
+    writes every file; under torchrun the other ranks wait for it and load the same
+    vocabulary. See the module docstring for what ends up where.
+    """
+    started = time.perf_counter()
+    out = Path(options.out)
+    if options.max_tokens <= options.max_length + 1:
+        raise ValueError(f"--max-tokens={options.max_tokens} must exceed --max-length={options.max_length} + 1")
+    if options.average_last < 1:
+        raise ValueError(f"--average-last={options.average_last} must be at least 1")
+    existing = latest_checkpoint(out / "checkpoints")
+    if existing is not None and not options.resume:
+        # Refuse before spending minutes on the vocabulary (the Trainer would refuse later).
+        raise ValueError(f"{out} already holds checkpoints (latest {existing.name}); "
+                         "pass --resume to continue that run, or choose another --out")
+    context = init_distributed()
+    train_corpus, valid_corpus = load_training_corpora(options)
+    _say(context, f"data: {train_corpus.description}: {len(train_corpus)} training pairs"
+                  + (f" ({train_corpus.skipped_empty} empty lines skipped)" if train_corpus.skipped_empty else "")
+                  + (f"; {len(valid_corpus)} validation pairs" if valid_corpus is not None else "; no validation set"))
+
+    tokenizer_path = out / TOKENIZER_FILE
+    if context.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if options.resume and tokenizer_path.is_file():
+            _say(context, f"vocabulary: reusing {tokenizer_path}")
+        else:
+            # Joint vocabulary from the training side only: no held-out sentence shapes it.
+            tokenizer = Tokenizer.train(itertools.chain(train_corpus.sources, train_corpus.targets),
+                                        vocab_size=options.vocab_size, model_type=options.tokenizer_type,
+                                        seed=options.seed)
+            tokenizer.save(out)
+            _say(context, f"vocabulary: {tokenizer.vocab_size} {options.tokenizer_type} pieces -> {tokenizer_path}")
+        task = {"task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
+                "data": options.data, "train": train_corpus.description}
+        (out / TASK_FILE).write_text(json.dumps(task, indent=1) + "\n", encoding="utf-8")
+    context.barrier()
+    tokenizer = Tokenizer.load(out)
+
+    train_examples, dropped = encode_and_filter(tokenizer, train_corpus, options.max_length)
+    if not train_examples:
+        raise ValueError(f"no training pair is within --max-length={options.max_length} tokens")
+    if dropped.dropped:
+        _say(context, f"length filter: dropped {dropped.dropped} training pairs (empty {dropped.too_short}, "
+                      f"longer than {options.max_length} tokens {dropped.too_long})")
+    train_batches = TranslationBatches(train_examples, options.max_tokens, seed=options.seed)
+    valid_batches = None
+    if valid_corpus is not None and options.val_every:
+        valid_examples, _ = encode_and_filter(tokenizer, valid_corpus, options.max_length)
+        valid_batches = TranslationBatches(valid_examples, options.max_tokens, shuffle=False) if valid_examples else None
+
+    torch.manual_seed(options.seed)  # the initial weights (DDP copies rank 0's to the others)
+    model = create_model(options.preset, vocab_size=tokenizer.vocab_size, tgt_vocab_size=None,
+                         pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+    model.to(options.device)
+    _say(context, f"model: {options.preset}, {model.num_parameters():,d} parameters; "
+                  f"{len(train_batches)} batches of <= {options.max_tokens} tokens per epoch"
+                  + (f" x {context.world_size} processes" if context.world_size > 1 else ""))
+
+    config = TrainConfig(
+        out_dir=str(out), max_steps=options.max_steps, schedule="noam", d_model=model.config.d_model,
+        lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
+        clip_grad_norm=options.clip, bf16=options.bf16, log_every=options.log_every,
+        validate_every=options.val_every if valid_batches is not None else None,
+        checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
+        progress_bar=options.progress_bar,
+    )
+    trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id), train_batches, config,
+                      valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context)
+    last = trainer.train(resume=options.resume)
+
+    model_dir = out / MODEL_SUBDIR
+    if context.is_main:
+        checkpoints = list_checkpoints(out / "checkpoints")[-options.average_last:]
+        average_checkpoints_to_directory(checkpoints, model_dir)
+        summary = _summary(last)
+        _say(context, f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s{summary}; "
+                      f"model -> {model_dir}" + (f" (average of {len(checkpoints)} checkpoints)"
+                                                 if len(checkpoints) > 1 else ""))
+    context.barrier()
+    return model_dir
+
+
+def _summary(last: dict[str, Any]) -> str:
+    parts = [f"{key} {last[key]:.3f}" for key in ("loss", "ppl", "valid_loss", "valid_ppl") if key in last]
+    return (": " + ", ".join(parts)) if parts else ""
+

@@ -1,0 +1,156 @@
+"""Translate plain sentences with a trained model directory: tokenise, batch by length,
+beam search, restore the input order, detokenise.
+
+    translator = Translator.load("runs/quickstart/model")
+    translator.translate(["Das Haus ist klein."])          # ['The house is small.']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnlab.data import Tokenizer
+from attnlab.generation import beam_search, greedy_search
+from attnlab.models.registry import load_model
+from attnlab.translation.task import TASK_FILE
+
+__all__ = ["AttentionExample", "Translator"]
+
+
+@dataclass(frozen=True)
+class AttentionExample:
+    """The encoder–decoder attention behind one translation.
+
+    ``cross`` is ``(layers, heads, T, S)``: row ``t`` is the query that predicted
+    ``target_pieces[t]``, column ``s`` the source piece ``source_pieces[s]``. Both piece
+    lists include the EOS token (``</s>``) the model saw or produced.
+    """
+
+    source: str
+    translation: str
+    source_pieces: list[str]
+    target_pieces: list[str]
+    cross: Tensor
+
+
+class Translator:
+    """A translation model with its tokenizer (and its languages, when known).
+
+    Args:
+        model: an encoder–decoder model (``encode``/``decode``/``new_cache``, e.g. the
+            Transformer) whose vocabulary is the tokenizer's.
+        tokenizer: the model's joint sentencepiece vocabulary.
+        info: what ``translation.json`` holds (``src_lang``, ``tgt_lang``, ``data``), if anything.
+    """
+
+    def __init__(self, model, tokenizer: Tokenizer, info: dict | None = None):
+        vocab = model.config.vocab_size
+        if vocab != tokenizer.vocab_size:
+            raise ValueError(f"the model has vocab_size={vocab} but the tokenizer has {tokenizer.vocab_size} pieces")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.info = dict(info or {})
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, *, device: str = "cpu") -> Translator:
+        """Load ``config.json`` + ``model.safetensors`` + ``tokenizer.model`` (+ ``translation.json``)."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise ValueError(f"{directory}: no such model directory")
+        model = load_model(directory, device=device)
+        try:
+            tokenizer = Tokenizer.load(directory)
+        except FileNotFoundError as error:
+            raise ValueError(f"{directory}: holds no tokenizer ({error})") from None
+        info_path = directory / TASK_FILE
+        info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+        return cls(model, tokenizer, info)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- ids --------------------------------------------------------------------------
+    def _source_ids(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Subword ids + EOS for each sentence (what the model saw in training)."""
+        eos = self.model.config.eos_id
+        limit = self._max_source_tokens()
+        encoded = self.tokenizer.encode_batch(list(sentences))
+        for number, ids in enumerate(encoded, start=1):
+            if limit is not None and len(ids) + 1 > limit:
+                raise ValueError(f"sentence {number} has {len(ids) + 1} tokens; the model accepts at most {limit}")
+        return [ids + [eos] for ids in encoded]
+
+    def _max_source_tokens(self) -> int | None:
+        config = self.model.config
+        return config.max_positions if getattr(config, "positional", "") == "learned" else None
+
+    def _pad(self, rows: Sequence[Sequence[int]]) -> Tensor:
+        pad = self.model.config.pad_id
+        batch = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
+        for i, row in enumerate(rows):
+            batch[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
+        return batch.to(self.device)
+
+    def _search(self, src: Tensor, beam_size: int, alpha: float, max_len_a: float, max_len_b: float) -> list[list[int]]:
+        if beam_size == 1:
+            hypotheses = greedy_search(self.model, src, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
+        else:
+            hypotheses = [best[0] for best in beam_search(self.model, src, beam_size=beam_size, alpha=alpha,
+                                                          max_len_a=max_len_a, max_len_b=max_len_b)]
+        return [h.tokens for h in hypotheses]
+
+    # -- text -------------------------------------------------------------------------
+    @torch.no_grad()
+    def translate(self, sentences: Sequence[str], *, beam_size: int = 4, alpha: float = 0.6,
+                  batch_size: int = 32, max_len_a: float = 1.5, max_len_b: float = 10) -> list[str]:
+        """Translations of ``sentences``, in the same order and number.
+
+        Sentences are sorted by length and decoded ``batch_size`` at a time (similar lengths
+        share a batch, so little work is spent on padding); an empty sentence translates to
+        an empty string. ``beam_size=1`` is greedy search. The output may have at most
+        ``max_len_a * source_tokens + max_len_b`` tokens (subword tokens, EOS included).
+        """
+        if beam_size < 1:
+            raise ValueError(f"beam_size={beam_size} must be >= 1")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        sentences = [s.strip() for s in sentences]
+        source_ids = self._source_ids(sentences)
+        outputs = [""] * len(sentences)
+        todo = sorted((i for i, s in enumerate(sentences) if s), key=lambda i: len(source_ids[i]), reverse=True)
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start : start + batch_size]
+            tokens = self._search(self._pad([source_ids[i] for i in chunk]), beam_size, alpha, max_len_a, max_len_b)
+            for i, ids in zip(chunk, tokens):
+                outputs[i] = self.tokenizer.decode(ids)
+        return outputs
+
+    @torch.no_grad()
+    def attention(self, sentence: str, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
+                  max_len_b: float = 10) -> AttentionExample:
+        """Translate one sentence and return the encoder–decoder attention of every layer and head."""
+        sentence = sentence.strip()
+        if not sentence:
+            raise ValueError("the sentence to translate is empty")
+        src_ids = self._source_ids([sentence])[0]
+        src = self._pad([src_ids])
+        output = self._search(src, beam_size, alpha, max_len_a, max_len_b)[0]
+        # Teacher-force the chosen translation: query t is the step that produced output[t].
+        tgt_in = self._pad([[self.model.config.bos_id] + output[:-1]])
+        _, weights = self.model.attention_maps(src, tgt_in)
+        cross = torch.stack([w[0] for w in weights.cross]).float().cpu()  # (layers, H, T, S)
+        return AttentionExample(
+            source=sentence,
+            translation=self.tokenizer.decode(output),
+            source_pieces=self.tokenizer.pieces(src_ids),
+            target_pieces=self.tokenizer.pieces(output),
+            cross=cross,
+        )

@@ -1,0 +1,85 @@
+"""A tiny translation model trained once per test session through the CLI, on the first
+few hundred Multi30k pairs (``$ATTNLAB_DATA`` or the project's ``../shared/data``)."""
+
+import contextlib
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_PAIRS = 300
+VALID_PAIRS = 30
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny models run fastest on one thread, and on a machine shared with other test
+    processes several threads each are many times slower still; restore afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_thread():
+        yield
+
+
+def _multi30k() -> Path | None:
+    for candidate in (os.environ.get("ATTNLAB_DATA"), REPO.parent / "shared" / "data"):
+        if candidate and (Path(candidate) / "multi30k" / "train.de.gz").is_file():
+            return Path(candidate) / "multi30k"
+    return None
+
+
+@pytest.fixture(scope="session")
+def multi30k_root() -> Path:
+    root = _multi30k()
+    if root is None:
+        pytest.skip("Multi30k not found: set ATTNLAB_DATA to a directory holding multi30k/")
+    return root
+
+
+def _head(path: Path, n: int, offset: int = 0) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for _, line in zip(range(offset + n), handle)][offset:]
+
+
+@pytest.fixture(scope="session")
+def small_corpus(multi30k_root, tmp_path_factory) -> dict[str, Path]:
+    """Plain-text files: train.{de,en} (300 pairs), valid.{de,en} and test.{de,en} (30 pairs)."""
+    directory = tmp_path_factory.mktemp("corpus")
+    files = {}
+    for split, stem, n in (("train", "train", TRAIN_PAIRS), ("valid", "val", VALID_PAIRS),
+                           ("test", "test_2016_flickr", VALID_PAIRS)):
+        for lang in ("de", "en"):
+            path = directory / f"{split}.{lang}"
+            path.write_text("\n".join(_head(multi30k_root / f"{stem}.{lang}.gz", n)) + "\n", encoding="utf-8")
+            files[f"{split}.{lang}"] = path
+    return files
+
+
+@pytest.fixture(scope="session")
+def trained_model(small_corpus, tmp_path_factory) -> Path:
+    """Train transformer_tiny for 30 steps via ``attnlab train translation``; returns OUT/model."""
+    out = tmp_path_factory.mktemp("run") / "out"
+    with one_thread():
+        code = main([
+            "train", "translation", "--src", "de", "--tgt", "en",
+            "--train-src", str(small_corpus["train.de"]), "--train-tgt", str(small_corpus["train.en"]),
+            "--valid-src", str(small_corpus["valid.de"]), "--valid-tgt", str(small_corpus["valid.en"]),
+            "--preset", "transformer_tiny", "--vocab-size", "300", "--max-tokens", "1024",
+            "--max-steps", "30", "--warmup", "10", "--val-every", "15", "--save-every", "10", "--keep", "3",
+            "--log-every", "10", "--no-progress", "--out", str(out),
+        ])
+    assert code == 0
+    return out / "model"
