@@ -46,3 +46,21 @@ def test_shakespeare_splits():
     assert 4_000_000 < len(train) < 5_000_000 and 400_000 < len(valid) < 600_000
     assert "HAMLET:\n" in train + valid
     assert set(valid) <= set(train)
+
+
+def test_text_windows_resume_and_validation_windows():
+    import torch
+
+    from attnlab.data.text import TextWindows, consecutive_windows
+
+    ids = torch.arange(100)
+    source = TextWindows(ids, batch_size=3, context=8, seed=5)
+    stream = iter(source)
+    first = [next(stream)["ids"] for _ in range(3)]
+    assert first[0].shape == (3, 9) and bool((first[0][:, 1:] - first[0][:, :-1] == 1).all())
+    resumed = TextWindows(ids, batch_size=3, context=8, seed=5)
+    resumed.load_state_dict({"count": 2})
+    assert torch.equal(next(iter(resumed))["ids"], first[2])
+    batches = consecutive_windows(ids, batch_size=4, context=8)
+    targets = torch.cat([b["ids"][:, 1:].flatten() for b in batches])
+    assert targets.tolist() == list(range(1, 97))

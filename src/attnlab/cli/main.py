@@ -19,6 +19,7 @@ VERBS = {
     "evaluate": "attnlab.cli.evaluate",
     "attention": "attnlab.cli.attention",
     "average": "attnlab.cli.average",
+    "generate": "attnlab.cli.generate",
 }
 
 

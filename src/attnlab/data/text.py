@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["CHAR_TOKENIZER_FILE", "CharTokenizer", "markdown_play_to_text", "read_text_files", "shakespeare_plays",
-           "shakespeare_text"]
+__all__ = ["CHAR_TOKENIZER_FILE", "CharTokenizer", "TextWindows", "consecutive_windows", "markdown_play_to_text",
+           "read_text_files", "shakespeare_plays", "shakespeare_text"]
 
 CHAR_TOKENIZER_FILE = "char_tokenizer.json"
 
@@ -161,3 +161,54 @@ def shakespeare_text(split: str = "train", root: str | os.PathLike | None = None
         cut = text.rfind("\n", 0, int(len(text) * (1 - valid_fraction))) + 1
         parts.append(text[:cut] if split == "train" else text[cut:])
     return "\n".join(parts)
+
+
+class TextWindows:
+    """Random training windows of a token stream, as a resumable batch source.
+
+    Every batch holds ``batch_size`` windows of ``context + 1`` consecutive ids starting
+    at uniformly random offsets: ``{"ids": (B, context + 1)}`` (inputs ``[:, :-1]``,
+    targets ``[:, 1:]``). Batch n draws its offsets from a generator seeded with
+    ``seed + n``, so the state is just the batch count and a resumed run sees exactly
+    the batches an uninterrupted one would. Never-ending (an "epoch" is infinite).
+    """
+
+    def __init__(self, ids, *, batch_size: int, context: int, seed: int = 0):
+        import torch
+
+        self.ids = torch.as_tensor(ids, dtype=torch.long)
+        if self.ids.dim() != 1 or self.ids.numel() < context + 2:
+            raise ValueError(f"need a 1-D stream of more than context + 1 = {context + 1} ids, "
+                             f"got shape {tuple(self.ids.shape)}")
+        self.batch_size, self.context, self.seed = batch_size, context, seed
+        self.count = 0
+
+    def __iter__(self):
+        import torch
+
+        offsets_range = torch.arange(self.context + 1)
+        while True:
+            generator = torch.Generator().manual_seed(self.seed + self.count)
+            starts = torch.randint(0, self.ids.numel() - self.context - 1, (self.batch_size,), generator=generator)
+            self.count += 1
+            yield {"ids": self.ids[starts[:, None] + offsets_range]}
+
+    def state_dict(self) -> dict:
+        return {"count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state.get("count"), int):
+            raise ValueError(f"state: expected {{'count': int}}, got {state!r}")
+        self.count = state["count"]
+
+
+def consecutive_windows(ids, *, batch_size: int, context: int, max_batches: int | None = None) -> list[dict]:
+    """Validation batches: non-overlapping windows of ``context + 1`` ids (each shares one
+    id with the next, so every id after the first is predicted exactly once)."""
+    import torch
+
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    count = (ids.numel() - 1) // context
+    windows = torch.stack([ids[i * context:i * context + context + 1] for i in range(count)])
+    batches = [{"ids": windows[i:i + batch_size]} for i in range(0, count, batch_size)]
+    return batches[:max_batches] if max_batches else batches

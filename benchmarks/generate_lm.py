@@ -1,0 +1,183 @@
+"""Greedy generation speed: attnlab's DecoderLM against HuggingFace's GPT2LMHeadModel.
+
+Both models are built in this process with the same configuration and the same weights
+(HuggingFace initialises, ``attnlab.interop.from_hf_gpt2`` copies), and both must produce
+identical tokens. Measured, as medians of interleaved repetitions:
+
+* batch-1 greedy decoding of 256 new tokens after a 16-token prompt, float32, at two sizes:
+  small (3 layers, d_model 256, 8 heads, vocabulary 8000) and medium (6 layers, d_model
+  512, 8 heads, vocabulary 8000, 1024 positions): tokens/s, the ratio, and attnlab's
+  fraction of the memory-bandwidth bound (parameter bytes read per token / a measured
+  large matrix–vector bandwidth);
+* the same with bf16 weights (reported separately; tokens are compared, not asserted,
+  since the two libraries round differently in bf16);
+* time per token against context length (attnlab, medium, one decode step);
+* batch-8 throughput (8 prompts of 16 tokens, 256 new tokens each).
+
+Run:  python benchmarks/generate_lm.py [--threads N] [--repeats 5] [--sizes small medium]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import interleaved_medians  # noqa: E402
+
+from attnlab.generation import generate  # noqa: E402
+from attnlab.interop import from_hf_gpt2  # noqa: E402
+
+SIZES = {
+    "small": dict(n_layer=3, n_embd=256, n_head=8, vocab_size=8000, n_positions=1024),
+    "medium": dict(n_layer=6, n_embd=512, n_head=8, vocab_size=8000, n_positions=1024),
+}
+
+
+def build_pair(size: str, dtype=torch.float32):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(**SIZES[size], bos_token_id=0, eos_token_id=0)
+    hf = GPT2LMHeadModel(config).eval()
+    ours = from_hf_gpt2(hf)
+    return hf.to(dtype), ours.to(dtype)
+
+
+def hf_generate(hf, prompt: torch.Tensor, new_tokens: int) -> list[list[int]]:
+    with torch.inference_mode():
+        out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                          min_new_tokens=new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+    return out[:, prompt.shape[1]:].tolist()
+
+
+def ours_generate(model, prompt: torch.Tensor, new_tokens: int) -> list[list[int]]:
+    return generate(model, prompt, max_new_tokens=new_tokens, greedy=True)
+
+
+def matvec_bandwidth(num_bytes: int = 512 << 20, repeats: int = 7) -> float:
+    """Bytes/s of a float32 matrix–vector product over a ``num_bytes`` matrix (default
+    512 MB, beyond the 260 MB L3 this VM reports)."""
+    matrix = torch.randn(num_bytes // 4 // 4096, 4096)
+    vector = torch.randn(4096)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mv(matrix, vector)
+        times.append(time.perf_counter() - start)
+    return matrix.numel() * 4 / sorted(times)[len(times) // 2]
+
+
+def bytes_per_token(model) -> int:
+    """Parameter bytes one decode step reads: every weight once (the tied embedding serves
+    as the output projection, read in full), except the position table, of which one row."""
+    total = 0
+    for name, parameter in model.named_parameters():
+        if name == "positions.weight":
+            total += parameter[0].numel() * parameter.element_size()
+        else:
+            total += parameter.numel() * parameter.element_size()
+    return total
+
+
+def compare(size: str, dtype, prompt_len: int, new_tokens: int, repeats: int, batch: int = 1,
+            bandwidth: float | None = None, strict: bool = True) -> dict:
+    hf, ours = build_pair(size, dtype)
+    prompt = torch.randint(0, 8000, (batch, prompt_len), generator=torch.Generator().manual_seed(1))
+    theirs_tokens, our_tokens = hf_generate(hf, prompt, new_tokens), ours_generate(ours, prompt, new_tokens)
+    same = theirs_tokens == our_tokens
+    if strict and not same:
+        raise AssertionError(f"{size}: attnlab and HuggingFace generated different tokens")
+    medians = interleaved_medians({"hf": lambda: hf_generate(hf, prompt, new_tokens),
+                                   "attnlab": lambda: ours_generate(ours, prompt, new_tokens)}, repeats=repeats)
+    result = {"size": size, "dtype": str(dtype).removeprefix("torch."), "batch": batch, "same_tokens": same,
+              "hf_tok_s": batch * new_tokens / medians["hf"], "attnlab_tok_s": batch * new_tokens / medians["attnlab"]}
+    result["ratio"] = result["attnlab_tok_s"] / result["hf_tok_s"]
+    if bandwidth is not None:
+        bound = bandwidth / bytes_per_token(ours)
+        result["bound_tok_s"] = bound
+        result["fraction_of_bound"] = result["attnlab_tok_s"] / bound
+    return result
+
+
+@torch.inference_mode()
+def time_per_token_vs_context(size: str, contexts: list[int], steps: int = 32, repeats: int = 5) -> list[tuple]:
+    """Milliseconds of one attnlab decode step with ``context`` positions already cached
+    (and the same for HuggingFace's forward with its DynamicCache)."""
+    hf, ours = build_pair(size)
+    rows = []
+    for context in contexts:
+        ids = torch.randint(0, 8000, (1, context))
+        token = torch.tensor([7])
+
+        def run_ours():
+            cache = ours.new_static_cache(1, context + steps)
+            ours.prefill(ids, cache)
+            start = time.perf_counter()
+            for _ in range(steps):
+                ours.decode_step(token, cache)
+            return time.perf_counter() - start
+
+        def run_hf():
+            out = hf(ids, use_cache=True)
+            past = out.past_key_values
+            start = time.perf_counter()
+            for _ in range(steps):
+                past = hf(token[None], past_key_values=past, use_cache=True).past_key_values
+            return time.perf_counter() - start
+
+        ours_ms = sorted(run_ours() for _ in range(repeats))[repeats // 2] / steps * 1e3
+        hf_ms = sorted(run_hf() for _ in range(repeats))[repeats // 2] / steps * 1e3
+        rows.append((context, ours_ms, hf_ms))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", default=["small", "medium"], choices=sorted(SIZES))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["bf16", "context", "batch8"])
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, repeats {args.repeats}")
+    bandwidth = matvec_bandwidth()
+    print(f"matrix-vector bandwidth (512 MB float32 matrix): {bandwidth / 1e9:.1f} GB/s")
+
+    def show(r):
+        line = (f"{r['size']:>6} {r['dtype']:>8} batch {r['batch']}: HF {r['hf_tok_s']:7.1f} tok/s, "
+                f"attnlab {r['attnlab_tok_s']:7.1f} tok/s, ratio {r['ratio']:.2f}x, same tokens {r['same_tokens']}")
+        if "fraction_of_bound" in r:
+            line += f", bound {r['bound_tok_s']:.0f} tok/s, fraction {r['fraction_of_bound']:.2f}"
+        print(line, flush=True)
+
+    for size in args.sizes:
+        show(compare(size, torch.float32, args.prompt_len, args.new_tokens, args.repeats, bandwidth=bandwidth))
+    if "bf16" not in args.skip:
+        for size in args.sizes:
+            show(compare(size, torch.bfloat16, args.prompt_len, args.new_tokens, args.repeats,
+                         bandwidth=bandwidth, strict=False))
+    if "batch8" not in args.skip:
+        for size in args.sizes:
+            show(compare(size, torch.float32, args.prompt_len, args.new_tokens, max(3, args.repeats // 2), batch=8))
+    if "context" not in args.skip:
+        size = args.sizes[-1]
+        print(f"time per token vs context ({size}, float32, batch 1): context, attnlab ms, HF ms")
+        for context, ours_ms, hf_ms in time_per_token_vs_context(size, [16, 128, 256, 512, 960]):
+            print(f"  {context:5d}  {ours_ms:6.2f}  {hf_ms:6.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

