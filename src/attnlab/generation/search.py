@@ -38,7 +38,10 @@ def length_penalty(length: int | Tensor, alpha: float):
 def _check_common(model, src_ids: Tensor, max_len_a: float, max_len_b: float, alpha: float) -> None:
     if src_ids.dim() != 2 or src_ids.shape[0] == 0:
         raise ValueError(f"src_ids must be a non-empty (batch, length) tensor, got shape {tuple(src_ids.shape)}")
-    if max_len_a < 0 or max_len_b < 0 or max_len_a * 1 + max_len_b < 1:
+    if max_len_a < 0 or max_len_b < 0:
+        raise ValueError(f"max_len_a={max_len_a} and max_len_b={max_len_b} must be >= 0")
+    # Any positive a or b allows at least one token (the limit is rounded up), e.g. a=0.5, b=0.
+    if max_len_a == 0 and max_len_b == 0:
         raise ValueError(f"max_len_a={max_len_a}, max_len_b={max_len_b} allow no output token")
     if alpha < 0:
         raise ValueError(f"alpha={alpha} must be >= 0")

@@ -45,9 +45,12 @@ def _layer_settings(layer) -> dict:
     if activation is F.relu or isinstance(activation, nn.ReLU):
         name = "relu"
     elif activation is F.gelu or isinstance(activation, nn.GELU):
-        name = "gelu"
+        # nn.GELU(approximate="tanh") is GPT-2's approximation, not the exact GELU.
+        name = "gelu_tanh" if getattr(activation, "approximate", "none") == "tanh" else "gelu"
     else:
         raise ValueError(f"from_torch_transformer: unsupported activation {activation!r} (relu and gelu are)")
+    if layer.linear1.bias is None or layer.norm1.bias is None:
+        raise ValueError("from_torch_transformer: layers without biases (bias=False) are not supported")
     return dict(activation=name, norm_first=layer.norm_first, layer_norm_eps=layer.norm1.eps,
                 dropout=layer.dropout.p, attention_dropout=layer.self_attn.dropout,
                 activation_dropout=layer.dropout.p)
@@ -61,17 +64,24 @@ def from_torch_transformer(transformer: nn.Transformer) -> TransformerStacks:
     for the same embedded inputs, a causal target mask and source key padding.
     """
     enc_layers, dec_layers = transformer.encoder.layers, transformer.decoder.layers
-    first = enc_layers[0]
-    d_model, num_heads = first.self_attn.embed_dim, first.self_attn.num_heads
-    d_ff = first.linear1.out_features
-    settings = _layer_settings(first)
+    d_model = enc_layers[0].self_attn.embed_dim
 
-    encoder = TransformerStack([EncoderLayer(d_model, num_heads, d_ff, **settings) for _ in enc_layers],
+    def shape(layer) -> tuple[int, int, int]:
+        return layer.self_attn.embed_dim, layer.self_attn.num_heads, layer.linear1.out_features
+
+    def final_norm_eps(stack) -> float:
+        return stack.norm.eps if stack.norm is not None else 1e-5
+
+    # Settings are read per layer, not copied from the first encoder layer: the layers can
+    # differ. In particular nn.TransformerDecoderLayer's __setstate__ turns an activation
+    # *module* (nn.GELU()) into F.relu when nn.Transformer deep-copies the layer, so torch's
+    # decoder then runs ReLU while its encoder runs GELU; we copy what torch computes.
+    encoder = TransformerStack([EncoderLayer(*shape(layer), **_layer_settings(layer)) for layer in enc_layers],
                                d_model=d_model, final_norm=transformer.encoder.norm is not None,
-                               layer_norm_eps=settings["layer_norm_eps"])
-    decoder = TransformerStack([DecoderLayer(d_model, num_heads, d_ff, **settings) for _ in dec_layers],
+                               layer_norm_eps=final_norm_eps(transformer.encoder))
+    decoder = TransformerStack([DecoderLayer(*shape(layer), **_layer_settings(layer)) for layer in dec_layers],
                                d_model=d_model, final_norm=transformer.decoder.norm is not None,
-                               layer_norm_eps=settings["layer_norm_eps"])
+                               layer_norm_eps=final_norm_eps(transformer.decoder))
     for ours, theirs in zip(encoder.layers, enc_layers):
         _copy_attention(ours.self_attn, theirs.self_attn)
         _copy_linear_or_norm(ours.ffn.linear1, theirs.linear1)

@@ -6,6 +6,8 @@ import dataclasses
 import json
 import os
 import tempfile
+import types
+import typing
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,11 +35,37 @@ class ModelConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"{source}: unknown {cls.__name__} field(s) {unknown}; known fields: {sorted(known)}")
-        return cls(**values)
+        hints = typing.get_type_hints(cls)
+        for name, value in values.items():
+            if not _fits_type(value, hints.get(name)):
+                raise ValueError(f"{source}: {cls.__name__}.{name}={value!r} is not of type {hints[name]}")
+        try:
+            return cls(**values)
+        except ValueError as error:  # the config's own consistency checks: say where it came from
+            raise ValueError(f"{source}: {error}") from None
 
     def replace(self, **overrides) -> "ModelConfig":
         """A copy with some fields changed; unknown names raise ValueError."""
         return self.from_dict({**dataclasses.asdict(self), **overrides}, source="overrides")
+
+
+def _fits_type(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` (from JSON or overrides) fits a simple field annotation: int, float,
+    bool, str, None and unions of them; other annotations are not checked. A JSON ``"no"``
+    must not become a truthy ``norm_first``, nor ``"32"`` a d_model."""
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_fits_type(value, arg) for arg in typing.get_args(annotation))
+    return True
 
 
 class AttnlabModel(nn.Module):

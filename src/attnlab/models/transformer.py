@@ -52,6 +52,12 @@ class TransformerConfig(ModelConfig):
     eos_id: int = 2
 
     def __post_init__(self):
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers",
+                     "max_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.tgt_vocab_size is not None and self.tgt_vocab_size < 1:
+            raise ValueError(f"tgt_vocab_size={self.tgt_vocab_size} must be >= 1")
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if self.share_embeddings and self.tgt_vocab_size not in (None, self.vocab_size):
