@@ -24,7 +24,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-steps", type=int, default=2000, help="optimizer updates (default: 2000)")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate, cosine schedule (default: 2e-3)")
     parser.add_argument("--warmup", type=int, default=100, help="warm-up updates (default: 100)")
-    parser.add_argument("--dropout", type=float, help="override the preset's dropout")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a preset field, e.g. --set num_layers=4 (repeatable; integers/floats)")
     parser.add_argument("--val-every", type=int, default=250, help="validate every N updates (default: 250)")
     parser.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
     parser.add_argument("--save-every", type=int, default=250, help="checkpoint every N updates (default: 250)")
@@ -68,8 +69,11 @@ def run(args) -> int:
         text, valid_text = shakespeare_text("train"), shakespeare_text("valid")
     tokenizer = CharTokenizer.from_text([text, valid_text])
     overrides = {"vocab_size": tokenizer.vocab_size}
-    if args.dropout is not None:
-        overrides["dropout"] = args.dropout
+    for item in args.set:
+        field, _, value = item.partition("=")
+        if not value:
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
+        overrides[field] = float(value) if "." in value or "e" in value else int(value)
     model = attnlab.create_model(args.preset, **overrides)
     context = args.context or model.config.max_positions
     if context > model.config.max_positions:
