@@ -226,11 +226,15 @@ def transformer_small() -> TransformerConfig:
 
 @register_preset
 def multi30k() -> TransformerConfig:
-    """German<->English on Multi30k (29k short pairs) on a CPU: 3+3 layers, d_model=256,
-    4 heads, d_ff=1024 (the size of the 36.5-BLEU small-Transformer anchor), more dropout
-    (0.2, attention 0.1) because the corpus is small. The vocabulary comes from training."""
+    """Small corpora (Multi30k's 29k pairs, trans-de-en's 15k) on a CPU: 3+3 layers,
+    d_model=256, 4 heads, d_ff=1024 (the size of the 36.5-BLEU small-Transformer anchor on
+    Multi30k), pre-LN (Xiong et al. 2020), which takes a higher learning rate and learns
+    faster early on than the paper's post-LN: in trials on trans-de-en it reached validation
+    perplexity 71 after 530k target tokens (1,500-token batches, peak lr 3e-3), where
+    post-LN ``transformer_small`` had 95 after 1M (3,000-token batches, peak lr 2e-3).
+    The vocabulary comes from training."""
     return TransformerConfig(vocab_size=8000, d_model=256, num_heads=4, d_ff=1024, num_encoder_layers=3,
-                             num_decoder_layers=3, dropout=0.2, attention_dropout=0.1)
+                             num_decoder_layers=3, dropout=0.1, norm_first=True)
 
 
 __all__ = ["Transformer", "TransformerConfig", "Seq2SeqAttention", "LayerAttention"]
