@@ -17,7 +17,8 @@ def test_train_then_generate(tmp_path, capsys):
                               "--save-every", "0", "--out", str(tmp_path / "run"), "--no-progress"])
     assert train_lm.run(args) == 0
     model_dir = tmp_path / "run" / "model"
-    assert attnlab.load_model(model_dir).config.vocab_size == len(set(text.read_text()))
+    config = attnlab.load_model(model_dir).config
+    assert config.vocab_size == len(set(text.read_text())) and config.max_positions == 32  # = --context
     capsys.readouterr()
     assert main(["generate", "--model", str(model_dir), "--prompt", "the ", "--max-new-tokens", "5",
                  "--greedy"]) == 0

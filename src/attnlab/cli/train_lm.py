@@ -19,7 +19,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--valid-text", nargs="+", help="validation text files (default: Shakespeare's valid split, "
                                                         "or the last 10%% of --text)")
     parser.add_argument("--preset", default="lm_char_small", help="model preset (default: lm_char_small)")
-    parser.add_argument("--context", type=int, help="training window (default: the preset's max_positions)")
+    parser.add_argument("--context", type=int,
+                        help="training window, which becomes the model's max_positions (default: the preset's)")
     parser.add_argument("--batch-size", type=int, default=32, help="windows per update (default: 32)")
     parser.add_argument("--max-steps", type=int, default=2000, help="optimizer updates (default: 2000)")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate, cosine schedule (default: 2e-3)")
@@ -74,10 +75,14 @@ def run(args) -> int:
         if not value:
             raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
         overrides[field] = float(value) if "." in value or "e" in value else int(value)
+    if args.context:
+        # The model's context is what it is trained on: untrained learned positions past
+        # the training window would break generation there.
+        overrides.setdefault("max_positions", args.context)
     model = attnlab.create_model(args.preset, **overrides)
     context = args.context or model.config.max_positions
     if context > model.config.max_positions:
-        raise ValueError(f"--context={context} exceeds the preset's max_positions={model.config.max_positions}")
+        raise ValueError(f"--context={context} exceeds max_positions={model.config.max_positions}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer_file = tokenizer.save(out)
