@@ -110,3 +110,10 @@ def test_sliding_window_generates_past_the_context(model):
 
 def test_zero_new_tokens(model):
     assert generate(model, [[1], [2, 3]], max_new_tokens=0) == [[], []]
+
+
+def test_generate_restores_training_mode():
+    model = attnlab.create_model("lm_tiny", dropout=0.1).train()
+    first = generate(model, [[1, 2]], max_new_tokens=5, greedy=True)
+    assert model.training
+    assert generate(model, [[1, 2]], max_new_tokens=5, greedy=True) == first  # no dropout while generating

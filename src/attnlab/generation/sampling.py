@@ -124,7 +124,8 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
 
     Args:
         model: a :class:`~attnlab.models.lm.DecoderLM` (anything with ``config``,
-            ``new_static_cache``, ``prefill`` and ``decode_step``); put in eval mode here.
+            ``new_static_cache``, ``prefill`` and ``decode_step``); it runs in eval mode
+            (no dropout) and gets its previous mode back afterwards.
         prompts: a list of token-id lists (different lengths allowed), one list, or a
             ``(B, L)`` / ``(L,)`` tensor.
         greedy: argmax decoding; otherwise sample with ``temperature``, ``top_k``, ``top_p``.
@@ -142,7 +143,17 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
     prompts = _check_arguments(model, prompts, max_new_tokens, temperature, top_k, top_p, sliding_window)
     if stop_strings and tokenizer is None:
         raise ValueError(f"stop_strings={list(stop_strings)!r} need a tokenizer to decode the text")
+    was_training = model.training
     model.eval()
+    try:
+        return _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p, seed, generator,
+                         stop_ids, stop_strings, tokenizer, on_token, sliding_window)
+    finally:
+        model.train(was_training)
+
+
+def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p, seed, generator, stop_ids,
+              stop_strings, tokenizer, on_token, sliding_window) -> list[list[int]]:
     config = model.config
     device = model.embed.weight.device
     if seed is not None and generator is None:
