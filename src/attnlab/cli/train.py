@@ -58,6 +58,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    import os
+
     from attnlab.cli.translate import set_threads
     from attnlab.translation import TranslationTrainOptions, train_translation
 
@@ -74,5 +76,6 @@ def run(args) -> int:
         progress_bar=not args.no_progress,
     )
     model_dir = train_translation(options)
-    print(model_dir)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, one line, not one per process
+        print(model_dir)
     return 0
