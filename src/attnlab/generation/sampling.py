@@ -178,7 +178,7 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     for step in range(max_new_tokens):
         tokens = choose_next(logits, greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
                              generator=generator)  # (B,)
-        produced[:, step] = tokens
+        produced.select(1, step).copy_(tokens)
         if watch or sliding_window:
             for row, token in enumerate(tokens.tolist()):
                 if done[row]:

@@ -297,8 +297,8 @@ class DecoderLM(AttnlabModel):
         x = F.embedding(tokens, embed)  # (B, d)
         if c.scale_embeddings:
             x = x * self.embed.multiplier
-        x = x + table[cache.positions]
-        key_mask = None if cache.key_mask is None else cache.key_mask[..., :step + 1]  # (B, 1, 1, step+1)
+        x = x + F.embedding(cache.positions, table)
+        key_mask = None if cache.key_mask is None else cache.key_mask.narrow(3, 0, step + 1)  # (B, 1, 1, step+1)
         eps, pre_ln = c.layer_norm_eps, c.norm_first
         relu = c.activation == "relu"
         approximate = "tanh" if c.activation == "gelu_tanh" else "none"
@@ -306,10 +306,12 @@ class DecoderLM(AttnlabModel):
                 layers, cache.kv):
             h = F.layer_norm(x, (d,), ln1_w, ln1_b, eps) if pre_ln else x
             qkv = F.linear(h, qkv_w, qkv_b).view(batch, 3, heads, head_dim)
-            kv[:, :, :, step] = qkv[:, 1:].transpose(0, 1)  # keys and values, (2, B, H, D), one copy
-            q = qkv[:, 0, :, None]  # (B, H, 1, D)
-            out = F.scaled_dot_product_attention(q, kv[0, :, :, :step + 1], kv[1, :, :, :step + 1],
-                                                 attn_mask=key_mask)  # (B, H, 1, D)
+            # narrow/select instead of tensor[...] indexing: Python's multi-slice indexing
+            # costs several µs per call, and this loop runs once per layer per token.
+            kv.select(3, step).copy_(qkv.narrow(1, 1, 2).transpose(0, 1))  # keys, values (2, B, H, D): one copy
+            q = qkv.select(1, 0).unsqueeze(2)  # (B, H, 1, D)
+            keys, values = kv.narrow(3, 0, step + 1).unbind(0)  # (B, H, step+1, D) each
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=key_mask)  # (B, H, 1, D)
             out = F.linear(out.view(batch, d), out_w, out_b)
             x = x + out if pre_ln else F.layer_norm(x + out, (d,), ln1_w, ln1_b, eps)
             h = F.layer_norm(x, (d,), ln2_w, ln2_b, eps) if pre_ln else x
