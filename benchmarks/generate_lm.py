@@ -28,7 +28,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import interleaved_medians  # noqa: E402
+from common import interleaved_medians, matvec_bandwidth  # noqa: E402
 
 from attnlab.generation import generate  # noqa: E402
 from attnlab.interop import from_hf_gpt2  # noqa: E402
@@ -58,19 +58,6 @@ def hf_generate(hf, prompt: torch.Tensor, new_tokens: int) -> list[list[int]]:
 
 def ours_generate(model, prompt: torch.Tensor, new_tokens: int) -> list[list[int]]:
     return generate(model, prompt, max_new_tokens=new_tokens, greedy=True)
-
-
-def matvec_bandwidth(num_bytes: int = 512 << 20, repeats: int = 7) -> float:
-    """Bytes/s of a float32 matrix–vector product over a ``num_bytes`` matrix (default
-    512 MB, beyond the 260 MB L3 this VM reports)."""
-    matrix = torch.randn(num_bytes // 4 // 4096, 4096)
-    vector = torch.randn(4096)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mv(matrix, vector)
-        times.append(time.perf_counter() - start)
-    return matrix.numel() * 4 / sorted(times)[len(times) // 2]
 
 
 def bytes_per_token(model) -> int:

@@ -46,8 +46,13 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (a 1-D LongTensor), in that order."""
         if self._k is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+            self._k, self._v = self._select(self._k, index), self._select(self._v, index)
+
+    def _select(self, buffer: Tensor, index: Tensor) -> Tensor:
+        # Beam search reorders every step: copy only the filled prefix, not the whole capacity.
+        selected = buffer.new_empty((len(index), *buffer.shape[1:]))
+        torch.index_select(buffer[:, :, :self.length], 0, index, out=selected[:, :, :self.length])
+        return selected
 
 
 class MemoryKVCache:

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.cache import KVCache, MemoryKVCache
 from attnlab.attention.patterns import AttentionPattern, FullAttention
+from attnlab.linear import Linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -39,8 +40,8 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = d_model // num_heads
         self.dropout = dropout
         self.pattern = pattern if pattern is not None else FullAttention()
-        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

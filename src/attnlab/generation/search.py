@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnlab.linear import packed_inference
+
 
 @dataclass(frozen=True)
 class Hypothesis:
@@ -58,6 +60,7 @@ def _max_lengths(model, src_ids: Tensor, max_len_a: float, max_len_b: float) -> 
 
 
 @torch.no_grad()
+@packed_inference()
 def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: float = 50,
                   alpha: float = 0.6) -> list[Hypothesis]:
     """Pick the most probable token at every step. Returns one :class:`Hypothesis` per source."""
@@ -88,6 +91,7 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
 
 
 @torch.no_grad()
+@packed_inference()
 def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
                 max_len_b: float = 50, nbest: int = 1) -> list[list[Hypothesis]]:
     """Beam search over a batch of sources of different lengths.

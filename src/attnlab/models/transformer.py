@@ -12,6 +12,7 @@ from attnlab.attention.cache import StackCache
 from attnlab.attention.masks import check_mask, key_padding_mask
 from attnlab.layers.blocks import DecoderLayer, EncoderLayer, LayerAttention, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
+from attnlab.linear import Linear
 from attnlab.layers.positional import build_positional
 from attnlab.models.base import AttnlabModel, ModelConfig
 from attnlab.models.registry import register_family, register_preset
@@ -110,7 +111,7 @@ class Transformer(AttnlabModel):
         self.decoder = TransformerStack([DecoderLayer(c.d_model, c.num_heads, c.d_ff, **layer_args)
                                          for _ in range(c.num_decoder_layers)],
                                         d_model=c.d_model, final_norm=c.final_norm, layer_norm_eps=c.layer_norm_eps)
-        self.output_proj = nn.Linear(c.d_model, c.target_vocab_size, bias=False)
+        self.output_proj = Linear(c.d_model, c.target_vocab_size, bias=False)
         if c.tie_output_projection:
             self.output_proj.weight = self.tgt_embed.weight
         else:
