@@ -4,6 +4,9 @@ tests/ has no ``__init__.py``, so pytest puts this directory on ``sys.path``: te
 the slow reference implementations as ``from reference.attention import ...``.
 """
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -22,3 +25,35 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _shared_data() -> Path | None:
+    """``$ATTNLAB_DATA`` if it holds multi30k, else the project's ``../shared/data``."""
+    for candidate in (os.environ.get("ATTNLAB_DATA"), REPO.parent / "shared" / "data"):
+        if candidate and (Path(candidate) / "multi30k" / "train.de.gz").is_file():
+            return Path(candidate)
+    return None
+
+
+def skip_unless_available(reason: str) -> None:
+    """Skip a test whose real data is missing, except in CI (``CI`` set), where the data
+    is part of the set-up and a silent skip would hide a broken installation."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: this data must be present)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    root = _shared_data()
+    if root is None:
+        skip_unless_available("Multi30k not found: set ATTNLAB_DATA to a directory holding multi30k/")
+    return root
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir(shared_data) -> Path:
+    return shared_data / "multi30k"

@@ -3,7 +3,6 @@ few hundred Multi30k pairs (``$ATTNLAB_DATA`` or the project's ``../shared/data`
 
 import contextlib
 import gzip
-import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,6 @@ import torch
 
 from attnlab.cli.main import main
 
-REPO = Path(__file__).resolve().parents[2]
 TRAIN_PAIRS = 300
 VALID_PAIRS = 30
 
@@ -34,19 +32,9 @@ def _one_thread():
         yield
 
 
-def _multi30k() -> Path | None:
-    for candidate in (os.environ.get("ATTNLAB_DATA"), REPO.parent / "shared" / "data"):
-        if candidate and (Path(candidate) / "multi30k" / "train.de.gz").is_file():
-            return Path(candidate) / "multi30k"
-    return None
-
-
 @pytest.fixture(scope="session")
-def multi30k_root() -> Path:
-    root = _multi30k()
-    if root is None:
-        pytest.skip("Multi30k not found: set ATTNLAB_DATA to a directory holding multi30k/")
-    return root
+def multi30k_root(multi30k_dir) -> Path:
+    return multi30k_dir
 
 
 def _head(path: Path, n: int, offset: int = 0) -> list[str]:

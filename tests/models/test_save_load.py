@@ -232,3 +232,14 @@ def test_unreadable_config_is_a_value_error(saved, content):
     (directory / "config.json").write_bytes(content)
     with pytest.raises(ValueError, match="config.json"):
         attnlab.load_model(directory)
+
+
+def test_saved_files_get_the_usual_mode_not_private(tmp_path):
+    import os
+    import stat
+
+    from attnlab.models.base import default_file_mode
+
+    attnlab.create_model("transformer_tiny").save_pretrained(tmp_path / "m")
+    for name in ("config.json", "model.safetensors"):
+        assert stat.S_IMODE(os.stat(tmp_path / "m" / name).st_mode) == default_file_mode()

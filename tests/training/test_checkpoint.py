@@ -1,6 +1,7 @@
 """Checkpoints: pickle-free round trips, atomic writes, pruning, bad files, averaging."""
 
 import json
+import stat
 import math
 import pickle
 import random
@@ -231,6 +232,11 @@ def test_average_to_directory_writes_a_model_directory(tmp_path):
     model = make_model(seed=9)
     ckpt.load_model_weights(out, model)
     assert torch.equal(model.out.bias, ckpt.average_checkpoints(paths)["out.bias"])
+    # Neither the checkpoints nor the averaged model are left private (safetensors writes 0600).
+    from attnlab.models.base import default_file_mode
+    for directory in (*paths, out):
+        for file in directory.iterdir():
+            assert stat.S_IMODE(file.stat().st_mode) == default_file_mode(), file
 
 
 def test_average_to_directory_needs_a_config(tmp_path):

@@ -4,19 +4,30 @@
     attnlab train translation --train-src train.de --train-tgt train.en \\
         --valid-src valid.de --valid-tgt valid.en --src de --tgt en --out runs/mine
     torchrun --nproc_per_node=2 -m attnlab.cli.main train translation ...   # data-parallel
+    attnlab train lm --out runs/shakespeare                                  # see attnlab.cli.train_lm
 
 The final model is written to ``OUT/model`` (config.json, model.safetensors,
 tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoints and
 ``OUT/metrics.jsonl`` the training log.
 """
 
-HELP = "train a model (task: translation) and write a loadable model directory to OUT/model"
-
-TASKS = ("translation",)
+HELP = "train a model (tasks: translation, lm) and write a loadable model directory to OUT/model"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("task", choices=TASKS, help="what to train")
+    from attnlab.cli import train_lm
+
+    tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
+    translation = tasks.add_parser("translation", help="encoder-decoder Transformer on parallel text",
+                                   description=__doc__.split("\n\n")[0])
+    _add_translation_arguments(translation)
+    translation.set_defaults(run=run)
+    lm = tasks.add_parser("lm", help=train_lm.HELP, description=train_lm.HELP)
+    train_lm.add_arguments(lm)
+    lm.set_defaults(run=train_lm.run)
+
+
+def _add_translation_arguments(parser) -> None:
     data = parser.add_argument_group("data (a named data set, or your own aligned files)")
     data.add_argument("--data", help="named data set: multi30k or trans-de-en")
     data.add_argument("--data-root", help="where the named data set lives (overrides its default location)")

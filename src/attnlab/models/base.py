@@ -111,7 +111,15 @@ def _atomic_write(target: Path, write) -> None:
         write(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, default_file_mode())  # mkstemp makes the file private; give it the usual mode
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def default_file_mode() -> int:
+    """The mode a new file gets under the current umask (0o644 under the usual 022)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask

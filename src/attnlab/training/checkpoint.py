@@ -42,6 +42,8 @@ import safetensors
 import safetensors.torch
 import torch
 
+from attnlab.models.base import default_file_mode
+
 __all__ = [
     "MODEL_FILE",
     "CONFIG_FILE",
@@ -245,7 +247,9 @@ def _atomic_directory(final: Path) -> Iterator[Path]:
     temporary.mkdir()
     try:
         yield temporary
+        mode = default_file_mode()
         for file in temporary.iterdir():
+            os.chmod(file, mode)  # safetensors writes its files private (0600)
             _fsync_path(file)
         _fsync_path(temporary)
         if final.exists():
