@@ -20,3 +20,38 @@ def test_train_then_generate(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("the ") and len(out) == len("the ") + 5 + 1
     assert main(["generate", "--model", str(model_dir), "--prompt", "the Z"]) == 2  # unknown character
+
+
+def test_train_then_generate_bpe(tmp_path, capsys):
+    from attnlab.cli.generate import Continuation
+    from attnlab.data.text import LineTokenizer, load_lm_tokenizer
+
+    lines = ["the quick brown fox jumps over the lazy dog.", "", "ROMEO:", "a dog, a fox and the end."]
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(lines * 20) + "\n", encoding="utf-8")
+    assert main(["train", "lm", "--tokenizer", "bpe", "--vocab-size", "60", "--text", str(text), "--preset", "lm_tiny",
+                 "--context", "32", "--batch-size", "8", "--max-steps", "3", "--warmup", "1", "--val-every", "0",
+                 "--save-every", "2", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    model_dir = tmp_path / "run" / "model"
+    assert (model_dir / "tokenizer.model").is_file() and not (model_dir / "char_tokenizer.json").exists()
+    assert list((tmp_path / "run" / "checkpoints").glob("*/tokenizer.model"))
+    tokenizer = load_lm_tokenizer(model_dir)
+    assert isinstance(tokenizer, LineTokenizer) and tokenizer.vocab_size == 60
+    assert attnlab.load_model(model_dir).config.vocab_size == 60
+    # The stream encoding keeps line breaks (blank lines included) as the EOS id.
+    sample = "ROMEO:\nthe lazy dog.\n\na fox and the end.\n"
+    ids = tokenizer.encode(sample)
+    assert tokenizer.decode(ids) == sample and ids.count(tokenizer.newline_id) == 4
+    # Decoding a token at a time gives the text that decoding all at once gives.
+    prompt, rest = ids[:3], ids[3:]
+    continuation = Continuation(tokenizer, prompt)
+    assert tokenizer.decode(prompt) + "".join(continuation.add(t) for t in rest) == sample
+    capsys.readouterr()
+    assert main(["generate", "--model", str(model_dir), "--prompt", "ROMEO:", "--max-new-tokens", "6",
+                 "--greedy"]) == 0
+    streamed = capsys.readouterr().out
+    assert streamed.startswith("ROMEO:")
+    assert main(["generate", "--model", str(model_dir), "--prompt", "ROMEO:", "--prompt", "the", "--max-new-tokens",
+                 "6", "--greedy"]) == 0
+    batch = capsys.readouterr().out
+    assert batch.startswith(streamed)  # the batch prints the same greedy text as the stream

@@ -5,7 +5,9 @@
 
 One prompt streams its text to the terminal as it is produced; several prompts are
 generated as one left-padded batch and printed at the end. The model directory must hold
-a character tokenizer (``char_tokenizer.json``, written by ``attnlab train lm``).
+the tokenizer written by ``attnlab train lm``: characters (``char_tokenizer.json``) or
+sentencepiece BPE (``tokenizer.model``, lines joined by EOS as the line break); the one
+found is used for the prompts, the output and ``--stop``.
 """
 
 from __future__ import annotations
@@ -29,29 +31,51 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, help="torch CPU threads")
 
 
+class Continuation:
+    """The text of generated tokens, one token at a time. Subword pieces decode differently
+    at the start of a text (no leading space), so each step decodes the whole context —
+    the prompt, then only the current line once a newline has been produced — and returns
+    what it adds."""
+
+    def __init__(self, tokenizer, prompt_ids):
+        self.tokenizer, self.context = tokenizer, list(prompt_ids)
+        self.length = len(tokenizer.decode(self.context))
+
+    def add(self, token: int) -> str:
+        self.context.append(token)
+        text = self.tokenizer.decode(self.context)
+        new = text[self.length:]
+        if text.endswith("\n"):  # what follows a line break does not depend on what came before
+            self.context = [token]
+            text = self.tokenizer.decode(self.context)
+        self.length = len(text)
+        return new
+
+
 def run(args) -> int:
     import sys
 
     import torch
 
     import attnlab
-    from attnlab.data.text import CharTokenizer
+    from attnlab.data.text import load_lm_tokenizer
     from attnlab.generation import generate
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model = attnlab.load_model(args.model)
     try:
-        tokenizer = CharTokenizer.load(args.model)
+        tokenizer = load_lm_tokenizer(args.model)
     except FileNotFoundError as error:
         raise ValueError(str(error)) from None
     prompts = args.prompt or ["\n"]
     encoded = [tokenizer.encode(p) for p in prompts]
     stream = len(prompts) == 1
-    on_token = (lambda row, token: (sys.stdout.write(tokenizer.decode([token])), sys.stdout.flush())) if stream \
-        else None
+    on_token = None
     if stream:
         sys.stdout.write(prompts[0])
+        streamed = Continuation(tokenizer, encoded[0])
+        on_token = lambda row, token: (sys.stdout.write(streamed.add(token)), sys.stdout.flush())  # noqa: E731
     outputs = generate(model, encoded, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                        stop_strings=args.stop, tokenizer=tokenizer, on_token=on_token,
@@ -59,7 +83,8 @@ def run(args) -> int:
     if stream:
         sys.stdout.write("\n")
     else:
-        for prompt, tokens in zip(prompts, outputs):
-            print(prompt + tokenizer.decode(tokens))
+        for prompt, prompt_ids, tokens in zip(prompts, encoded, outputs):
+            continuation = Continuation(tokenizer, prompt_ids)
+            print(prompt + "".join(continuation.add(token) for token in tokens))
             print("-" * 40)
     return 0

