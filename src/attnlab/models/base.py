@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 from safetensors.torch import save_model
 from torch import nn
 
@@ -66,6 +67,20 @@ def _fits_type(value: Any, annotation: Any) -> bool:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return any(_fits_type(value, arg) for arg in typing.get_args(annotation))
     return True
+
+
+def check_token_ids(ids, vocab_size: int, name: str) -> None:
+    """Raise ValueError unless ``ids`` is a ``(batch, length)`` integer tensor of ids in
+    ``[0, vocab_size)`` (the boundary check every model runs on user input)."""
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must be (batch, length) token ids, got shape {tuple(ids.shape)}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must be an integer tensor, got dtype {ids.dtype}")
+    if ids.numel():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
 
 
 class AttnlabModel(nn.Module):

@@ -32,7 +32,7 @@ from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.feedforward import ACTIVATIONS
 from attnlab.layers.positional import build_positional, sinusoidal_table
-from attnlab.models.base import AttnlabModel, ModelConfig
+from attnlab.models.base import AttnlabModel, ModelConfig, check_token_ids
 from attnlab.models.registry import register_family, register_preset
 
 
@@ -171,17 +171,6 @@ class DecoderLM(AttnlabModel):
             nn.init.normal_(self.positions.weight, std=0.01)
 
     # -- the full forward pass ----------------------------------------------------------
-    def _check_ids(self, ids: Tensor) -> None:
-        if ids.dim() != 2:
-            raise ValueError(f"ids must be (batch, length) token ids, got shape {tuple(ids.shape)}")
-        if ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"ids must be an integer tensor, got dtype {ids.dtype}")
-        if ids.numel():
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= self.config.vocab_size:
-                bad = low if low < 0 else high
-                raise ValueError(f"ids contain token id {bad}, outside the vocabulary [0, {self.config.vocab_size})")
-
     def forward(self, ids: Tensor, *, attention_mask: Tensor | None = None, positions: Tensor | None = None,
                 cache=None) -> Tensor:
         """
@@ -195,7 +184,7 @@ class DecoderLM(AttnlabModel):
         Returns:
             logits ``(B, L, V)``.
         """
-        self._check_ids(ids)
+        check_token_ids(ids, self.config.vocab_size, "ids")
         batch, length = ids.shape
         past = 0 if cache is None else cache.length
         key_mask = None

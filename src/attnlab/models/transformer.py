@@ -14,7 +14,7 @@ from attnlab.layers.blocks import DecoderLayer, EncoderLayer, LayerAttention, Tr
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.linear import Linear
 from attnlab.layers.positional import build_positional
-from attnlab.models.base import AttnlabModel, ModelConfig
+from attnlab.models.base import AttnlabModel, ModelConfig, check_token_ids
 from attnlab.models.registry import register_family, register_preset
 
 
@@ -127,18 +127,6 @@ class Transformer(AttnlabModel):
                     nn.init.xavier_uniform_(linear.weight)
                     nn.init.zeros_(linear.bias)
 
-    # -- input checks at the boundary ------------------------------------------------
-    def _check_ids(self, ids: Tensor, vocab_size: int, name: str) -> None:
-        if ids.dim() != 2:
-            raise ValueError(f"{name} must be (batch, length) token ids, got shape {tuple(ids.shape)}")
-        if ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"{name} must be an integer tensor, got dtype {ids.dtype}")
-        if ids.numel():
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= vocab_size:
-                bad = low if low < 0 else high
-                raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
-
     def _embed(self, embedding: TokenEmbedding, ids: Tensor, offset: int = 0) -> Tensor:
         positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)
         return self.embed_dropout(embedding(ids) + self.positions(positions))  # (B, L, d_model)
@@ -147,7 +135,7 @@ class Transformer(AttnlabModel):
     def encode(self, src_ids: Tensor, *, need_weights: bool = False):
         """``(B, S)`` ids -> ``(memory (B, S, d_model), memory_mask (B, 1, 1, S))``; with
         ``need_weights`` also the per-layer encoder self-attention weights."""
-        self._check_ids(src_ids, self.config.vocab_size, "src_ids")
+        check_token_ids(src_ids, self.config.vocab_size, "src_ids")
         memory_mask = key_padding_mask(src_ids, self.config.pad_id)
         memory, weights = self.encoder(self._embed(self.src_embed, src_ids), self_mask=memory_mask,
                                        need_weights=need_weights)
@@ -164,7 +152,7 @@ class Transformer(AttnlabModel):
         recomputation. ``memory`` may be None once the cache holds the cross-attention
         keys/values. With ``need_weights`` also returns ``list[LayerAttention]``.
         """
-        self._check_ids(tgt_ids, self.config.target_vocab_size, "tgt_ids")
+        check_token_ids(tgt_ids, self.config.target_vocab_size, "tgt_ids")
         if memory_mask is not None:
             batch = tgt_ids.shape[0]
             source_len = memory.shape[1] if memory is not None else memory_mask.shape[-1]
