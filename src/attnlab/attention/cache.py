@@ -105,3 +105,10 @@ class StackCache:
             layer.self_attn.reorder(index)
             if include_memory and layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
+
+    def reorder_memory(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` of the cross-attention caches only."""
+        index = torch.as_tensor(index)
+        for layer in self.layers:
+            if layer.cross_attn is not None:
+                layer.cross_attn.reorder(index)

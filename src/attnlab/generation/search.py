@@ -177,22 +177,15 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         history = torch.cat([history[origin], next_token[rows].view(-1, 1)], dim=1)
         step_input = next_token[rows].view(-1, 1)
         beam_log_probs = beam_log_probs[rows]
+        # Survivors' self-attention keys/values come from the rows they extend (one copy,
+        # compacting the batch too); memory rows of one source are equal, so the memory is
+        # only touched when whole sources leave the batch.
+        cache.reorder(origin, include_memory=False)
         if len(keep) < len(active):
-            # Sources left the batch: drop their rows everywhere, memory included.
             memory_rows = (rows[:, None] * k + torch.arange(k, device=device)).view(-1)
             memory_mask = memory_mask[memory_rows]
-            cache.reorder(memory_rows)
+            cache.reorder_memory(memory_rows)
             active = [active[row] for row in keep]
-            # Within the remaining rows, beams are reordered; memory rows of one source are equal.
-            cache.reorder(_local_origin(origin, rows, k), include_memory=False)
-        else:
-            cache.reorder(origin, include_memory=False)
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
 
-
-def _local_origin(origin: Tensor, rows: Tensor, k: int) -> Tensor:
-    """Map row indices of the old batch to the compacted batch that keeps ``rows``."""
-    position = torch.empty(int(rows.max()) + 1, dtype=torch.long, device=rows.device)
-    position[rows] = torch.arange(len(rows), device=rows.device)
-    return position[origin // k] * k + origin % k
