@@ -45,6 +45,8 @@ def _add_translation_arguments(parser) -> None:
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--preset", default="transformer_small",
                        help="model preset (attnlab presets); vocabulary and special ids come from the tokenizer")
+    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a preset field, e.g. --set dropout=0.3 (repeatable)")
     model.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch (default: 4096)")
     model.add_argument("--max-steps", type=int, default=10000, help="optimizer updates (default: 10000)")
     model.add_argument("--warmup", type=int, default=4000, help="Noam warm-up steps (default: 4000)")
@@ -58,6 +60,8 @@ def _add_translation_arguments(parser) -> None:
     model.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", required=True, help="output directory (the model goes to OUT/model)")
+    run_group.add_argument("--max-minutes", type=float,
+                           help="wall-clock budget: stop (and checkpoint) after the update that passes it")
     run_group.add_argument("--val-every", type=int, default=500, help="validate every N steps (0: never)")
     run_group.add_argument("--save-every", type=int, default=1000, help="checkpoint every N steps (0: only at the end)")
     run_group.add_argument("--keep", type=int, default=5, help="checkpoints to keep (default: 5)")
@@ -71,6 +75,7 @@ def _add_translation_arguments(parser) -> None:
 def run(args) -> int:
     import os
 
+    from attnlab.cli.options import parse_overrides
     from attnlab.cli.translate import set_threads
     from attnlab.translation import TranslationTrainOptions, train_translation
 
@@ -84,7 +89,7 @@ def run(args) -> int:
         grad_accum=args.grad_accum, clip=args.clip, bf16=args.bf16, val_every=args.val_every or None,
         save_every=args.save_every or None, keep=args.keep, average_last=args.average_last,
         log_every=args.log_every, resume=args.resume, seed=args.seed, device=args.device,
-        progress_bar=not args.no_progress,
+        progress_bar=not args.no_progress, max_minutes=args.max_minutes, model_overrides=parse_overrides(args.set),
     )
     model_dir = train_translation(options)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one line, not one per process

@@ -38,8 +38,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-steps", type=int, default=2000, help="optimizer updates (default: 2000)")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate, cosine schedule (default: 2e-3)")
     parser.add_argument("--warmup", type=int, default=100, help="warm-up updates (default: 100)")
+    parser.add_argument("--max-minutes", type=float,
+                        help="wall-clock budget: stop (and checkpoint) after the update that passes it")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a preset field, e.g. --set num_layers=4 (repeatable; integers/floats)")
+                        help="override a preset field, e.g. --set num_layers=4 (repeatable)")
     parser.add_argument("--val-every", type=int, default=250, help="validate every N updates (default: 250)")
     parser.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
     parser.add_argument("--save-every", type=int, default=250, help="checkpoint every N updates (default: 250)")
@@ -66,6 +68,7 @@ def run(args) -> int:
     import torch
 
     import attnlab
+    from attnlab.cli.options import parse_overrides
     from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
                                    shakespeare_text)
     from attnlab.training.trainer import TrainConfig, Trainer
@@ -87,12 +90,7 @@ def run(args) -> int:
         tokenizer = LineTokenizer.train(text, vocab_size=args.vocab_size or 2000, seed=args.seed)
     else:
         tokenizer = CharTokenizer.from_text([text, valid_text])
-    overrides = {"vocab_size": tokenizer.vocab_size}
-    for item in args.set:
-        field, _, value = item.partition("=")
-        if not value:
-            raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
-        overrides[field] = float(value) if "." in value or "e" in value else int(value)
+    overrides = {"vocab_size": tokenizer.vocab_size, **parse_overrides(args.set)}
     if args.context:
         # The model's context is what it is trained on: untrained learned positions past
         # the training window would break generation there.
@@ -110,7 +108,7 @@ def run(args) -> int:
                          min_lr=args.lr / 10, warmup_steps=args.warmup, betas=(0.9, 0.99), eps=1e-8,
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
                          checkpoint_every=args.save_every or None, seed=args.seed,
-                         progress_bar=not args.no_progress)
+                         progress_bar=not args.no_progress, max_minutes=args.max_minutes)
     trainer = Trainer(model, lm_loss, TextWindows(train_ids, batch_size=args.batch_size, context=context,
                                                   seed=args.seed), config,
                       valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,

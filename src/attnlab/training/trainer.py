@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from attnlab.training.allocator import tune_allocator
 from attnlab.training.batches import Batch, BatchSource
 from attnlab.training.checkpoint import (
     capture_rng_state,
@@ -83,6 +84,14 @@ class TrainConfig:
     Periods (``log_every``, ``validate_every``, ``checkpoint_every``) count
     updates; ``None`` disables validation or periodic checkpoints. The final
     step is always checkpointed.
+
+    ``max_minutes`` is a wall-clock budget for one call of :meth:`Trainer.train`
+    (a resumed run gets the budget afresh): training stops after the first update
+    that ends past it, checkpoints, and returns, even if ``max_steps`` is not
+    reached. Under torchrun rank 0's clock decides for all ranks.
+
+    ``tune_malloc`` keeps freed memory in the process on glibc (about 20 %
+    faster steps on CPU; see :mod:`attnlab.training.allocator`).
     """
 
     out_dir: str
@@ -105,6 +114,8 @@ class TrainConfig:
     seed: int = 0
     progress_bar: bool = True
     tensorboard: bool = True
+    max_minutes: float | None = None
+    tune_malloc: bool = True
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
@@ -124,6 +135,8 @@ class TrainConfig:
             raise ValueError("peak_lr is required by schedule='cosine'")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ValueError(f"max_minutes must be positive or None, got {self.max_minutes!r}")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise ValueError(f"clip_grad_norm must be positive or None, got {self.clip_grad_norm!r}")
         self.build_schedule()  # validates the schedule's own arguments early
@@ -209,6 +222,8 @@ class Trainer:
         if config.validate_every is not None and valid_batches is None:
             raise ValueError("valid_batches is required when config.validate_every is set")
         self.config = config
+        if config.tune_malloc:
+            tune_allocator()
         self.context = context if context is not None else init_distributed()
         if self.context.device is not None:
             model.to(self.context.device)
@@ -285,6 +300,7 @@ class Trainer:
         )
         window = _Window()
         saved_at = None
+        started = time.perf_counter()
         try:
             while self.step < self.config.max_steps:
                 lr = self.optimizer.param_groups[0]["lr"]
@@ -304,12 +320,27 @@ class Trainer:
                 if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
                     self.save_checkpoint()
                     saved_at = self.step
+                if self._out_of_time(started):
+                    if self.context.is_main:
+                        progress.write(f"stopping at step {self.step}: the {self.config.max_minutes:g}-minute "
+                                       "budget (max_minutes) is spent")
+                    self._log({"step": self.step, "stopped": "max_minutes"})
+                    break
             if saved_at != self.step:
                 self.save_checkpoint()
         finally:
             progress.close()
             self._close_logs()
         return last
+
+    def _out_of_time(self, started: float) -> bool:
+        if self.config.max_minutes is None:
+            return False
+        over = float(time.perf_counter() - started > 60.0 * self.config.max_minutes)
+        if self.context.is_distributed:  # rank 0's clock decides, so every rank stops at the same step
+            flag = torch.tensor([over if self.context.is_main else 0.0])
+            over = float(all_reduce_sum(flag, self.context).item())
+        return over > 0
 
     def _update(self) -> dict[str, Any]:
         """One optimizer update over ``grad_accum_steps`` micro-batches per rank."""

@@ -20,7 +20,7 @@ import itertools
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,8 @@ class TranslationTrainOptions:
     seed: int = 1
     device: str = "cpu"
     progress_bar: bool = True
+    max_minutes: float | None = None
+    model_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def translation_loss(label_smoothing: float = 0.1, pad_id: int = 0):
@@ -222,8 +224,9 @@ def train_translation(options: TranslationTrainOptions) -> Path:
         valid_batches = TranslationBatches(valid_examples, options.max_tokens, shuffle=False) if valid_examples else None
 
     torch.manual_seed(options.seed)  # the initial weights (DDP copies rank 0's to the others)
-    model = create_model(options.preset, vocab_size=tokenizer.vocab_size, tgt_vocab_size=None,
-                         pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+    model = create_model(options.preset, **{**options.model_overrides, "vocab_size": tokenizer.vocab_size,
+                         "tgt_vocab_size": None, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id,
+                         "eos_id": tokenizer.eos_id})
     model.to(options.device)
     _say(context, f"model: {options.preset}, {model.num_parameters():,d} parameters; "
                   f"{len(train_batches)} batches of <= {options.max_tokens} tokens per epoch"
@@ -235,7 +238,7 @@ def train_translation(options: TranslationTrainOptions) -> Path:
         clip_grad_norm=options.clip, bf16=options.bf16, log_every=options.log_every,
         validate_every=options.val_every if valid_batches is not None else None,
         checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
-        progress_bar=options.progress_bar,
+        progress_bar=options.progress_bar, max_minutes=options.max_minutes,
     )
     trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id), train_batches, config,
                       valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context)
