@@ -28,8 +28,10 @@ from attnlab.generation import beam_search, greedy_search  # noqa: E402
 
 
 @torch.no_grad()
-def marian_from_attnlab(model):
-    """A MarianMTModel carrying ``model``'s weights (benchmark-only key map)."""
+def marian_from_attnlab(model, dropout: float = 0.0):
+    """A MarianMTModel carrying ``model``'s weights (benchmark-only key map; ``model`` must be
+    post-LN without final norms, Marian's layout). ``dropout`` is Marian's residual and
+    embedding dropout, which is where attnlab's ``dropout`` acts."""
     from transformers import MarianConfig, MarianMTModel
 
     c = model.config
@@ -38,10 +40,10 @@ def marian_from_attnlab(model):
         encoder_layers=c.num_encoder_layers, decoder_layers=c.num_decoder_layers,
         encoder_attention_heads=c.num_heads, decoder_attention_heads=c.num_heads,
         encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function=c.activation,
-        max_position_embeddings=c.max_positions, scale_embedding=True, dropout=0.0, attention_dropout=0.0,
+        max_position_embeddings=c.max_positions, scale_embedding=True, dropout=dropout, attention_dropout=0.0,
         activation_dropout=0.0, pad_token_id=c.pad_id, eos_token_id=c.eos_id, decoder_start_token_id=c.bos_id,
         forced_eos_token_id=None, share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
-    peer = MarianMTModel(config).eval()
+    peer = MarianMTModel(config)
     d = c.d_model
     peer.model.shared.weight.copy_(model.src_embed.weight)
     table = model.positions(torch.arange(c.max_positions))
@@ -108,7 +110,7 @@ def main() -> None:
     # sharper, more translation-like distributions (and decisive greedy choices).
     with torch.no_grad():
         model.src_embed.weight.mul_(4.0)
-    peer = marian_from_attnlab(model)
+    peer = marian_from_attnlab(model).eval()
     src = torch.randint(3, args.vocab, (args.batch, args.src_len))
     src[:, -1] = model.config.eos_id
     attention_mask = torch.ones_like(src)

@@ -110,6 +110,19 @@ def test_train_on_named_dataset_then_resume(multi30k_root, tmp_path, capsys):
     assert (out / "model" / "model.safetensors").is_file()
 
 
+def test_set_overrides_preset_fields_and_bad_fields_are_named(multi30k_root, tmp_path, capsys):
+    common = ["train", "translation", "--data", "multi30k", "--data-root", str(multi30k_root),
+              "--max-train-pairs", "100", "--preset", "transformer_tiny", "--vocab-size", "200",
+              "--max-tokens", "1024", "--max-steps", "1", "--val-every", "0", "--no-progress"]
+    assert main(common + ["--out", str(tmp_path / "a"), "--set", "dropout=0.25", "--set", "activation=gelu"]) == 0
+    config = json.loads((tmp_path / "a" / "model" / "config.json").read_text())
+    assert config["dropout"] == 0.25 and config["activation"] == "gelu"
+    assert main(common + ["--out", str(tmp_path / "b"), "--set", "dropuot=0.25"]) == 2
+    assert "dropuot" in capsys.readouterr().err
+    assert main(common + ["--out", str(tmp_path / "c"), "--set", "dropout"]) == 2
+    assert "FIELD=VALUE" in capsys.readouterr().err
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 def _error(capsys) -> str:

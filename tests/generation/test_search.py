@@ -219,6 +219,21 @@ def test_beam_search_of_a_batch_equals_each_source_alone(eos_bias, k):
         assert_same_hypotheses([greedy[row]], greedy_search(model, alone, max_len_b=4))
 
 
+@pytest.mark.parametrize("eos_bias", [0.0, 2.0])
+@pytest.mark.parametrize("k", [1, 3])
+def test_searches_without_the_cache_equal_the_cached_searches(eos_bias, k):
+    """``use_cache=False`` (the whole prefix every step, memory rows dropped as sources
+    finish) is the naive baseline of benchmarks/translate_cache.py: same hypotheses."""
+    model = EOSBias(tiny_model(10), lambda step: eos_bias)
+    src = sources(LENGTHS, 10)
+    cached = beam_search(model, src, beam_size=k, nbest=k, max_len_b=5)
+    naive = beam_search(model, src, beam_size=k, nbest=k, max_len_b=5, use_cache=False)
+    for row in range(len(LENGTHS)):
+        assert_same_hypotheses(naive[row], cached[row])
+    assert_same_hypotheses(greedy_search(model, src, max_len_b=5, use_cache=False),
+                           greedy_search(model, src, max_len_b=5))
+
+
 def test_batch_order_does_not_matter():
     model = EOSBias(tiny_model(9), lambda step: 1.5)
     src = sources(LENGTHS, 9)

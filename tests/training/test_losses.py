@@ -71,12 +71,60 @@ def test_agrees_with_torch_cross_entropy_label_smoothing(batch, length, vocab, e
     target[torch.rand(batch, length, generator=generator) < 0.3] = -100
     result = label_smoothed_cross_entropy(logits, target, epsilon=epsilon)
     reference = F.cross_entropy(
-        logits.reshape(-1, vocab).float(), target.reshape(-1), reduction="sum", label_smoothing=epsilon
+        logits.reshape(-1, vocab), target.reshape(-1), reduction="sum", label_smoothing=epsilon
     )
-    nll = F.cross_entropy(logits.reshape(-1, vocab).float(), target.reshape(-1), reduction="sum")
+    nll = F.cross_entropy(logits.reshape(-1, vocab), target.reshape(-1), reduction="sum")
     assert result.num_tokens == int((target != -100).sum())
     assert torch.allclose(result.loss_sum, reference, atol=1e-5)
     assert torch.allclose(result.nll_sum, nll, atol=1e-5)
+
+
+def composed_reference(logits, target, epsilon, ignore_index):
+    """The formula written plainly with autograd ops (what the fused function replaces)."""
+    vocab = logits.shape[-1]
+    flat, flat_target = logits.reshape(-1, vocab), target.reshape(-1)
+    keep = flat_target != ignore_index
+    log_probs = torch.log_softmax(flat[keep], dim=-1)
+    nll = -log_probs.gather(-1, flat_target[keep][:, None]).squeeze(-1)
+    return ((1 - epsilon) * nll + epsilon / vocab * -log_probs.sum(-1)).sum(), nll.sum()
+
+
+@pytest.mark.parametrize("shape, vocab, epsilon, upstream", [((3, 7), 11, 0.1, 0.7), ((1, 1), 2, 0.0, 1.0),
+                                                             ((5, 4), 97, 0.3, -2.5), ((2, 3), 5, 0.1, 0.0)])
+def test_values_and_gradients_equal_the_composed_formula_in_float64(shape, vocab, epsilon, upstream):
+    generator = torch.Generator().manual_seed(vocab)
+    logits = (3 * torch.randn(*shape, vocab, generator=generator, dtype=torch.float64)).requires_grad_()
+    target = torch.randint(0, vocab, shape, generator=generator)
+    target[torch.rand(shape, generator=generator) < 0.3] = 0  # padding id 0
+    target.view(-1)[0] = 1  # at least one kept token
+    result = label_smoothed_cross_entropy(logits, target, epsilon=epsilon, ignore_index=0)
+    (upstream * result.loss_sum).backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    expected_loss, expected_nll = composed_reference(logits, target, epsilon, 0)
+    (upstream * expected_loss).backward()
+    assert result.loss_sum.dtype == torch.float64
+    assert torch.allclose(result.loss_sum, expected_loss, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(result.nll_sum, expected_nll, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(ours, logits.grad, rtol=1e-10, atol=1e-12)
+    assert torch.count_nonzero(ours[target == 0]) == 0
+
+
+def test_gradcheck_of_the_fused_gradient():
+    logits = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([1, -100, 5, 0])
+    assert torch.autograd.gradcheck(lambda x: label_smoothed_cross_entropy(x, target, epsilon=0.2).loss_sum,
+                                    (logits,))
+
+
+def test_infinite_scores_at_ignored_positions_do_not_poison_the_loss():
+    scores = torch.randn(3, 5)
+    scores[1] = float("inf")  # row 1 is padding
+    scores.requires_grad_()
+    result = label_smoothed_cross_entropy(scores, torch.tensor([2, -100, 4]))
+    result.loss_sum.backward()
+    assert torch.isfinite(result.loss_sum) and torch.isfinite(result.nll_sum)
+    assert torch.isfinite(scores.grad).all() and torch.count_nonzero(scores.grad[1]) == 0
 
 
 def test_bf16_logits_are_scored_in_float32():

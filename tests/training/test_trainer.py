@@ -2,6 +2,7 @@
 
 import copy
 import json
+import time
 
 import pytest
 import torch
@@ -137,6 +138,7 @@ def test_cosine_schedule_bf16_and_clipping(tmp_path):
         ({"betas": (0.9, 1.0)}, "betas"),
         ({"clip_grad_norm": 0.0}, "clip_grad_norm"),
         ({"warmup_steps": 0}, "warmup_steps"),
+        ({"max_minutes": 0.0}, "max_minutes"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, overrides, name):
@@ -171,3 +173,36 @@ def test_a_fresh_run_refuses_an_out_dir_with_checkpoints(tmp_path):
     _run(tmp_path, 3)
     with pytest.raises(ValueError, match="resume=True"):
         _run(tmp_path, 6)
+
+
+def test_max_minutes_stops_early_with_a_checkpoint_and_resume_gets_a_new_budget(tmp_path):
+    def slow_loss(model, batch):
+        time.sleep(0.05)
+        return loss_fn(model, batch)
+
+    config = _config(tmp_path, max_steps=1000, max_minutes=0.15 / 60, checkpoint_every=500)
+    trainer = Trainer(make_model(seed=2), slow_loss, make_source(), config)
+    trainer.train()
+    assert 1 <= trainer.step < 20
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == [f"step_{trainer.step:08d}"]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["stopped"] == "max_minutes" and records[-1]["step"] == trainer.step
+    first = trainer.step
+    resumed = Trainer(make_model(seed=2), slow_loss, make_source(), config)
+    resumed.train(resume=True)
+    assert first < resumed.step < first + 20
+
+
+def test_tune_allocator_is_applied_once_and_can_be_switched_off(monkeypatch):
+    import sys
+
+    from attnlab.training import allocator
+
+    monkeypatch.setattr(allocator, "_tuned", None)
+    monkeypatch.setenv("ATTNLAB_NO_MALLOC_TUNING", "1")
+    assert allocator.tune_allocator() is False
+    monkeypatch.setattr(allocator, "_tuned", None)
+    monkeypatch.delenv("ATTNLAB_NO_MALLOC_TUNING")
+    applied = allocator.tune_allocator()
+    assert applied is (sys.platform.startswith("linux") and allocator._tuned)
+    assert allocator.tune_allocator() is applied  # idempotent

@@ -1,5 +1,9 @@
 """Greedy and beam search for encoder–decoder models, with the KV cache.
 
+``use_cache=False`` recomputes the decoder over the whole prefix at every step instead
+(the naive way, O(T²) decoder work): the same outputs, for tests and for measuring
+what the cache buys (``benchmarks/translate_cache.py``).
+
 Works with any model that has ``encode(src) -> (memory, memory_mask)``,
 ``decode(tgt_ids, memory, memory_mask, cache=...) -> logits``, ``new_cache()`` and a
 config with ``bos_id``, ``eos_id`` and ``pad_id`` (the Transformer, later captioners).
@@ -59,23 +63,63 @@ def _max_lengths(model, src_ids: Tensor, max_len_a: float, max_len_b: float) -> 
     return limits
 
 
+class _Decoder:
+    """One decoder step for the searches: with the KV cache (feed only the new token), or
+    naively (feed the whole prefix every step, keep no state but the prefix and memory)."""
+
+    def __init__(self, model, memory: Tensor, memory_mask: Tensor | None, capacity: int, use_cache: bool) -> None:
+        self.model = model
+        self.memory = memory
+        self.memory_mask = memory_mask
+        self.cache = model.new_cache(capacity=capacity) if use_cache else None
+        self.prefix = None if use_cache else memory.new_empty(memory.shape[0], 0, dtype=torch.long)
+        self.first = True
+
+    def step(self, step_input: Tensor) -> Tensor:
+        """Logits ``(B, V)`` of the position after ``step_input`` ``(B, 1)``."""
+        if self.cache is None:
+            self.prefix = torch.cat([self.prefix, step_input], dim=1)
+            logits = self.model.decode(self.prefix, self.memory, self.memory_mask)
+        else:
+            # After the first step the cache holds the cross-attention keys/values.
+            logits = self.model.decode(step_input, self.memory if self.first else None, self.memory_mask,
+                                       cache=self.cache)
+        self.first = False
+        return logits[:, -1]
+
+    def reorder(self, origin: Tensor) -> None:
+        """Row i continues the hypothesis that was row ``origin[i]``."""
+        if self.cache is None:
+            self.prefix = self.prefix[origin]
+        else:
+            self.cache.reorder(origin, include_memory=False)
+
+    def keep_memory_rows(self, rows: Tensor) -> None:
+        """Only ``rows`` of the memory stay (whole sources left the batch)."""
+        self.memory_mask = self.memory_mask[rows] if self.memory_mask is not None else None
+        if self.cache is None:
+            self.memory = self.memory[rows]
+        else:
+            self.cache.reorder_memory(rows)
+
+
 @torch.no_grad()
 @packed_inference()
 def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: float = 50,
-                  alpha: float = 0.6) -> list[Hypothesis]:
+                  alpha: float = 0.6, use_cache: bool = True) -> list[Hypothesis]:
     """Pick the most probable token at every step. Returns one :class:`Hypothesis` per source."""
     _check_common(model, src_ids, max_len_a, max_len_b, alpha)
     config = model.config
     batch = src_ids.shape[0]
     limits = _max_lengths(model, src_ids, max_len_a, max_len_b)
     memory, memory_mask = model.encode(src_ids)
-    cache = model.new_cache(capacity=max(limits) + 1)
+    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache)
     step_input = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src_ids.device)
     tokens = [[] for _ in range(batch)]
     log_probs = [0.0] * batch
     done = [False] * batch
-    for step in range(max(limits)):
-        logits = model.decode(step_input, memory if step == 0 else None, memory_mask, cache=cache)
+    for _ in range(max(limits)):
+        logits = decoder.step(step_input)[:, None]
         step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)
         best_log_prob, best = step_log_probs.max(dim=-1)
         for i, (token, lp) in enumerate(zip(best.tolist(), best_log_prob.tolist())):
@@ -93,7 +137,7 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
 @torch.no_grad()
 @packed_inference()
 def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: float = 50, nbest: int = 1) -> list[list[Hypothesis]]:
+                max_len_b: float = 50, nbest: int = 1, use_cache: bool = True) -> list[list[Hypothesis]]:
     """Beam search over a batch of sources of different lengths.
 
     Every step expands each of the ``beam_size`` live hypotheses of a source, takes the
@@ -119,7 +163,7 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     # Every hypothesis row b·k + j belongs to source b.
     memory = memory.repeat_interleave(k, dim=0)  # (B·k, S, d)
     memory_mask = memory_mask.repeat_interleave(k, dim=0)
-    cache = model.new_cache(capacity=max(limits) + 1)
+    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache)
 
     active = list(range(batch))  # original index of each source still in the batch
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -131,9 +175,9 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
 
     for step in range(max(limits)):
         length = step + 1  # tokens per hypothesis after this step
-        logits = model.decode(step_input, memory if step == 0 else None, memory_mask, cache=cache)
+        logits = decoder.step(step_input)
         vocab = logits.shape[-1]
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1).view(len(active), k, vocab)
+        log_probs = torch.log_softmax(logits.float(), dim=-1).view(len(active), k, vocab)
         candidates = (beam_log_probs[:, :, None] + log_probs).view(len(active), k * vocab)
         top_log_probs, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (B', 2k)
         top_beam, top_token = top_index // vocab, top_index % vocab
@@ -180,11 +224,10 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         # Survivors' self-attention keys/values come from the rows they extend (one copy,
         # compacting the batch too); memory rows of one source are equal, so the memory is
         # only touched when whole sources leave the batch.
-        cache.reorder(origin, include_memory=False)
+        decoder.reorder(origin)
         if len(keep) < len(active):
             memory_rows = (rows[:, None] * k + torch.arange(k, device=device)).view(-1)
-            memory_mask = memory_mask[memory_rows]
-            cache.reorder_memory(memory_rows)
+            decoder.keep_memory_rows(memory_rows)
             active = [active[row] for row in keep]
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
