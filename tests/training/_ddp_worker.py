@@ -2,7 +2,8 @@
 
 Trains the toy model for 3 steps, then resumes a fresh Trainer from the
 checkpoint for 3 more: this exercises DDP, global token normalisation,
-per-rank RNG gathering, rank-0-only writing and resume under DDP.
+per-rank RNG gathering, rank-0-only writing and resume under DDP. Then a run
+whose time budget is already spent must stop every rank after one update.
 """
 
 import sys
@@ -21,11 +22,13 @@ from attnlab.training import TrainConfig, Trainer  # noqa: E402
 GRAD_ACCUM_PER_RANK = 2
 
 
-def run(out_dir: str, max_steps: int, grad_accum_steps: int, *, resume: bool) -> Trainer:
+def run(out_dir: str, max_steps: int, grad_accum_steps: int, *, resume: bool,
+        max_minutes: float | None = None) -> Trainer:
     """Shared with the single-process reference run in test_distributed.py."""
     config = TrainConfig(
         out_dir=out_dir, max_steps=max_steps, d_model=8, warmup_steps=2, grad_accum_steps=grad_accum_steps,
         clip_grad_norm=1.0, log_every=1, validate_every=3, checkpoint_every=3, progress_bar=False,
+        max_minutes=max_minutes,
     )
     trainer = Trainer(make_model(seed=0), loss_fn, make_source(count=7), config, valid_batches=make_batches(3, seed=11))
     trainer.train(resume=resume)
@@ -38,4 +41,7 @@ if __name__ == "__main__":
     first = run(output, 3, GRAD_ACCUM_PER_RANK, resume=False)
     assert first.context.world_size == 2 and dist.is_initialized(), "expected to run under torchrun"
     run(output, 6, GRAD_ACCUM_PER_RANK, resume=True)
+    # A spent time budget stops both ranks after the same first update (no hang, one checkpoint).
+    budget = run(output + "_budget", 100, GRAD_ACCUM_PER_RANK, resume=False, max_minutes=1e-9)
+    assert budget.step == 1, budget.step
     dist.destroy_process_group()

@@ -39,6 +39,10 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
 
+    budget_dir = tmp_path / "ddp_budget"
+    assert [p.name for p in (budget_dir / "checkpoints").iterdir()] == ["step_00000001"]
+    assert _records(budget_dir)[-1] == {**_records(budget_dir)[-1], "step": 1, "stopped": "max_minutes"}
+
     # The reference: one process, accumulating both ranks' micro-batches.
     world_size = 2
     _ddp_worker.run(str(single_dir), 6, world_size * _ddp_worker.GRAD_ACCUM_PER_RANK, resume=False)
