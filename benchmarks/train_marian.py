@@ -6,15 +6,19 @@ HuggingFace ``MarianMTModel`` built with the same dimensions, same weights, same
 
 Batches are real Multi30k De->En training batches (``TranslationBatches``, <= 3,072 padded
 tokens, the recipe's size), encoded with the given sentencepiece model or with an 8,000-piece
-BPE vocabulary learned here from the training pairs. One training step on each side is: zero
-the gradients, forward, attnlab's label-smoothed cross-entropy (eps 0.1) on the logits,
-backward, Adam update; dropout 0.1 at the same places (embeddings and residual branches).
+BPE vocabulary learned here from the training pairs. One training step is: zero the
+gradients, forward, label-smoothed cross-entropy (eps 0.1, padding ignored, summed and
+divided by the target tokens), backward, Adam update (torch.optim.Adam, the same settings);
+dropout 0.1 at the same places (embeddings and residual branches).
 
 Rows:
 * ``attnlab-post``: ``multi30k`` dims in Marian's layout (post-LN, no final norms), carrying
-  the same weights as the Marian model (checked first: same loss in eval mode);
+  the same weights as the Marian model (checked first: same loss in eval mode), with
+  attnlab's loss (``label_smoothed_cross_entropy``, fused gradient);
 * ``marian``: HF ``MarianMTModel`` (d_model 256, 4 heads, d_ff 1024, 3+3 layers, shared
-  tied embeddings);
+  tied embeddings) with torch's ``F.cross_entropy(..., label_smoothing=0.1)``, the same
+  quantity, the way a HF user computes it;
+* ``marian-ourloss``: the same Marian model with attnlab's loss (the models alone compared);
 * ``attnlab-preset``: the ``multi30k`` preset itself (pre-LN with final norms), what the
   recipe trains.
 The calls are interleaved; each timing covers all ``--batches`` batches; medians are quoted.
@@ -30,6 +34,7 @@ import sys
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import interleaved_medians  # noqa: E402
@@ -85,6 +90,11 @@ def main() -> None:
         loss = label_smoothed_cross_entropy(logits, batch["tgt_out"], epsilon=0.1, ignore_index=pad)
         return loss.loss_sum / loss.num_tokens
 
+    def torch_loss_of(logits, batch):
+        target = batch["tgt_out"].reshape(-1)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target, ignore_index=pad,
+                               label_smoothing=0.1, reduction="sum") / int((target != pad).sum())
+
     def ours_logits(model):
         return lambda batch: model(batch["src"], batch["tgt_in"])
 
@@ -96,23 +106,28 @@ def main() -> None:
     post.eval(), peer.eval()
     with torch.no_grad():
         ours_loss = float(loss_of(ours_logits(post)(batches[0]), batches[0]))
-        peer_loss = float(loss_of(peer_logits(batches[0]), batches[0]))
-    print(f"same weights, eval mode, first batch: loss attnlab {ours_loss:.6f}, Marian {peer_loss:.6f}")
+        peer_loss = float(torch_loss_of(peer_logits(batches[0]), batches[0]))
+    print(f"same weights, eval mode, first batch: loss attnlab {ours_loss:.6f}, Marian + torch loss {peer_loss:.6f}")
     if abs(ours_loss - peer_loss) > 1e-4:
         raise SystemExit("the two models disagree: the comparison is not like for like")
 
-    def trainer(model, logits_fn):
+    def trainer(model, logits_fn, loss_fn=loss_of):
         model.train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
         def run():
             for batch in batches:
                 optimizer.zero_grad(set_to_none=True)
-                loss_of(logits_fn(batch), batch).backward()
+                loss_fn(logits_fn(batch), batch).backward()
                 optimizer.step()
         return run
 
-    runs = {"attnlab-post": trainer(post, ours_logits(post)), "marian": trainer(peer, peer_logits),
+    # Marian's weights are a copy, so the two Marian rows train separate copies too.
+    peer_copy = marian_from_attnlab(post, dropout=post.config.dropout)
+    runs = {"attnlab-post": trainer(post, ours_logits(post)),
+            "marian": trainer(peer, peer_logits, torch_loss_of),
+            "marian-ourloss": trainer(peer_copy, lambda b: peer_copy(
+                input_ids=b["src"], attention_mask=(b["src"] != pad).long(), decoder_input_ids=b["tgt_in"]).logits),
             "attnlab-preset": trainer(preset, ours_logits(preset))}
     medians = interleaved_medians(runs, repeats=args.repeats)
     print(f"{args.batches} Multi30k batches of <= {args.max_tokens} padded tokens ({target_tokens} target tokens, "
@@ -122,6 +137,7 @@ def main() -> None:
     for name, seconds in medians.items():
         print(f"  {name:15s} {seconds:7.3f} s  {target_tokens / seconds:8.0f} target tokens/s")
     print(f"  attnlab-post / marian (tokens/s): {medians['marian'] / medians['attnlab-post']:.2f}x; "
+          f"attnlab-post / marian-ourloss: {medians['marian-ourloss'] / medians['attnlab-post']:.2f}x; "
           f"attnlab-preset / marian: {medians['marian'] / medians['attnlab-preset']:.2f}x")
     try:
         import resource

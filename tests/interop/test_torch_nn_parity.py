@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 import attnlab
-from attnlab.attention.masks import key_padding_mask
 from attnlab.interop import TransformerStacks, from_torch_transformer
 from attnlab.models import Transformer
 

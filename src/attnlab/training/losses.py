@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 __all__ = ["TokenLoss", "label_smoothed_cross_entropy"]
 

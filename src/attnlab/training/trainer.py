@@ -311,7 +311,11 @@ class Trainer:
                 if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
                     last = {"step": self.step, "lr": lr, **window.summary()}
                     window = _Window()
-                    progress.set_postfix(loss=f"{last['loss']:.4f}", lr=f"{lr:.3g}", tok_s=f"{last['tokens_per_s']:.0f}")
+                    postfix = dict(loss=f"{last['loss']:.4f}", lr=f"{lr:.3g}", tok_s=f"{last['tokens_per_s']:.0f}")
+                    if self.config.max_minutes is not None:  # the bar's total is max_steps; say what ends first
+                        left = max(0.0, 60.0 * self.config.max_minutes - (time.perf_counter() - started))
+                        postfix["budget_left"] = f"{int(left // 60)}:{int(left % 60):02d}"
+                    progress.set_postfix(postfix)
                     self._log(last)
                 if self.config.validate_every and self.step % self.config.validate_every == 0:
                     valid = self.validate()
