@@ -98,15 +98,15 @@ def main() -> None:
     def ours_logits(model):
         return lambda batch: model(batch["src"], batch["tgt_in"])
 
-    def peer_logits(batch):
-        return peer(input_ids=batch["src"], attention_mask=(batch["src"] != pad).long(),
-                    decoder_input_ids=batch["tgt_in"]).logits
+    def marian_logits(model):
+        return lambda batch: model(input_ids=batch["src"], attention_mask=(batch["src"] != pad).long(),
+                                   decoder_input_ids=batch["tgt_in"]).logits
 
     # Like for like: the same weights give the same loss (eval mode: no dropout).
     post.eval(), peer.eval()
     with torch.no_grad():
         ours_loss = float(loss_of(ours_logits(post)(batches[0]), batches[0]))
-        peer_loss = float(torch_loss_of(peer_logits(batches[0]), batches[0]))
+        peer_loss = float(torch_loss_of(marian_logits(peer)(batches[0]), batches[0]))
     print(f"same weights, eval mode, first batch: loss attnlab {ours_loss:.6f}, Marian + torch loss {peer_loss:.6f}")
     if abs(ours_loss - peer_loss) > 1e-4:
         raise SystemExit("the two models disagree: the comparison is not like for like")
@@ -125,9 +125,8 @@ def main() -> None:
     # Marian's weights are a copy, so the two Marian rows train separate copies too.
     peer_copy = marian_from_attnlab(post, dropout=post.config.dropout)
     runs = {"attnlab-post": trainer(post, ours_logits(post)),
-            "marian": trainer(peer, peer_logits, torch_loss_of),
-            "marian-ourloss": trainer(peer_copy, lambda b: peer_copy(
-                input_ids=b["src"], attention_mask=(b["src"] != pad).long(), decoder_input_ids=b["tgt_in"]).logits),
+            "marian": trainer(peer, marian_logits(peer), torch_loss_of),
+            "marian-ourloss": trainer(peer_copy, marian_logits(peer_copy)),
             "attnlab-preset": trainer(preset, ours_logits(preset))}
     medians = interleaved_medians(runs, repeats=args.repeats)
     print(f"{args.batches} Multi30k batches of <= {args.max_tokens} padded tokens ({target_tokens} target tokens, "

@@ -73,7 +73,6 @@ class _Decoder:
         self.memory_mask = memory_mask
         self.cache = model.new_cache(capacity=capacity) if use_cache else None
         self.prefix = None if use_cache else memory.new_empty(memory.shape[0], 0, dtype=torch.long)
-        self.first = True
 
     def step(self, step_input: Tensor) -> Tensor:
         """Logits ``(B, V)`` of the position after ``step_input`` ``(B, 1)``."""
@@ -82,9 +81,8 @@ class _Decoder:
             logits = self.model.decode(self.prefix, self.memory, self.memory_mask)
         else:
             # After the first step the cache holds the cross-attention keys/values.
-            logits = self.model.decode(step_input, self.memory if self.first else None, self.memory_mask,
-                                       cache=self.cache)
-        self.first = False
+            memory = self.memory if self.cache.length == 0 else None
+            logits = self.model.decode(step_input, memory, self.memory_mask, cache=self.cache)
         return logits[:, -1]
 
     def reorder(self, origin: Tensor) -> None:
@@ -119,8 +117,7 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
     log_probs = [0.0] * batch
     done = [False] * batch
     for _ in range(max(limits)):
-        logits = decoder.step(step_input)[:, None]
-        step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        step_log_probs = torch.log_softmax(decoder.step(step_input).float(), dim=-1)
         best_log_prob, best = step_log_probs.max(dim=-1)
         for i, (token, lp) in enumerate(zip(best.tolist(), best_log_prob.tolist())):
             if done[i]:

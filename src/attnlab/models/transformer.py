@@ -12,8 +12,8 @@ from attnlab.attention.cache import StackCache
 from attnlab.attention.masks import check_mask, key_padding_mask
 from attnlab.layers.blocks import DecoderLayer, EncoderLayer, LayerAttention, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
-from attnlab.linear import Linear
 from attnlab.layers.positional import build_positional
+from attnlab.linear import Linear
 from attnlab.models.base import AttnlabModel, ModelConfig, check_token_ids
 from attnlab.models.registry import register_family, register_preset
 
