@@ -1,4 +1,4 @@
-"""``--set FIELD=VALUE`` parsing shared by the training verbs."""
+"""Argument helpers shared by the CLI verbs: ``--set FIELD=VALUE``, ``--device``, and the usage shown on a bad option."""
 
 import pytest
 
@@ -18,3 +18,75 @@ def test_malformed_items_are_named(item):
     with pytest.raises(ValueError, match="FIELD=VALUE") as error:
         parse_overrides([item], flag="--set")
     assert repr(item) in str(error.value)
+
+
+def test_device_names_are_checked_by_the_parser():
+    import argparse
+
+    from attnlab.cli.options import device_name
+
+    assert [device_name(name) for name in ("auto", "CPU", "cuda", "cuda:1")] == ["auto", "cpu", "cuda", "cuda:1"]
+    for bad in ("gpu", "cuda:", "cuda:x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a device"):
+            device_name(bad)
+
+
+def test_auto_is_cuda_only_when_available_and_cuda_without_it_says_so(monkeypatch):
+    import torch
+
+    from attnlab.cli.options import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="--device cuda: CUDA is not available here"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("auto") == "cuda" and resolve_device("cuda:0") == "cuda:0"
+    with pytest.raises(ValueError, match="only 1 CUDA device"):
+        resolve_device("cuda:1")
+
+
+@pytest.mark.parametrize("verb", [["train", "translation"], ["train", "lm"], ["translate"], ["evaluate"],
+                                  ["attention"], ["generate"], ["demo"]])
+def test_every_verb_that_runs_a_model_has_a_device_option_defaulting_to_auto(verb, capsys):
+    from attnlab.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main([*verb, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--device auto|cpu|cuda[:N]" in help_text and "(default: auto)" in help_text
+
+
+def test_a_bad_option_prints_the_usage_of_its_verb(capsys):
+    from attnlab.cli.main import main
+
+    for argv, usage in ((["attention", "--model", "m", "a sentence", "--layer", "3"], "usage: attnlab attention"),
+                        (["train", "lm", "--out", "o", "--bogus"], "usage: attnlab train lm"),
+                        (["--bogus"], "usage: attnlab [-h]")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        error = capsys.readouterr().err
+        assert exit_info.value.code == 2 and error.startswith(usage) and "unrecognized arguments" in error
+
+
+def test_translate_on_cuda_without_cuda_is_a_clear_error(monkeypatch, capsys, tmp_path):
+    import torch
+
+    from attnlab.cli.main import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("Hallo\n"))
+    assert main(["translate", "--model", str(tmp_path), "--device", "cuda"]) == 2
+    assert "CUDA is not available here" in capsys.readouterr().err
+
+
+def test_presets_count_names_the_vocabulary_it_counts_at(capsys):
+    import attnlab
+    from attnlab.cli.main import main
+
+    assert main(["presets", "--count"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.startswith("multi30k "))
+    expected = attnlab.create_model("multi30k").num_parameters()
+    assert f"{expected:,d}" in row and "vocab_size 8,000" in row

@@ -43,10 +43,10 @@ def test_bad_arguments(args, message):
 
 def test_missing_multi30k_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path))
-    with pytest.raises(FileNotFoundError) as error:
-        get_parallel_dataset("multi30k", "train", "de", "en")
+    with pytest.raises(FileNotFoundError) as error:  # French is not shipped inside attnlab
+        get_parallel_dataset("multi30k", "train", "fr", "en")
     message = str(error.value)
-    assert str(tmp_path / "multi30k") in message and "train.de.gz" in message
+    assert str(tmp_path / "multi30k") in message and "train.fr.gz" in message
     assert "ATTNLAB_DATA" in message
     assert "from attnlab.data import download_multi30k; download_multi30k()" in message
 
@@ -122,3 +122,22 @@ def test_download_default_root_is_attnlab_data(tmp_path, mirror, monkeypatch):
     monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path / "data"))
     download_valid(None, mirror)
     assert len(get_parallel_dataset("multi30k", "valid", "en", "de")) == 1014
+
+
+def test_multi30k_german_english_ships_inside_attnlab(tmp_path, monkeypatch):
+    """A fresh machine has no ../shared: the embedded copy serves de/en, byte-identical to the official files."""
+    import hashlib
+
+    from attnlab.data.registry import EMBEDDED_MULTI30K_DIR, MULTI30K_SHA256
+
+    for path in sorted(EMBEDDED_MULTI30K_DIR.glob("*.gz")):
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == MULTI30K_SHA256[path.name], path.name
+    assert len(list(EMBEDDED_MULTI30K_DIR.glob("*.gz"))) == 6
+    assert (EMBEDDED_MULTI30K_DIR / "NOTICE.md").is_file()
+    monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path))  # holds no multi30k/
+    test = get_parallel_dataset("multi30k", "test", "en", "de")
+    assert len(test) == 1000 and test[0] == ("A man in an orange hat starring at something.",
+                                            "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.")
+    assert len(get_parallel_dataset("multi30k", "train", "de", "en")) == 29_000
+    with pytest.raises(FileNotFoundError, match="ships only the de and en files"):
+        get_parallel_dataset("multi30k", "test", "fr", "en")

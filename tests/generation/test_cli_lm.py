@@ -55,3 +55,29 @@ def test_train_then_generate_bpe(tmp_path, capsys):
                  "6", "--greedy"]) == 0
     batch = capsys.readouterr().out
     assert batch.startswith(streamed)  # the batch prints the same greedy text as the stream
+
+
+def test_train_lm_says_what_it_trains_and_clamps_a_long_warmup(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 20, encoding="utf-8")
+    # --warmup (default 100) longer than the run: warm up for a tenth of it, with a note.
+    assert main(["train", "lm", "--text", str(text), "--preset", "lm_tiny", "--context", "32", "--batch-size", "8",
+                 "--max-steps", "30", "--val-every", "30", "--val-batches", "1", "--save-every", "0",
+                 "--device", "cpu", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "--warmup 100 exceeds --max-steps 30: warming up for 3 updates" in captured.err
+    assert "training and" in captured.err and "validation tokens" in captured.err  # the data
+    parameters = attnlab.load_model(tmp_path / "run" / "model").num_parameters()
+    assert f"{parameters:,d} parameters" in captured.err and "device: cpu" in captured.err
+    done = [line for line in captured.err.splitlines() if line.startswith("done: 30 updates")]
+    assert done and "valid_loss" in done[0] and "nats per character" in done[0]
+    assert "step 30: valid_loss" in captured.err  # validation reaches the screen, not only metrics.jsonl
+
+
+def test_refused_train_lm_writes_nothing(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("some text\n" * 5, encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "lm", "--text", str(text), "--preset", "lm_tiny", "--max-steps", "0",
+                 "--out", str(out)]) == 2
+    assert "--max-steps=0" in capsys.readouterr().err and not out.exists()

@@ -14,13 +14,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from attnlab.cli.options import resolve_device
     from attnlab.translation import Translator
     from attnlab.viz import plot_attention_grid
 
     if not args.out.lower().endswith(".png"):
         raise ValueError(f"-o {args.out}: the output is a PNG; give a file name ending in .png")
     set_threads(args.threads)
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, device=resolve_device(args.device))
     example = translator.attention(args.sentence, **decoding_options(args))
     layers, heads = example.cross.shape[:2]
     path = plot_attention_grid(example.cross, example.source_pieces, example.target_pieces, args.out,

@@ -11,6 +11,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=500, help="training steps (default: 500)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="save the trained model to this directory")
+    from attnlab.cli.options import add_device_argument
+
+    add_device_argument(parser)
 
 
 def run(args) -> int:
@@ -19,13 +22,16 @@ def run(args) -> int:
     import torch
 
     import attnlab
+    from attnlab.cli.options import describe_device, resolve_device
     from attnlab.generation import beam_search, greedy_search
 
     if args.steps < 1:
         raise ValueError(f"--steps={args.steps} must be >= 1")
     torch.manual_seed(args.seed)
     pad, bos, eos, first_symbol, vocab = 0, 1, 2, 3, 13  # ten symbols 3..12
-    model = attnlab.create_model("transformer_tiny", vocab_size=vocab, d_model=64, num_heads=4, d_ff=128)
+    device = resolve_device(args.device)
+    model = attnlab.create_model("transformer_tiny", vocab_size=vocab, d_model=64, num_heads=4, d_ff=128).to(device)
+    print(f"device: {describe_device(device)}")
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
     # Cosine decay to zero: the last steps settle the loss near zero.
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
@@ -44,7 +50,7 @@ def run(args) -> int:
             tgt_in[i, 1:n + 1] = seq.flip(0)
             tgt_out[i, :n] = seq.flip(0)
             tgt_out[i, n] = eos
-        return src, tgt_in, tgt_out
+        return src.to(device), tgt_in.to(device), tgt_out.to(device)
 
     start = time.perf_counter()
     model.train()
@@ -64,18 +70,22 @@ def run(args) -> int:
     src, _, tgt_out = make_batch(8)
     greedy = greedy_search(model, src, max_len_a=1.0, max_len_b=2)
     beams = beam_search(model, src, beam_size=4, max_len_a=1.0, max_len_b=2)
-    correct = 0
+    greedy_right = beam_right = both_right = 0
     for i in range(len(src)):
         expected = [t for t in tgt_out[i].tolist() if t != pad]
-        show = lambda tokens: " ".join(str(t - first_symbol) for t in tokens if t >= first_symbol)
-        ok = greedy[i].tokens == expected and beams[i][0].tokens == expected
-        correct += ok
+        show = lambda tokens: " ".join(str(t - first_symbol) for t in tokens if t >= first_symbol)  # noqa: E731
+        greedy_ok, beam_ok = greedy[i].tokens == expected, beams[i][0].tokens == expected
+        greedy_right, beam_right, both_right = greedy_right + greedy_ok, beam_right + beam_ok, both_right + (
+            greedy_ok and beam_ok)
+        verdict = "ok" if greedy_ok and beam_ok else "WRONG: " + " and ".join(
+            name for name, ok in (("greedy", greedy_ok), ("beam", beam_ok)) if not ok)
         print(f"{show(src[i].tolist()):>16s}  ->  greedy {show(greedy[i].tokens):16s} beam {show(beams[i][0].tokens):16s}"
-              f" {'ok' if ok else 'WRONG'}")
-    print(f"{correct}/{len(src)} reversed exactly by both greedy and beam search")
+              f" {verdict}")
+    print(f"reversed exactly: greedy {greedy_right}/{len(src)}, beam search {beam_right}/{len(src)}, "
+          f"both {both_right}/{len(src)}")
     if args.out:
         model.save_pretrained(args.out)
-        reloaded = attnlab.load_model(args.out)
+        reloaded = attnlab.load_model(args.out, device=device)
         same = torch.equal(reloaded(src, src), model(src, src))
         print(f"saved to {args.out}; reloaded model gives identical outputs: {same}")
     return 0

@@ -33,7 +33,10 @@ def run(args) -> int:
     if (args.data is None) == (args.src_file is None and args.ref_file is None):
         raise ValueError("give either --data NAME or --src-file and --ref-file")
     set_threads(args.threads)
-    translator = Translator.load(args.model, device=args.device)
+    from attnlab.cli.options import describe_device, resolve_device
+
+    device = resolve_device(args.device)
+    translator = Translator.load(args.model, device=device)
     if args.data is not None:
         src_lang = args.src or translator.info.get("src_lang")
         tgt_lang = args.tgt or translator.info.get("tgt_lang")
@@ -63,11 +66,14 @@ def run(args) -> int:
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             out.writelines(h + "\n" for h in hypotheses)
+    description = corpus.description or f"{args.src_file} -> {args.ref_file}"
+    if args.show:
+        shown = min(args.show, len(sources))
+        print(f"The first {shown} sentences of {description} (in file order, not chosen):\n")
     for source, hypothesis, reference in list(zip(sources, hypotheses, references))[: args.show]:
         print(f"  source:      {source}\n  translation: {hypothesis}\n  reference:   {reference}\n")
-    description = corpus.description or f"{args.src_file} -> {args.ref_file}"
-    print(f"{description}: {scores.sentences} sentences translated in {seconds:.1f} s "
-          f"(beam {args.beam}, alpha {args.alpha})")
+    print(f"{description}: {scores.sentences} sentences translated in {seconds:.1f} s on "
+          f"{describe_device(device)} (beam {args.beam}, alpha {args.alpha})")
     print(scores.report())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:

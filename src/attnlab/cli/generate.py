@@ -29,6 +29,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sliding-window", action="store_true",
                         help="allow generating past the model's context (drops the oldest half when full)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    from attnlab.cli.options import add_device_argument
+
+    add_device_argument(parser)
 
 
 class Continuation:
@@ -63,7 +66,9 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = attnlab.load_model(args.model)
+    from attnlab.cli.options import resolve_device
+
+    model = attnlab.load_model(args.model, device=resolve_device(args.device))
     try:
         tokenizer = load_lm_tokenizer(args.model)
     except FileNotFoundError as error:

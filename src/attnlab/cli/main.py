@@ -32,7 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
+        _remember_parser(sub)
     return parser
+
+
+def _remember_parser(parser: argparse.ArgumentParser) -> None:
+    """Record in each (sub)parser's defaults which parser it is, so that an unknown option
+    is reported with the usage of the verb it was given to (``attnlab train lm``), not the
+    top-level usage. Nested parsers' defaults win, so the deepest one is recorded."""
+    parser.set_defaults(_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _remember_parser(child)
 
 
 def _version() -> str:
@@ -45,7 +57,9 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.verb is None:
         parser.print_help()
         return 0

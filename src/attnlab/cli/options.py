@@ -30,3 +30,52 @@ def parse_overrides(items: Iterable[str], flag: str = "--set") -> dict[str, Any]
             value = {"true": True, "false": False}.get(text.lower(), text)
         overrides[name.strip()] = value
     return overrides
+
+
+DEVICE_HELP = ("where the model runs: auto (a CUDA GPU when one is available, else the CPU), cpu, cuda "
+               "or cuda:N (default: auto)")
+
+
+def device_name(text: str) -> str:
+    """argparse ``type=`` for ``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
+    import argparse
+
+    name = text.strip().lower()
+    kind, sep, index = name.partition(":")
+    if name in ("auto", "cpu", "cuda") or (kind == "cuda" and sep and index.isdigit()):
+        return name
+    raise argparse.ArgumentTypeError(f"{text!r} is not a device: use auto, cpu, cuda or cuda:N")
+
+
+def add_device_argument(parser, help: str = DEVICE_HELP) -> None:
+    parser.add_argument("--device", type=device_name, default="auto", metavar="auto|cpu|cuda[:N]", help=help)
+
+
+def resolve_device(name: str) -> str:
+    """``--device`` as a torch device string; ``auto`` picks CUDA when available.
+
+    Raises ``ValueError`` (a clear CLI error) when CUDA is asked for and not available.
+    """
+    import torch
+
+    name = device_name(name)
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            why = ("this torch build has no CUDA support" if torch.version.cuda is None
+                   else "no CUDA GPU is visible (check the driver and CUDA_VISIBLE_DEVICES)")
+            raise ValueError(f"--device {name}: CUDA is not available here ({why}); use --device cpu or auto")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return name
+
+
+def describe_device(device: str) -> str:
+    """``cpu (2 threads)`` or ``cuda (NVIDIA H100 80GB HBM3)``: for the runs' first lines."""
+    import torch
+
+    if device.startswith("cuda"):
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"cpu ({torch.get_num_threads()} threads)"

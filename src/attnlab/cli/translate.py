@@ -11,7 +11,9 @@ def add_decoding_arguments(parser) -> None:
     parser.add_argument("--max-len-a", type=float, default=1.5,
                         help="output tokens <= a * source tokens + b (default a: 1.5)")
     parser.add_argument("--max-len-b", type=float, default=10, help="(default b: 10)")
-    parser.add_argument("--device", default="cpu")
+    from attnlab.cli.options import add_device_argument
+
+    add_device_argument(parser)
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
 
 
@@ -54,7 +56,9 @@ def run(args) -> int:
         sentences = [line.strip() for line in sys.stdin.read().split("\n")]
         if sentences and sentences[-1] == "":
             sentences.pop()  # the final newline
-    translator = Translator.load(args.model, device=args.device)
+    from attnlab.cli.options import resolve_device
+
+    translator = Translator.load(args.model, device=resolve_device(args.device))
     translations = translator.translate(sentences, batch_size=args.batch_size, **decoding_options(args))
     text = "".join(t + "\n" for t in translations)
     if args.output:

@@ -7,10 +7,11 @@ says exactly how to get it.
 =============  ===============================================  =======================
 name           where it is read from (``root`` overrides)        splits (pairs)
 =============  ===============================================  =======================
-multi30k       ``$ATTNLAB_DATA/multi30k`` (task 1, raw files)    train 29,000 / valid
-                                                                 1,014 / test 1,000
-                                                                 (test_2016_flickr);
+multi30k       ``$ATTNLAB_DATA/multi30k`` (task 1, raw files),   train 29,000 / valid
+               else the German and English copy shipped          1,014 / test 1,000
+               inside attnlab (``attnlab/data/multi30k``)        (test_2016_flickr);
                                                                  languages en, de, fr
+                                                                 (fr: download)
 trans-de-en    ``/usr/share/trans/de-en`` (Debian package)       train 15,119 / valid 826
                                                                  / test 829; de, en
 =============  ===============================================  =======================
@@ -30,6 +31,7 @@ from attnlab.data.parallel import ParallelCorpus, read_parallel
 from attnlab.data.trans_de_en import DEFAULT_TRANS_DE_EN_PATH, load_trans_de_en
 
 __all__ = [
+    "EMBEDDED_MULTI30K_DIR",
     "MULTI30K_URL",
     "data_root",
     "download_multi30k",
@@ -126,8 +128,27 @@ MULTI30K_SHA256 = {
 }
 
 
+# The German and English text of train, val and test_2016_flickr ships inside the package
+# (1.3 MB gzipped, the official files byte for byte: their SHA-256 are checked above), so a
+# fresh offline machine can train and score the translation quickstart. Citation and terms
+# of use: attnlab/data/multi30k/NOTICE.md.
+EMBEDDED_MULTI30K_DIR = Path(__file__).resolve().parent / "multi30k"
+EMBEDDED_MULTI30K_LANGUAGES = ("de", "en")
+
+
 def _multi30k_dir(root: str | os.PathLike | None) -> Path:
     return Path(root) if root is not None else data_root() / "multi30k"
+
+
+def _multi30k_source(root: str | os.PathLike | None, split: str, langs: Sequence[str]) -> Path:
+    """Where to read ``langs`` of ``split``: ``root`` if given; else ``$ATTNLAB_DATA/multi30k``
+    when it holds the files, else the embedded German-English copy."""
+    directory = _multi30k_dir(root)
+    if root is not None or all((directory / _multi30k_file(split, lang)).is_file() for lang in langs):
+        return directory
+    if all(lang in EMBEDDED_MULTI30K_LANGUAGES for lang in langs):
+        return EMBEDDED_MULTI30K_DIR
+    return directory
 
 
 def _multi30k_file(split: str, lang: str) -> str:
@@ -137,13 +158,14 @@ def _multi30k_file(split: str, lang: str) -> str:
 @register_parallel_dataset("multi30k")
 def _load_multi30k(split, src_lang, tgt_lang, root) -> ParallelCorpus:
     _check_languages("multi30k", src_lang, tgt_lang, MULTI30K_LANGUAGES)
-    directory = _multi30k_dir(root)
+    directory = _multi30k_source(root, split, (src_lang, tgt_lang))
     paths = [directory / _multi30k_file(split, lang) for lang in (src_lang, tgt_lang)]
     missing = [path.name for path in paths if not path.is_file()]
     if missing:
         download_call = "download_multi30k()" if root is None else f"download_multi30k({str(root)!r})"
         raise FileNotFoundError(
-            f"Multi30k not found: {directory} has no {' or '.join(missing)}. Either set "
+            f"Multi30k not found: {directory} has no {' or '.join(missing)} (attnlab ships only "
+            f"the {' and '.join(EMBEDDED_MULTI30K_LANGUAGES)} files). Either set "
             "ATTNLAB_DATA to a directory that contains multi30k/ (or pass root=<the multi30k "
             "directory>), or, with internet access, download the official files with "
             f"`python -c \"from attnlab.data import download_multi30k; {download_call}\"` "

@@ -32,6 +32,7 @@ import contextlib
 import json
 import math
 import random
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -291,13 +292,7 @@ class Trainer:
         if self.step >= self.config.max_steps:
             return last
         self._open_logs()
-        progress = tqdm(
-            total=self.config.max_steps,
-            initial=self.step,
-            disable=not (self.context.is_main and self.config.progress_bar),
-            desc="train",
-            dynamic_ncols=True,
-        )
+        progress = _Progress(self.config, initial=self.step, main=self.context.is_main)
         window = _Window()
         saved_at = None
         started = time.perf_counter()
@@ -307,27 +302,24 @@ class Trainer:
                 update = self._update()
                 self.step += 1
                 window.add(update)
-                progress.update(1)
                 if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
                     last = {"step": self.step, "lr": lr, **window.summary()}
                     window = _Window()
-                    postfix = dict(loss=f"{last['loss']:.4f}", lr=f"{lr:.3g}", tok_s=f"{last['tokens_per_s']:.0f}")
-                    if self.config.max_minutes is not None:  # the bar's total is max_steps; say what ends first
-                        left = max(0.0, 60.0 * self.config.max_minutes - (time.perf_counter() - started))
-                        postfix["budget_left"] = f"{int(left // 60)}:{int(left % 60):02d}"
-                    progress.set_postfix(postfix)
+                    progress.update(last, lr, started, force=True)
                     self._log(last)
+                else:
+                    progress.update(window, lr, started)
                 if self.config.validate_every and self.step % self.config.validate_every == 0:
                     valid = self.validate()
                     self._log({"step": self.step, **valid})
                     last.update(valid)
+                    progress.write(f"step {self.step}: " + ", ".join(f"{key} {value:.4g}" for key, value in valid.items()))
                 if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
                     self.save_checkpoint()
                     saved_at = self.step
                 if self._out_of_time(started):
-                    if self.context.is_main:
-                        progress.write(f"stopping at step {self.step}: the {self.config.max_minutes:g}-minute "
-                                       "budget (max_minutes) is spent")
+                    progress.write(f"stopping at step {self.step}: the {self.config.max_minutes:g}-minute "
+                                   "budget (max_minutes) is spent")
                     self._log({"step": self.step, "stopped": "max_minutes"})
                     break
             if saved_at != self.step:
@@ -522,6 +514,61 @@ class _Sums:
         if "nll" in self.logs:
             result[f"{prefix}ppl"] = math.exp(min(self.logs["nll"] / self.tokens, 700.0))  # exp overflows past ~709
         return result
+
+
+class _Progress:
+    """The progress bar: steps, running loss, lr, tokens/s and an honest time left.
+
+    The figures refresh about once a second (not only at log steps). Under a
+    ``max_minutes`` budget the time left is the sooner of the budget and the remaining
+    steps at the current rate, since whichever comes first ends the run; tqdm's own ETA
+    (towards ``max_steps`` only) is not shown.
+    """
+
+    REFRESH_SECONDS = 1.0
+
+    def __init__(self, config: TrainConfig, *, initial: int, main: bool) -> None:
+        self.config, self.initial, self.main = config, initial, main
+        self.bar = tqdm(total=config.max_steps, initial=initial, disable=not (main and config.progress_bar), desc="train",
+                        dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                                       "[{elapsed}{postfix}]")
+        self.shown_at = 0.0
+
+    def update(self, window: _Window | Mapping[str, float], lr: float, started: float, force: bool = False) -> None:
+        self.bar.update(1)
+        now = time.perf_counter()
+        if self.bar.disable or not (force or now - self.shown_at >= self.REFRESH_SECONDS):
+            return
+        self.shown_at = now
+        summary = window.summary() if isinstance(window, _Window) else window
+        elapsed = now - started
+        postfix = {}
+        if "loss" in summary:
+            postfix["loss"] = f"{summary['loss']:.4f}"
+        postfix["lr"] = f"{lr:.3g}"
+        if "tokens_per_s" in summary:
+            postfix["tok/s"] = f"{summary['tokens_per_s']:.0f}"
+        done = self.bar.n - self.initial
+        left = (self.config.max_steps - self.bar.n) * elapsed / done if done else float("inf")
+        if self.config.max_minutes is not None:
+            left = min(left, max(0.0, 60.0 * self.config.max_minutes - elapsed))
+            postfix["budget"] = f"{self.config.max_minutes:g} min"
+        postfix["left"] = _clock(left) if left != float("inf") else "?"
+        self.bar.set_postfix(postfix, refresh=False)
+
+    def write(self, message: str) -> None:
+        """A line above the bar (or alone, without a bar) on the main process."""
+        if self.main:
+            self.bar.write(message, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
 
 
 class _Window:

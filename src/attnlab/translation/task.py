@@ -231,6 +231,10 @@ def train_translation(options: TranslationTrainOptions) -> Path:
     _say(context, f"model: {options.preset}, {model.num_parameters():,d} parameters; "
                   f"{len(train_batches)} batches of <= {options.max_tokens} tokens per epoch"
                   + (f" x {context.world_size} processes" if context.world_size > 1 else ""))
+    device = torch.device(context.device if context.device is not None else options.device)
+    _say(context, "device: " + (f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
+                                else f"cpu ({torch.get_num_threads()} threads)")
+                  + (", bf16 autocast" if options.bf16 else ", float32"))
 
     config = TrainConfig(
         out_dir=str(out), max_steps=options.max_steps, schedule="noam", d_model=model.config.d_model,
