@@ -9,6 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="${1:-runs/quickstart_sweep}"
 ATTNLAB="${ATTNLAB:-attnlab}"
+mkdir -p "$ROOT"
 declare -A SETTINGS=(
   [A_v4000_t1500_w200_lr0.7]="--vocab-size 4000 --max-tokens 1500 --warmup 200 --lr-scale 0.7"
   [B_v2000_t1500_w200_lr0.7]="--vocab-size 2000 --max-tokens 1500 --warmup 200 --lr-scale 0.7"

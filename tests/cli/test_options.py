@@ -90,3 +90,22 @@ def test_presets_count_names_the_vocabulary_it_counts_at(capsys):
     row = next(line for line in lines if line.startswith("multi30k "))
     expected = attnlab.create_model("multi30k").num_parameters()
     assert f"{expected:,d}" in row and "vocab_size 8,000" in row
+
+
+def test_precision_auto_is_bf16_only_on_a_gpu_that_has_it(monkeypatch):
+    import argparse
+
+    import torch
+
+    from attnlab.cli.options import add_precision_argument, resolve_precision
+
+    parser = argparse.ArgumentParser()
+    add_precision_argument(parser)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    auto = parser.parse_args([])
+    assert resolve_precision(auto, "cuda") and resolve_precision(auto, "cuda:1")
+    assert not resolve_precision(auto, "cpu")
+    assert not resolve_precision(parser.parse_args(["--precision", "fp32"]), "cuda")
+    assert resolve_precision(parser.parse_args(["--bf16"]), "cpu")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert not resolve_precision(auto, "cuda")

@@ -79,3 +79,22 @@ def describe_device(device: str) -> str:
     if device.startswith("cuda"):
         return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
     return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def add_precision_argument(parser) -> None:
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                        help="auto: bf16 autocast (float32 master weights) on a GPU that supports it, float32 "
+                             "elsewhere; fp32; or bf16 (default: auto)")
+    parser.add_argument("--bf16", action="store_true", help="same as --precision bf16")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the training forward (faster steps on a GPU after a compile pause)")
+
+
+def resolve_precision(args, device: str) -> bool:
+    """Whether to train under bf16 autocast, from ``--precision``/``--bf16`` and the device."""
+    precision = "bf16" if args.bf16 else args.precision
+    if precision == "auto":
+        import torch
+
+        return device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    return precision == "bf16"

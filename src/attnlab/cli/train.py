@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
 
 
 def _add_translation_arguments(parser) -> None:
-    from attnlab.cli.options import DEVICE_HELP, add_device_argument
+    from attnlab.cli.options import DEVICE_HELP, add_device_argument, add_precision_argument
 
     data = parser.add_argument_group("data (a named data set, or your own aligned files)")
     data.add_argument("--data", help="named data set: multi30k or trans-de-en")
@@ -56,7 +56,7 @@ def _add_translation_arguments(parser) -> None:
     model.add_argument("--label-smoothing", type=float, default=0.1, help="epsilon (default: 0.1)")
     model.add_argument("--grad-accum", type=int, default=1, help="micro-batches per update (default: 1)")
     model.add_argument("--clip", type=float, default=None, help="clip the gradient norm to this (default: off)")
-    model.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    add_precision_argument(model)
     model.add_argument("--seed", type=int, default=1)
     add_device_argument(model, help=DEVICE_HELP + "; under torchrun with nccl each process takes its own GPU")
     model.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
@@ -77,20 +77,21 @@ def _add_translation_arguments(parser) -> None:
 def run(args) -> int:
     import os
 
-    from attnlab.cli.options import parse_overrides, resolve_device
+    from attnlab.cli.options import parse_overrides, resolve_device, resolve_precision
     from attnlab.cli.translate import set_threads
     from attnlab.translation import TranslationTrainOptions, train_translation
 
     set_threads(args.threads)
+    device = resolve_device(args.device)
     options = TranslationTrainOptions(
         out=args.out, src_lang=args.src, tgt_lang=args.tgt, data=args.data, data_root=args.data_root,
         train_src=args.train_src, train_tgt=args.train_tgt, valid_src=args.valid_src, valid_tgt=args.valid_tgt,
         max_train_pairs=args.max_train_pairs, preset=args.preset, vocab_size=args.vocab_size,
         tokenizer_type=args.tokenizer_type, max_length=args.max_length, max_tokens=args.max_tokens,
         max_steps=args.max_steps, warmup=args.warmup, lr_scale=args.lr_scale, label_smoothing=args.label_smoothing,
-        grad_accum=args.grad_accum, clip=args.clip, bf16=args.bf16, val_every=args.val_every or None,
+        grad_accum=args.grad_accum, clip=args.clip, bf16=resolve_precision(args, device), compile=args.compile, val_every=args.val_every or None,
         save_every=args.save_every or None, keep=args.keep, average_last=args.average_last,
-        log_every=args.log_every, resume=args.resume, seed=args.seed, device=resolve_device(args.device),
+        log_every=args.log_every, resume=args.resume, seed=args.seed, device=device,
         progress_bar=not args.no_progress, max_minutes=args.max_minutes, model_overrides=parse_overrides(args.set),
     )
     model_dir = train_translation(options)

@@ -49,6 +49,9 @@ def add_arguments(parser) -> None:
     from attnlab.cli.options import add_device_argument
 
     add_device_argument(parser)
+    from attnlab.cli.options import add_precision_argument
+
+    add_precision_argument(parser)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
@@ -73,7 +76,7 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import describe_device, parse_overrides, resolve_device
+    from attnlab.cli.options import describe_device, parse_overrides, resolve_device, resolve_precision
     from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
                                    shakespeare_text)
     from attnlab.training.trainer import TrainConfig, Trainer
@@ -120,13 +123,15 @@ def run(args) -> int:
         f"({args.tokenizer} vocabulary of {tokenizer.vocab_size})")
     model.to(device)
     say(f"model: {args.preset}, {model.num_parameters():,d} parameters, context {context}; "
-        f"{args.batch_size} windows per update; device: {describe_device(device)}")
+        f"{args.batch_size} windows per update; device: {describe_device(device)}"
+        + (", bf16 autocast" if resolve_precision(args, device) else ", float32"))
     out = Path(args.out)
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
                          min_lr=args.lr / 10, warmup_steps=warmup, betas=(0.9, 0.99), eps=1e-8,
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
                          checkpoint_every=args.save_every or None, seed=args.seed,
-                         progress_bar=not args.no_progress, max_minutes=args.max_minutes)
+                         progress_bar=not args.no_progress, max_minutes=args.max_minutes,
+                         bf16=resolve_precision(args, device), compile=args.compile)
     # Everything above is checked before anything is written to OUT.
     out.mkdir(parents=True, exist_ok=True)
     tokenizer_file = tokenizer.save(out)

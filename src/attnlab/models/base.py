@@ -76,7 +76,12 @@ def check_token_ids(ids, vocab_size: int, name: str) -> None:
         raise ValueError(f"{name} must be (batch, length) token ids, got shape {tuple(ids.shape)}")
     if ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"{name} must be an integer tensor, got dtype {ids.dtype}")
-    if ids.numel():
+    if ids.numel() and ids.device.type != "cpu":
+        # On an accelerator a host-side check would wait for the GPU at every forward (and
+        # break torch.compile's graph): assert on the device instead, asynchronously.
+        torch._assert_async(((ids >= 0) & (ids < vocab_size)).all(),
+                            f"{name} contains a token id outside the vocabulary [0, {vocab_size})")
+    elif ids.numel():
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high

@@ -108,6 +108,7 @@ class TrainConfig:
     grad_accum_steps: int = 1
     clip_grad_norm: float | None = None
     bf16: bool = False
+    compile: bool = False
     log_every: int = 100
     validate_every: int | None = None
     checkpoint_every: int | None = None
@@ -230,6 +231,8 @@ class Trainer:
             model.to(self.context.device)
         self.model = model
         self.train_model = wrap_model(model, self.context)
+        if config.compile:  # the training forward only; validation and checkpoints use the bare model
+            self.train_model = torch.compile(self.train_model)
         self.loss_fn = loss_fn
         self.train_batches = train_batches
         self.valid_batches = valid_batches

@@ -92,6 +92,7 @@ class TranslationTrainOptions:
     grad_accum: int = 1
     clip: float | None = None
     bf16: bool = False
+    compile: bool = False
     val_every: int | None = 500
     save_every: int | None = 1000
     keep: int = 5
@@ -234,12 +235,12 @@ def train_translation(options: TranslationTrainOptions) -> Path:
     device = torch.device(context.device if context.device is not None else options.device)
     _say(context, "device: " + (f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
                                 else f"cpu ({torch.get_num_threads()} threads)")
-                  + (", bf16 autocast" if options.bf16 else ", float32"))
+                  + (", bf16 autocast" if options.bf16 else ", float32") + (", compiled" if options.compile else ""))
 
     config = TrainConfig(
         out_dir=str(out), max_steps=options.max_steps, schedule="noam", d_model=model.config.d_model,
         lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
-        clip_grad_norm=options.clip, bf16=options.bf16, log_every=options.log_every,
+        clip_grad_norm=options.clip, bf16=options.bf16, compile=options.compile, log_every=options.log_every,
         validate_every=options.val_every if valid_batches is not None else None,
         checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
         progress_bar=options.progress_bar, max_minutes=options.max_minutes,

@@ -1,0 +1,209 @@
+"""GPU speed of attnlab against its peers: one process, the same shapes and weights for each.
+
+    PYTHONPATH=src python3 benchmarks/gpu.py [--quick] [--translation-model DIR] [--only decode,train,translate]
+
+Needs torch with CUDA and transformers (the peers). Every figure is a median of timed
+repetitions after a warm-up, with ``torch.cuda.synchronize()`` around each; the runs of the
+libraries being compared are interleaved (A B A B ...) so a clock or thermal drift hits all.
+
+* **decode**: GPT-2-small (HF config, random weights copied into attnlab by
+  ``from_hf_gpt2``), greedy, 16-token prompt: attnlab ``generate`` vs HF ``generate`` with
+  its default dynamic cache, with ``cache_implementation="static"``, and static + compiled
+  (``CompileConfig(mode="reduce-overhead")``) where the installed transformers has it.
+  Tokens/s, the ratio to HF's fastest, whether the tokens are identical, and the fraction of
+  the memory-bandwidth bound (all weights read once per step).
+* **train**: encoder-decoder at transformer_base and transformer_big dimensions, 32k shared
+  vocabulary, forward + label-smoothed loss + backward + fused AdamW step; attnlab eager and
+  ``torch.compile``d vs ``torch.nn.Transformer`` (with tied embeddings and head) and HF
+  Marian; target tokens/s and model-FLOPs utilisation (6 x parameters x target tokens over
+  the bf16 dense peak: a rough figure, the source side is counted as the target's length).
+* **translate**: beam-4 translation of Multi30k's test_2016_flickr (1,000 German sentences,
+  shipped with attnlab) with a trained model directory (``--translation-model``), model
+  loaded and warmed up: sentences/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}
+
+
+def _lookup(table: dict[str, float]) -> float:
+    name = torch.cuda.get_device_name()
+    return next((value for key, value in table.items() if key in name), float("nan"))
+
+
+def interleaved(runs: dict[str, callable], repeats: int) -> dict[str, float]:
+    """Median seconds of each callable, run in turn ``repeats`` times after one warm-up each."""
+    for fn in runs.values():
+        fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+# ------------------------------------------------------------------------------ decoding
+def decode(batch: int, dtype: torch.dtype, new_tokens: int, repeats: int) -> None:
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from attnlab.generation import generate
+    from attnlab.interop import from_hf_gpt2
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(bos_token_id=0, eos_token_id=0)).eval()
+    ours = from_hf_gpt2(hf)
+    hf, ours = hf.cuda().to(dtype), ours.cuda().to(dtype).eval()
+    prompt = torch.randint(1, 50257, (batch, 16), device="cuda")
+
+    def hf_run(**kwargs):
+        def run():
+            with torch.inference_mode():
+                out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                                  min_new_tokens=new_tokens, do_sample=False, pad_token_id=0, **kwargs)
+            return out[:, prompt.shape[1]:].tolist()
+        return run
+
+    runs = {"attnlab": lambda: [list(map(int, row)) for row in generate(ours, prompt, max_new_tokens=new_tokens,
+                                                                          greedy=True)],
+            "HF dynamic": hf_run(), "HF static": hf_run(cache_implementation="static")}
+    if hasattr(transformers, "CompileConfig"):
+        runs["HF static+compile"] = hf_run(cache_implementation="static",
+                                           compile_config=transformers.CompileConfig(mode="reduce-overhead"))
+    outputs = {}
+    for name, fn in list(runs.items()):
+        try:
+            outputs[name] = fn()
+        except Exception as error:  # a peer configuration this transformers cannot run: say so, go on
+            print(f"  ({name} skipped: {type(error).__name__}: {str(error)[:120]})")
+            del runs[name]
+    seconds = interleaved(runs, repeats)
+    tokens = batch * new_tokens
+    params = sum(p.numel() for p in ours.parameters())
+    bound = _lookup(BANDWIDTH) / (params * torch.finfo(dtype).bits / 8) * batch
+    fastest_peer = min((name for name in seconds if name != "attnlab"), key=seconds.get)
+    peers = " | ".join(f"{name} {tokens / t:7.0f}" for name, t in seconds.items() if name != "attnlab")
+    same = {name: outputs[name] == outputs["attnlab"] for name in outputs if name != "attnlab"}
+    print(f"decode gpt2-small b{batch} {str(dtype)[6:]}: attnlab {tokens / seconds['attnlab']:7.0f} tok/s | {peers} | "
+          f"vs fastest ({fastest_peer}) {seconds[fastest_peer] / seconds['attnlab']:4.2f}x | "
+          f"bound ~{bound:6.0f} ({tokens / seconds['attnlab'] / bound:5.1%}) | identical tokens "
+          + ", ".join(f"{name}: {value}" for name, value in same.items()))
+
+
+# ------------------------------------------------------------------------------ training
+def train(preset: str, batch: int, length: int, vocab: int, dtype: torch.dtype, repeats: int,
+          compiled: bool) -> None:
+    from transformers import MarianConfig, MarianMTModel
+
+    from attnlab import create_model
+
+    torch.manual_seed(0)
+    src = torch.randint(4, vocab, (batch, length), device="cuda")
+    tgt = torch.randint(4, vocab, (batch, length + 1), device="cuda")
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    ours = create_model(preset, vocab_size=vocab).cuda().train()
+    c = ours.config
+    d, heads, ff, layers = c.d_model, c.num_heads, c.d_ff, c.num_encoder_layers
+
+    class NN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            self.core = torch.nn.Transformer(d, heads, layers, layers, ff, c.dropout, batch_first=True)
+            self.head = torch.nn.Linear(d, vocab, bias=False)
+            self.head.weight = self.emb.weight
+            self.mask = torch.nn.Transformer.generate_square_subsequent_mask(length, device="cuda")
+
+        def forward(self, s, t):
+            return self.head(self.core(self.emb(s) * d ** 0.5, self.emb(t) * d ** 0.5, tgt_mask=self.mask,
+                                       tgt_is_causal=True))
+
+    nn_model = NN().cuda().train()
+    marian = MarianMTModel(MarianConfig(vocab_size=vocab, d_model=d, encoder_layers=layers, decoder_layers=layers,
+                                        encoder_attention_heads=heads, decoder_attention_heads=heads,
+                                        encoder_ffn_dim=ff, decoder_ffn_dim=ff, dropout=c.dropout,
+                                        max_position_embeddings=1024, pad_token_id=0,
+                                        decoder_start_token_id=1)).cuda().train()
+    forwards = {"attnlab": (ours, ours), "nn.Transformer": (nn_model, nn_model),
+                "HF Marian": (marian, lambda s, t: marian(input_ids=s, decoder_input_ids=t).logits)}
+    if compiled:
+        forwards["attnlab compiled"] = (ours, torch.compile(ours))
+
+    def stepper(model, forward):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+        def step():
+            with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+                logits = forward(src, tgt_in)
+            loss = F.cross_entropy(logits.float().view(-1, vocab), tgt_out.reshape(-1), label_smoothing=0.1)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return step
+
+    seconds = interleaved({name: stepper(*pair) for name, pair in forwards.items()}, repeats)
+    tokens = batch * length
+    params = sum(p.numel() for p in ours.parameters())
+    peak = _lookup(PEAK_BF16)
+    best = min(seconds["attnlab"], seconds.get("attnlab compiled", float("inf")))
+    row = " | ".join(f"{name} {tokens / t:7.0f} ({6 * params * tokens / t / peak:5.1%})" for name, t in seconds.items())
+    ratios = ", ".join(f"{seconds[name] / best:4.2f}x {name}" for name in ("nn.Transformer", "HF Marian"))
+    print(f"train {preset} V={vocab} {tokens} tgt tok {str(dtype)[6:]}: tok/s (MFU) {row} | best attnlab = {ratios}")
+
+
+# ------------------------------------------------------------------------------ translation
+def translate(model_dir: str, repeats: int) -> None:
+    from attnlab.data import get_parallel_dataset
+    from attnlab.translation import Translator
+
+    translator = Translator.load(model_dir, device="cuda")
+    sources = [src for src, _ in get_parallel_dataset("multi30k", "test", "de", "en").pairs]
+    for batch_size in (100, 500, 1000):
+        seconds = interleaved({"beam4": lambda: translator.translate(sources, batch_size=batch_size, beam_size=4)},
+                              repeats)["beam4"]
+        print(f"translate multi30k test ({len(sources)} sentences) beam 4, batch {batch_size}: "
+              f"{len(sources) / seconds:7.1f} sentences/s ({seconds:.2f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and tokens")
+    parser.add_argument("--translation-model", help="trained translation model directory for the beam-4 figure")
+    parser.add_argument("--only", default="decode,train,translate", help="comma-separated sections")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("benchmarks/gpu.py needs a CUDA GPU")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    sections = set(args.only.split(","))
+    repeats = 3 if args.quick else 5
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if "decode" in sections:
+        for batch, dtype in ((1, torch.float32), (1, torch.bfloat16), (16, torch.bfloat16)):
+            decode(batch, dtype, 128 if args.quick else 256, repeats)
+    if "train" in sections:
+        for preset, batch, length, dtype in (("transformer_base", 96, 32, torch.float32),
+                                             ("transformer_base", 96, 32, torch.bfloat16),
+                                             ("transformer_base", 400, 64, torch.bfloat16),
+                                             ("transformer_big", 400, 64, torch.bfloat16)):
+            train(preset, batch, length, 32000, dtype, repeats, compiled=dtype == torch.bfloat16)
+    if "translate" in sections and args.translation_model:
+        translate(args.translation_model, repeats)
+
+
+if __name__ == "__main__":
+    main()

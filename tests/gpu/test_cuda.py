@@ -1,0 +1,54 @@
+"""What only a CUDA GPU can show (skipped elsewhere; on a GPU machine: ``pytest -m gpu tests/gpu``)."""
+
+import pytest
+import torch
+
+import attnlab
+from attnlab.training import ListBatchSource, TrainConfig, Trainer
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _model():
+    torch.manual_seed(0)
+    return attnlab.create_model("transformer_tiny", vocab_size=50).cuda()
+
+
+def test_forward_never_waits_for_the_gpu():
+    """The token-id check asserts on the device: no host synchronisation in a forward."""
+    model = _model()
+    src = torch.randint(4, 50, (3, 7), device="cuda")
+    tgt = torch.randint(4, 50, (3, 5), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        model(src, tgt)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_an_out_of_range_id_still_fails_on_the_gpu():
+    model = _model()
+    with pytest.raises(RuntimeError):
+        model(torch.full((1, 3), 50, device="cuda"), torch.full((1, 2), 5, device="cuda"))
+        torch.cuda.synchronize()
+
+
+def _loss(model, batch):
+    logits = model(batch["src"], batch["tgt"][:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch["tgt"][:, 1:].flatten(),
+                                             reduction="sum")
+    return loss, batch["tgt"][:, 1:].numel(), {}
+
+
+@pytest.mark.parametrize("bf16, compile", [(False, False), (True, False), (True, True)])
+def test_training_on_the_gpu_lowers_the_loss(tmp_path, bf16, compile):
+    generator = torch.Generator().manual_seed(0)
+    batches = [{"src": torch.randint(4, 50, (8, 6), generator=generator),
+                "tgt": torch.randint(4, 50, (8, 7), generator=generator)} for _ in range(2)]
+    model = _model()
+    config = TrainConfig(out_dir=str(tmp_path), max_steps=60, schedule="cosine", peak_lr=3e-3, warmup_steps=5,
+                         log_every=10, progress_bar=False, bf16=bf16, compile=compile)
+    trainer = Trainer(model, _loss, ListBatchSource(batches, shuffle=False), config)
+    last = trainer.train()
+    assert last["loss"] < 3.0  # from ln(50) = 3.9: the tiny batches are being memorised
