@@ -69,12 +69,16 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import parse_overrides
-    from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
-                                   shakespeare_text)
-    from attnlab.training.trainer import TrainConfig, Trainer
+    from attnlab.data.text import (CHAR_TOKENIZER_FILE, CharTokenizer, LineTokenizer, TextWindows,
+                                   consecutive_windows, load_lm_tokenizer, read_text_files, shakespeare_text)
+    from attnlab.data.tokenizer import TOKENIZER_FILE
+    from attnlab.files import OutputLock, refuse_symlinks
+    from attnlab.training.trainer import TRAINER_OUTPUTS, TrainConfig, Trainer
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ValueError("--vocab-size needs --tokenizer bpe")
+    out = Path(args.out)
+    previous = check_output_directory(out, args.resume)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.text:
@@ -86,7 +90,12 @@ def run(args) -> int:
             text, valid_text = text[:cut], text[cut:]
     else:
         text, valid_text = shakespeare_text("train"), shakespeare_text("valid")
-    if args.tokenizer == "bpe":
+    run_info = {"text": _fingerprint(text), "valid_text": _fingerprint(valid_text), "tokenizer": args.tokenizer,
+                "vocab_size": args.vocab_size, "context": args.context, "preset": args.preset, "set": args.set}
+    if previous is not None:  # resuming: same data, and the checkpoint's own vocabulary
+        check_same_run(previous, run_info)
+        tokenizer = load_lm_tokenizer(previous)
+    elif args.tokenizer == "bpe":
         tokenizer = LineTokenizer.train(text, vocab_size=args.vocab_size or 2000, seed=args.seed)
     else:
         tokenizer = CharTokenizer.from_text([text, valid_text])
@@ -95,13 +104,11 @@ def run(args) -> int:
         # The model's context is what it is trained on: untrained learned positions past
         # the training window would break generation there.
         overrides.setdefault("max_positions", args.context)
+    torch.manual_seed(args.seed)  # the initial weights: --seed makes a run reproducible
     model = attnlab.create_model(args.preset, **overrides)
     context = args.context or model.config.max_positions
     if context > model.config.max_positions:
         raise ValueError(f"--context={context} exceeds max_positions={model.config.max_positions}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer_file = tokenizer.save(out)
     train_ids = torch.tensor(tokenizer.encode(text))
     valid_ids = torch.tensor(tokenizer.encode(valid_text))
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
@@ -109,15 +116,59 @@ def run(args) -> int:
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
                          checkpoint_every=args.save_every or None, seed=args.seed,
                          progress_bar=not args.no_progress, max_minutes=args.max_minutes)
+    tokenizer_file = out / (CHAR_TOKENIZER_FILE if isinstance(tokenizer, CharTokenizer) else TOKENIZER_FILE)
     trainer = Trainer(model, lm_loss, TextWindows(train_ids, batch_size=args.batch_size, context=context,
                                                   seed=args.seed), config,
                       valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
                                                         max_batches=args.val_batches),
-                      model_files=[tokenizer_file])
-    trainer.train(resume=args.resume)
-    model_dir = model.save_pretrained(out / "model", extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
+                      model_files=[tokenizer_file], run_info=run_info)
+    # Every option is checked above; nothing is written to OUT before this point.
+    with OutputLock(out, purpose="attnlab train lm"):
+        refuse_symlinks(out, (*TRAINER_OUTPUTS, CHAR_TOKENIZER_FILE, TOKENIZER_FILE, "model"))
+        tokenizer.save(out)
+        trainer.train(resume=args.resume)
+        model_dir = model.save_pretrained(out / "model",
+                                          extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
     print(model_dir)
     return 0
+
+
+def _fingerprint(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_output_directory(out, resume: bool):
+    """Refuse, before anything is read or written, an ``--out`` that cannot be used: an
+    existing file, or a directory that holds another run's checkpoints without ``--resume``.
+    Returns the checkpoint to resume from (None for a fresh run)."""
+    from attnlab.training import latest_checkpoint
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
+    previous = latest_checkpoint(out / "checkpoints")
+    if previous is not None and not resume:
+        raise ValueError(f"--out {out}: already holds checkpoints (latest {previous.name}); pass --resume to "
+                         "continue that run, or choose another --out")
+    return previous
+
+
+def check_same_run(checkpoint, run_info: dict) -> None:
+    """Refuse to resume ``checkpoint`` on other data or another model (the vocabulary and
+    windows would silently change meaning)."""
+    from attnlab.training import load_training_state
+
+    saved = load_training_state(checkpoint).get("run_info")
+    if not isinstance(saved, dict):
+        return  # a checkpoint from before run_info was kept: nothing to compare with
+    flags = {"text": "--text", "valid_text": "--valid-text", "tokenizer": "--tokenizer", "vocab_size": "--vocab-size",
+             "context": "--context", "preset": "--preset", "set": "--set"}
+    changed = [flags.get(key, key) for key in run_info if key in saved and saved[key] != run_info[key]]
+    if changed:
+        raise ValueError(f"--resume: {', '.join(changed)} differ(s) from the run saved in {checkpoint}; resuming "
+                         "on other data or another model would silently change what the ids mean. Give the same "
+                         "options as that run, or train into a new --out")
 
 
 if __name__ == "__main__":
