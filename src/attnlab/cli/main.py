@@ -30,10 +30,9 @@ class _Parser(argparse.ArgumentParser):
     """Every ``type=float`` option of every verb (sub-parsers are built with this class too)
     refuses nan and inf where it is parsed: ``--alpha nan`` must not reach a search."""
 
-    def add_argument(self, *args, **kwargs):
-        if kwargs.get("type") is float:
-            kwargs["type"] = finite_float
-        return super().add_argument(*args, **kwargs)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("type", float, finite_float)  # argument groups share this registry
 
 
 def finite_float(text: str) -> float:

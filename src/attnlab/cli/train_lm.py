@@ -111,6 +111,11 @@ def run(args) -> int:
         raise ValueError(f"--context={context} exceeds max_positions={model.config.max_positions}")
     train_ids = torch.tensor(tokenizer.encode(text))
     valid_ids = torch.tensor(tokenizer.encode(valid_text))
+    valid_flag = "--valid-text" if args.valid_text else "--text (its last 10% is the validation text)"
+    for flag, ids in (("--text" if args.text else "the training text", train_ids), (valid_flag, valid_ids)):
+        if len(ids) <= context + 1:
+            raise ValueError(f"{flag}: {len(ids)} tokens is too short; windows of --context {context} need more "
+                             f"than {context + 1}")
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
                          min_lr=args.lr / 10, warmup_steps=args.warmup, betas=(0.9, 0.99), eps=1e-8,
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
