@@ -14,6 +14,28 @@ from torch import Tensor
 from attnlab.attention.masks import check_mask
 
 
+def _check_values(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | None, dropout_p: float,
+                  scale: float | None) -> None:
+    """The values :func:`attend` accepts: floating-point q, k, v and bias without NaN (and
+    without infinity, except -inf in ``bias``, which blocks a key), a finite ``scale``, and
+    ``dropout_p`` in [0, 1). Refusing NaN keeps every path's answer the same: the fused
+    kernel and the explicit softmax treat a NaN score differently."""
+    for name, tensor in (("q", q), ("k", k), ("v", v), ("bias", bias)):
+        if tensor is None:
+            continue
+        if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
+            kind = tensor.dtype if isinstance(tensor, Tensor) else type(tensor).__name__
+            raise ValueError(f"attend: {name} must be a floating-point tensor, got {kind}")
+        allowed = torch.isfinite(tensor) | torch.isneginf(tensor) if name == "bias" else torch.isfinite(tensor)
+        if not bool(allowed.all()):
+            raise ValueError(f"attend: {name} holds NaN" + (" or +inf" if name == "bias" else " or infinity"))
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"attend: dropout_p={dropout_p!r} must be a number in [0, 1)")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not math.isfinite(scale)):
+        raise ValueError(f"attend: scale={scale!r} must be a finite number")
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -46,6 +68,7 @@ def attend(
     ``torch.nn.functional.scaled_dot_product_attention``; fused kernels cannot return the
     weights, so ``need_weights=True`` always takes the explicit path.
     """
+    _check_values(q, k, v, bias=bias, dropout_p=dropout_p, scale=scale)
     if not q.dim() == k.dim() == v.dim() == 4:
         raise ValueError(f"attend: q, k, v must have 4 dimensions (B, H, L, D), got shapes "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")

@@ -69,6 +69,10 @@ def run(args) -> int:
     from attnlab.cli.options import resolve_device
 
     model = attnlab.load_model(args.model, device=resolve_device(args.device))
+    if model.config.family != "decoder_lm":
+        raise ValueError(f"--model {args.model}: holds a {model.config.family!r} model; generate needs a language "
+                         "model ('decoder_lm', from attnlab train lm); translation models are used with attnlab "
+                         "translate")
     try:
         tokenizer = load_lm_tokenizer(args.model)
     except FileNotFoundError as error:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import sys
+import traceback
 
 # verb name -> module under attnlab.cli; each module has ``HELP``, ``add_arguments(parser)``, ``run(args) -> int``.
 VERBS = {
@@ -23,9 +26,30 @@ VERBS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Every ``type=float`` option of every verb (sub-parsers are built with this class too)
+    refuses nan and inf where it is parsed: ``--alpha nan`` must not reach a search."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("type", float, finite_float)  # argument groups share this registry
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnlab", description="The Transformer family: train, decode, inspect.")
+    parser = _Parser(prog="attnlab", description="The Transformer family: train, decode, inspect.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, show the Python traceback (also: ATTNLAB_DEBUG=1)")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     for name, module_name in VERBS.items():
         module = importlib.import_module(module_name)
@@ -56,6 +80,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted after the verb too: attnlab translate ... --debug
+    argv = [arg for arg in argv if arg != "--debug"]
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -65,12 +92,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.run(args) or 0
-    except ValueError as error:  # bad user input: a clear message, no traceback
-        print(f"attnlab {args.verb}: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001 - no traceback reaches a user (unless asked for)
+        from attnlab.cli.errors import describe_error
+
+        if debug or args.debug or os.environ.get("ATTNLAB_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        message, code = describe_error(error)
+        print(f"attnlab {args.verb}: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

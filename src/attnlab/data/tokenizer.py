@@ -119,7 +119,12 @@ class Tokenizer:
         file = path / TOKENIZER_FILE if path.is_dir() else path
         if not file.is_file():
             raise FileNotFoundError(f"no tokenizer at {file} (expected a {TOKENIZER_FILE} saved by Tokenizer.save)")
-        return cls(file.read_bytes())
+        try:
+            return cls(file.read_bytes())
+        except RuntimeError as error:  # sentencepiece cannot parse the bytes
+            raise ValueError(f"{file}: not a sentencepiece model ({error})") from None
+        except ValueError as error:
+            raise ValueError(f"{file}: {error}") from None
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``directory/tokenizer.model`` (atomically: write, then rename) and return its path."""

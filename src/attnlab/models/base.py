@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
-import tempfile
 import types
 import typing
 from pathlib import Path
@@ -14,6 +14,9 @@ from typing import Any, ClassVar
 import torch
 from safetensors.torch import save_model
 from torch import nn
+
+from attnlab.files import atomic_write as _atomic_write
+from attnlab.files import default_file_mode  # noqa: F401  (re-exported: tests and old callers import it here)
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -40,6 +43,9 @@ class ModelConfig:
         for name, value in values.items():
             if not _fits_type(value, hints.get(name)):
                 raise ValueError(f"{source}: {cls.__name__}.{name}={value!r} is not of type {hints[name]}")
+            problem = _field_range_problem(name, value)
+            if problem:
+                raise ValueError(f"{source}: {cls.__name__}.{name}={value!r} {problem}")
         try:
             return cls(**values)
         except ValueError as error:  # the config's own consistency checks: say where it came from
@@ -48,6 +54,31 @@ class ModelConfig:
     def replace(self, **overrides) -> "ModelConfig":
         """A copy with some fields changed; unknown names raise ValueError."""
         return self.from_dict({**dataclasses.asdict(self), **overrides}, source="overrides")
+
+
+# Caps on what a config may ask a loader to build: a hostile config.json must not hang
+# (a million layers) or allocate terabytes before the weights file is even looked at.
+MAX_LAYERS = 1024
+MAX_SIZE = 2**24
+
+
+def _field_range_problem(name: str, value: Any) -> str | None:
+    """What is wrong with a config value's range, judged by the field's name (the same
+    conventions in every family): sizes and counts positive and capped, ``*_eps``
+    positive, ``*dropout`` in [0, 1), every float finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number"
+    if name.endswith("eps") and not value > 0:
+        return "must be positive"
+    if "dropout" in name and not 0 <= value < 1:
+        return "must be in [0, 1)"
+    if isinstance(value, int) and not name.endswith("_id"):
+        cap = MAX_LAYERS if "layers" in name else MAX_SIZE
+        if value > cap:
+            return f"exceeds the cap of {cap:,d} a loaded config may ask for"
+    return None
 
 
 def _fits_type(value: Any, annotation: Any) -> bool:
@@ -122,24 +153,3 @@ class AttnlabModel(nn.Module):
         for name, data in files.items():
             _atomic_write(directory / name, lambda path, data=data: Path(path).write_bytes(data))
         return directory
-
-
-def _atomic_write(target: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, default_file_mode())  # mkstemp makes the file private; give it the usual mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def default_file_mode() -> int:
-    """The mode a new file gets under the current umask (0o644 under the usual 022)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask

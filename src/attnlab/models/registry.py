@@ -7,15 +7,21 @@ A *preset* is a tiny function named after a paper's setting that returns a confi
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from safetensors import SafetensorError
+import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model as _load_safetensors
 
+from attnlab.files import recover_directory
 from attnlab.models.base import CONFIG_NAME, WEIGHTS_NAME, AttnlabModel, ModelConfig
 
+_MAX_CONFIG_BYTES = 1 << 20
+_FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
 _FAMILIES: dict[str, type[AttnlabModel]] = {}
 _PRESETS: dict[str, Callable[[], ModelConfig]] = {}
 
@@ -37,6 +43,12 @@ def register_preset(fn: Callable[[], ModelConfig]) -> Callable[[], ModelConfig]:
 def _ensure_registered() -> None:
     # Importing the model modules runs their @register_* decorators.
     import attnlab.models  # noqa: F401
+
+
+def known_families() -> list[str]:
+    """Names of the registered model families (the ``family`` of a ``config.json``)."""
+    _ensure_registered()
+    return sorted(_FAMILIES)
 
 
 def list_presets() -> list[str]:
@@ -69,27 +81,59 @@ def create_model(name: str, **overrides) -> AttnlabModel:
 def load_config(directory: str | os.PathLike) -> ModelConfig:
     """Read ``config.json`` of a saved model directory."""
     _ensure_registered()
+    if not Path(directory).exists():
+        # A run killed while replacing this directory leaves it under a hidden name: put it back.
+        for message in recover_directory(directory):
+            print(f"attnlab: {message}", file=sys.stderr, flush=True)
     path = Path(directory) / CONFIG_NAME
     if not path.is_file():
         raise ValueError(f"{path}: no such file; a saved attnlab model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+    if path.stat().st_size > _MAX_CONFIG_BYTES:
+        raise ValueError(f"{path}: {path.stat().st_size:,d} bytes is too large for a model config")
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not a valid JSON config ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a valid model config (nested too deeply)") from None
     family = values.get("family") if isinstance(values, dict) else None
     if family not in _FAMILIES:
         raise ValueError(f"{path}: unknown model family {family!r}; known families: {sorted(_FAMILIES)}")
     return _FAMILIES[family].config_class.from_dict(values, source=str(path))
 
 
+def _check_weights_fit(config: ModelConfig, weights: Path) -> None:
+    """Before allocating anything: the file holds floating-point tensors only, and the
+    parameter count ``config.json`` implies (counted on the meta device, which allocates
+    nothing) is not far beyond the number of values the file holds."""
+    try:
+        with safe_open(str(weights), framework="pt") as file:
+            stored = 0
+            for key in file.keys():
+                piece = file.get_slice(key)
+                dtype = piece.get_dtype()
+                if dtype not in _FLOAT_DTYPES:
+                    raise ValueError(f"{weights}: tensor {key!r} has dtype {dtype}; attnlab weights are "
+                                     f"floating point ({', '.join(sorted(_FLOAT_DTYPES))})")
+                stored += math.prod(piece.get_shape())
+    except SafetensorError as error:
+        raise ValueError(f"{weights}: not a readable safetensors file (truncated or foreign?): {error}") from None
+    with torch.device("meta"):
+        implied = model_class_for(config)(config).num_parameters()
+    if implied > 2 * stored + 4096:  # near misses get the exact missing/unexpected names below
+        raise ValueError(f"{weights.parent / CONFIG_NAME}: the config implies {implied:,d} parameters, but {weights} "
+                         f"holds {stored:,d} values; the config and the weights do not belong together")
+
+
 def load_model(directory: str | os.PathLike, *, device: str = "cpu") -> AttnlabModel:
     """Rebuild a model saved with ``save_pretrained``. Reads only JSON and safetensors
     (no pickle); a truncated, foreign or mismatched weights file raises ValueError."""
     config = load_config(directory)
-    model = model_class_for(config)(config)
     weights = Path(directory) / WEIGHTS_NAME
     if not weights.is_file():
         raise ValueError(f"{weights}: no such file")
+    _check_weights_fit(config, weights)
+    model = model_class_for(config)(config)
     try:
         missing, unexpected = _load_safetensors(model, str(weights), strict=False, device=device)
     except SafetensorError as error:
@@ -99,4 +143,8 @@ def load_model(directory: str | os.PathLike, *, device: str = "cpu") -> AttnlabM
     if missing or unexpected:
         raise ValueError(f"{weights}: weights do not fit the model in {CONFIG_NAME}: "
                          f"missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+    for name, parameter in model.named_parameters():
+        if not bool(torch.isfinite(parameter).all()):
+            raise ValueError(f"{weights}: tensor {name!r} holds NaN or infinity; the model is unusable "
+                             "(a diverged training run?)")
     return model.to(device).eval()

@@ -42,7 +42,8 @@ import safetensors
 import safetensors.torch
 import torch
 
-from attnlab.models.base import default_file_mode
+from attnlab.files import atomic_directory as _atomic_directory
+from attnlab.files import recover_directory, remove_stale_temporaries
 
 __all__ = [
     "MODEL_FILE",
@@ -57,6 +58,7 @@ __all__ = [
     "load_model_weights",
     "average_checkpoints",
     "write_model_directory",
+    "check_replaceable_model_directory",
     "average_checkpoints_to_directory",
     "encode_state",
     "decode_state",
@@ -70,6 +72,7 @@ STATE_JSON_FILE = "training_state.json"
 STATE_TENSORS_FILE = "training_state.safetensors"
 _FORMAT = "attnlab.training_state"
 _FORMAT_VERSION = 1
+_MAX_STEP = 10**12  # far beyond any run; a larger step is a corrupt or hostile file
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Files that belong to training only; everything else in a checkpoint describes the model.
 _TRAINING_ONLY_FILES = {MODEL_FILE, STATE_JSON_FILE, STATE_TENSORS_FILE}
@@ -228,44 +231,6 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
 # --------------------------------------------------------------------------- #
 # Files
 # --------------------------------------------------------------------------- #
-def _fsync_path(path: Path) -> None:
-    # Directories need fsync too, or the rename that publishes them may not survive a crash.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _atomic_directory(final: Path) -> Iterator[Path]:
-    """Yield a temporary directory that becomes ``final`` only if the block succeeds."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    temporary = final.parent / f".{final.name}.tmp-{os.getpid()}"
-    if temporary.exists():
-        shutil.rmtree(temporary)
-    temporary.mkdir()
-    try:
-        yield temporary
-        mode = default_file_mode()
-        for file in temporary.iterdir():
-            os.chmod(file, mode)  # safetensors writes its files private (0600)
-            _fsync_path(file)
-        _fsync_path(temporary)
-        if final.exists():
-            # rename() cannot replace a non-empty directory: move the old one aside first.
-            previous = final.parent / f".{final.name}.old-{os.getpid()}"
-            os.replace(final, previous)
-            os.replace(temporary, final)
-            shutil.rmtree(previous)
-        else:
-            os.replace(temporary, final)
-        _fsync_path(final.parent)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-
-
 def _write_json(path: Path, data: Any) -> None:
     with open(path, "w", encoding="utf-8") as file:
         json.dump(data, file, indent=1, allow_nan=False)
@@ -349,11 +314,16 @@ def save_checkpoint(
         raise ValueError(f"keep_last must be at least 1 or None, got {keep_last!r}")
     root = Path(root)
     final = checkpoint_dir(root, step)
+    bad = _first_non_finite(model.state_dict())
+    if bad is not None:
+        # Never write (and then rotate good checkpoints out for) weights that diverged.
+        raise ValueError(f"step {step}: model weight {bad!r} holds NaN or infinity; not saving a checkpoint "
+                         f"of a diverged model (the earlier checkpoints under {root} are kept)")
     encoded, tensors = encode_state(dict(training_state))
     header = {"format": _FORMAT, "version": _FORMAT_VERSION, "step": step, "state": encoded}
-    # Temporary directories left by a crashed run are invisible to list_checkpoints; remove them.
-    for stale in root.glob(".step_*.tmp-*") if root.is_dir() else ():
-        shutil.rmtree(stale, ignore_errors=True)
+    # Temporary directories left by a crashed run are invisible to list_checkpoints; remove
+    # them, but only those of dead processes (a live writer's are its checkpoints in flight).
+    remove_stale_temporaries(root, ".step_*.tmp-*")
     with _atomic_directory(final) as directory:
         safetensors.torch.save_model(model, str(directory / MODEL_FILE))
         safetensors.torch.save_file(tensors, str(directory / STATE_TENSORS_FILE), metadata={"format": "pt"})
@@ -387,7 +357,10 @@ def load_training_state(path: str | os.PathLike) -> dict[str, Any]:
     state = decode_state(header.get("state"), tensors, source=str(path / STATE_JSON_FILE))
     if not isinstance(state, dict):
         raise ValueError(f"{path / STATE_JSON_FILE}: training state is not a mapping")
-    state["step"] = header["step"]
+    step = header.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < _MAX_STEP:
+        raise ValueError(f"{path / STATE_JSON_FILE}: step {step!r} is not an integer in [0, {_MAX_STEP})")
+    state["step"] = step
     return state
 
 
@@ -401,6 +374,14 @@ def load_model_weights(path: str | os.PathLike, model: torch.nn.Module, *, stric
         safetensors.torch.load_model(model, str(file), strict=strict, device=str(device))
     except Exception as error:  # header/size errors from safetensors, key mismatches from torch
         raise ValueError(f"{file}: cannot load into {type(model).__name__} ({error})") from error
+
+
+def _first_non_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
+    """The name of the first floating-point tensor holding NaN or infinity, or None."""
+    for key, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return key
+    return None
 
 
 # --------------------------------------------------------------------------- #
@@ -421,9 +402,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
         raise ValueError("paths: need at least one checkpoint to average")
     files = [_model_file(path) for path in paths]
     first = _read_safetensors(files[0])
+    _refuse_non_finite(first, files[0])
     sums = {key: t.double() if t.is_floating_point() else t for key, t in first.items()}
     for file in files[1:]:
         tensors = _read_safetensors(file)
+        _refuse_non_finite(tensors, file)
         if tensors.keys() != first.keys():
             difference = sorted(tensors.keys() ^ first.keys())
             raise ValueError(f"{file}: tensor names differ from {files[0]} (e.g. {difference[:3]})")
@@ -439,6 +422,52 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
         key: (total / len(files)).to(first[key].dtype) if first[key].is_floating_point() else total
         for key, total in sums.items()
     }
+
+
+def _refuse_non_finite(tensors: Mapping[str, torch.Tensor], file: Path) -> None:
+    bad = _first_non_finite(tensors)
+    if bad is not None:
+        raise ValueError(f"{file}: tensor {bad!r} holds NaN or infinity; refusing to average it")
+
+
+def _is_attnlab_model(directory: Path) -> bool:
+    """Whether ``directory/config.json`` claims a registered attnlab model family (checkpoints
+    of other modules trained with the Trainer carry configs attnlab cannot load)."""
+    from attnlab.models.registry import known_families
+
+    try:
+        config = _read_json(directory / CONFIG_FILE)
+    except ValueError:
+        return True  # unreadable: let load_model say why
+    return not isinstance(config, dict) or config.get("family") in known_families()
+
+
+def check_replaceable_model_directory(out_dir: str | os.PathLike) -> None:
+    """Raise ValueError unless ``out_dir`` may be (re)written as a model directory.
+
+    Allowed: a missing or empty directory, or an attnlab model directory (``config.json``
+    and ``model.safetensors``) holding only plain files, which a new model replaces as a
+    whole. Anything else (a file, a symlink, a directory with other contents, the
+    current directory, ...) holds what attnlab did not write, and is refused.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.is_symlink():
+        raise ValueError(f"{out_dir}: is a symlink; give a real directory for the model")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ValueError(f"{out_dir}: exists and is not a directory; refusing to replace it")
+    entries = sorted(out_dir.iterdir())
+    if not entries:
+        return
+    names = {entry.name for entry in entries}
+    if not {CONFIG_FILE, MODEL_FILE} <= names:
+        raise ValueError(f"{out_dir}: exists, is not empty and is not an attnlab model directory (it has no "
+                         f"{CONFIG_FILE} + {MODEL_FILE}); refusing to replace it: choose a new or empty directory")
+    for entry in entries:
+        if entry.is_symlink() or not entry.is_file():
+            raise ValueError(f"{out_dir}: holds {entry.name!r}, which is not a plain file attnlab writes into a model "
+                             "directory; refusing to replace the directory: move it away or choose another one")
 
 
 def write_model_directory(
@@ -462,11 +491,25 @@ def write_model_directory(
                 "(give the Trainer a model_config)"
             )
         sources = [f for f in copy_from.iterdir() if f.is_file() and f.name not in _TRAINING_ONLY_FILES]
+        for source in sources:
+            if source.is_symlink():
+                raise ValueError(f"{source}: is a symlink (to {os.readlink(source)}); refusing to copy what it "
+                                 "points to into a model directory")
+    recover_directory(out_dir)
+    check_replaceable_model_directory(out_dir)
     with _atomic_directory(out_dir) as directory:
         tensors = {key: tensor.contiguous() for key, tensor in state_dict.items()}
         safetensors.torch.save_file(tensors, str(directory / MODEL_FILE), metadata={"format": "pt"})
         for source in sources:
             shutil.copyfile(source, directory / source.name)
+        if copy_from is not None and _is_attnlab_model(copy_from):
+            from attnlab.models.registry import load_model
+
+            try:  # publish only a directory that loads
+                load_model(directory)
+            except ValueError as error:
+                message = str(error).replace(str(directory), str(copy_from))
+                raise ValueError(f"{out_dir}: not written, the result would not load: {message}") from None
     return out_dir
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -44,6 +45,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from attnlab.files import OutputLock, json_safe, refuse_symlinks
 from attnlab.training.allocator import tune_allocator
 from attnlab.training.batches import Batch, BatchSource
 from attnlab.training.checkpoint import (
@@ -69,6 +71,8 @@ LossFn = Callable[[torch.nn.Module, Batch], tuple[torch.Tensor, int, Mapping[str
 """``loss_fn(model, batch) -> (loss_sum, num_tokens, logs)``; see the module docstring."""
 
 _SCHEDULES = ("noam", "cosine")
+TRAINER_OUTPUTS = ("metrics.jsonl", "checkpoints", "tensorboard")
+"""What the Trainer writes inside ``out_dir`` (none of them may be a symlink)."""
 
 
 @dataclass
@@ -90,6 +94,9 @@ class TrainConfig:
     (a resumed run gets the budget afresh): training stops after the first update
     that ends past it, checkpoints, and returns, even if ``max_steps`` is not
     reached. Under torchrun rank 0's clock decides for all ranks.
+
+    ``max_nonfinite_updates``: that many updates in a row with a NaN or infinite loss
+    or gradient norm stop training (each one is skipped, with a warning).
 
     ``tune_malloc`` keeps freed memory in the process on glibc (about 20 %
     faster steps on CPU; see :mod:`attnlab.training.allocator`).
@@ -118,10 +125,11 @@ class TrainConfig:
     tensorboard: bool = True
     max_minutes: float | None = None
     tune_malloc: bool = True
+    max_nonfinite_updates: int = 5
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
-        for name in ("max_steps", "grad_accum_steps", "log_every"):
+        for name in ("max_steps", "grad_accum_steps", "log_every", "max_nonfinite_updates"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -202,6 +210,8 @@ class Trainer:
         model_files: files (e.g. the tokenizer) copied into every checkpoint.
         context: the process group; by default discovered from torchrun's
             environment (a single process when there is none).
+        run_info: plain data describing the run (data fingerprints, options), stored
+            in every checkpoint as ``run_info`` for the caller to compare on resume.
     """
 
     def __init__(
@@ -215,6 +225,7 @@ class Trainer:
         model_config: Mapping[str, Any] | None = None,
         model_files: Sequence[str | Path] = (),
         context: DistributedContext | None = None,
+        run_info: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(train_batches, BatchSource):
             raise ValueError(
@@ -240,6 +251,7 @@ class Trainer:
             model_config = model.config.to_dict()
         self.model_config = dict(model_config) if model_config is not None else None
         self.model_files = list(model_files)
+        self.run_info = dict(run_info) if run_info is not None else None
         self.out_dir = Path(config.out_dir)
         self.checkpoint_root = self.out_dir / "checkpoints"
 
@@ -248,6 +260,7 @@ class Trainer:
         self.scheduler = ScheduledLR(self.optimizer, schedule)
         self.step = 0
         self._stream = _BatchStream(train_batches, self.context)
+        self._nonfinite_run = 0
         self._metrics_file = None
         self._tensorboard = None
 
@@ -279,7 +292,20 @@ class Trainer:
         or starts fresh when there is none. On CPU, N steps + resume + N steps
         ends with bit-identical parameters to 2N uninterrupted steps. Without
         ``resume``, an ``out_dir`` that already holds checkpoints is refused.
+
+        The main process holds ``out_dir``'s lock (:class:`attnlab.files.OutputLock`)
+        throughout: a second run writing into the same ``out_dir`` is refused. An
+        update whose loss or gradient norm is NaN or infinite is skipped (the step
+        still counts) with a warning; ``config.max_nonfinite_updates`` such updates in
+        a row stop training with a ValueError, keeping the last finite checkpoint.
         """
+        lock = OutputLock(self.out_dir, purpose="training") if self.context.is_main else contextlib.nullcontext()
+        with lock:
+            if self.context.is_main:
+                refuse_symlinks(self.out_dir, TRAINER_OUTPUTS)
+            return self._train(resume)
+
+    def _train(self, resume: bool) -> dict[str, float]:
         checkpoint = latest_checkpoint(self.checkpoint_root)
         if checkpoint is not None and not resume:
             # Starting over here would interleave two runs' checkpoints and metrics.
@@ -372,10 +398,36 @@ class Trainer:
         grad_norm = None
         if self.config.clip_grad_norm is not None:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm))
-        self.optimizer.step()
+            finite = math.isfinite(grad_norm)
+        else:  # no clipping, but a non-finite gradient must still not reach the weights
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            finite = not grads or bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+        finite = finite and math.isfinite(total.loss)
+        if finite:
+            self._nonfinite_run = 0
+            self.optimizer.step()
+        else:
+            self._skip_nonfinite(total.loss, grad_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"sums": total, "grad_norm": grad_norm, "seconds": time.perf_counter() - started}
+
+    def _skip_nonfinite(self, loss: float, grad_norm: float | None) -> None:
+        """Skip an update whose loss or gradient is not finite (every rank sees the same
+        all-reduced numbers, so all skip together); too many in a row end training."""
+        self._nonfinite_run += 1
+        step = self.step + 1
+        what = f"loss {loss:.4g}" + (f", gradient norm {grad_norm:.4g}" if grad_norm is not None else "")
+        if self._nonfinite_run >= self.config.max_nonfinite_updates:
+            raise ValueError(
+                f"step {step}: {self._nonfinite_run} updates in a row had a NaN or infinite loss or gradient "
+                f"({what}); training diverged and stops here. The weights were not updated by those steps and "
+                f"the last checkpoint under {self.checkpoint_root} is finite: resume from it with a lower "
+                "learning rate (or clip the gradient norm)")
+        if self.context.is_main:
+            warnings.warn(f"step {step}: {what} is not finite; this update is skipped "
+                          f"({self._nonfinite_run} in a row, training stops at {self.config.max_nonfinite_updates})",
+                          RuntimeWarning, stacklevel=3)
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -416,6 +468,8 @@ class Trainer:
                 "world_size": self.context.world_size,
                 "train_config": self.config.to_dict(),
             }
+            if self.run_info is not None:
+                state["run_info"] = self.run_info
             path = save_checkpoint(
                 self.checkpoint_root,
                 self.step,
@@ -441,6 +495,7 @@ class Trainer:
         except (KeyError, TypeError, RuntimeError) as error:
             raise ValueError(f"{path}: training state does not fit this model/optimizer ({error!r})") from error
         self._stream.restart()
+        self._warn_changed_config(path, state.get("train_config"))
         rng = state.get("rng", [])
         if state.get("world_size") == self.context.world_size and len(rng) == self.context.world_size:
             restore_rng_state(rng[self.context.rank])
@@ -455,12 +510,30 @@ class Trainer:
             self._seed(offset=1_000_003 * int(state["step"]))
         self.step = int(state["step"])
 
+    # Settings that may change on resume without changing what is trained.
+    _RESUME_FREE = {"max_steps", "max_minutes", "progress_bar", "tensorboard", "out_dir", "log_every",
+                    "validate_every", "checkpoint_every", "keep_last", "tune_malloc", "max_nonfinite_updates"}
+
+    def _warn_changed_config(self, path: Path, saved: Any) -> None:
+        """Warn, naming each one, about training settings that differ from the checkpoint's."""
+        if not isinstance(saved, dict) or not self.context.is_main:
+            return
+        current = self.config.to_dict()
+        changed = [f"{key} {saved[key]!r} -> {current[key]!r}" for key in sorted(current)
+                   if key in saved and key not in self._RESUME_FREE
+                   and json_safe(current[key]) != json_safe(saved[key])]
+        if changed:
+            warnings.warn(f"{path}: resuming with different training settings: {'; '.join(changed)}",
+                          UserWarning, stacklevel=3)
+
     # ------------------------------------------------------------------ #
     def _open_logs(self) -> None:
         if not self.context.is_main:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._metrics_file = open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8")
+        # O_NOFOLLOW: never append through a symlink planted where the log goes.
+        fd = os.open(self.out_dir / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        self._metrics_file = open(fd, "a", encoding="utf-8")
         if self.config.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -473,7 +546,8 @@ class Trainer:
         if self._metrics_file is None:
             return
         record = {"time": time.time(), **record}
-        self._metrics_file.write(json.dumps(record) + "\n")
+        # Strict JSON: a non-finite number (a diverged loss) is written as null.
+        self._metrics_file.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
         self._metrics_file.flush()
         if self._tensorboard is not None:
             for key, value in record.items():

@@ -17,6 +17,7 @@ Layout of an output directory ``out`` after ``train_translation``::
 from __future__ import annotations
 
 import itertools
+import contextlib
 import json
 import sys
 import time
@@ -35,7 +36,8 @@ from attnlab.data import (
     read_parallel,
 )
 from attnlab.data.tokenizer import TOKENIZER_FILE
-from attnlab.models.registry import create_model
+from attnlab.files import OutputLock, atomic_write_json, refuse_symlinks
+from attnlab.models.registry import create_model, get_preset
 from attnlab.training import (
     TrainConfig,
     Trainer,
@@ -45,6 +47,7 @@ from attnlab.training import (
     latest_checkpoint,
     list_checkpoints,
 )
+from attnlab.training.trainer import TRAINER_OUTPUTS
 
 __all__ = [
     "MODEL_SUBDIR",
@@ -183,12 +186,35 @@ def train_translation(options: TranslationTrainOptions) -> Path:
         raise ValueError(f"--max-tokens={options.max_tokens} must exceed --max-length={options.max_length} + 1")
     if options.average_last < 1:
         raise ValueError(f"--average-last={options.average_last} must be at least 1")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
     existing = latest_checkpoint(out / "checkpoints")
     if existing is not None and not options.resume:
         # Refuse before spending minutes on the vocabulary (the Trainer would refuse later).
         raise ValueError(f"{out} already holds checkpoints (latest {existing.name}); "
                          "pass --resume to continue that run, or choose another --out")
+    _check_train_options(options)
     context = init_distributed()
+    # One writer per --out (rank 0 writes; the lock is held until this process ends).
+    lock = OutputLock(out, purpose="attnlab train translation") if context.is_main else contextlib.nullcontext()
+    with lock:
+        if context.is_main:
+            refuse_symlinks(out, (*TRAINER_OUTPUTS, TOKENIZER_FILE, TASK_FILE, MODEL_SUBDIR))
+        return _train_translation(options, context, out, started)
+
+
+def _check_train_options(options: TranslationTrainOptions) -> None:
+    """Every option that can be checked without data, checked before minutes go into the
+    vocabulary: the preset and its overrides, and the training settings."""
+    config = get_preset(options.preset, **options.model_overrides)
+    TrainConfig(out_dir=str(options.out), max_steps=options.max_steps, schedule="noam", d_model=config.d_model,
+                lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
+                clip_grad_norm=options.clip, log_every=options.log_every, validate_every=options.val_every,
+                checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last),
+                max_minutes=options.max_minutes, tune_malloc=False)
+
+
+def _train_translation(options: TranslationTrainOptions, context, out: Path, started: float) -> Path:
     train_corpus, valid_corpus = load_training_corpora(options)
     _say(context, f"data: {train_corpus.description}: {len(train_corpus)} training pairs"
                   + (f" ({train_corpus.skipped_empty} empty lines skipped)" if train_corpus.skipped_empty else "")
@@ -208,7 +234,7 @@ def train_translation(options: TranslationTrainOptions) -> Path:
             _say(context, f"vocabulary: {tokenizer.vocab_size} {options.tokenizer_type} pieces -> {tokenizer_path}")
         task = {"task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
                 "data": options.data, "train": train_corpus.description}
-        (out / TASK_FILE).write_text(json.dumps(task, indent=1) + "\n", encoding="utf-8")
+        atomic_write_json(out / TASK_FILE, task)
     context.barrier()
     tokenizer = Tokenizer.load(out)
 

@@ -62,16 +62,26 @@ class Translator:
     def load(cls, directory: str | os.PathLike, *, device: str = "cpu") -> Translator:
         """Load ``config.json`` + ``model.safetensors`` + ``tokenizer.model`` (+ ``translation.json``)."""
         directory = Path(directory)
-        if not directory.is_dir():
-            raise ValueError(f"{directory}: no such model directory")
         model = load_model(directory, device=device)
+        family = model.config.family
+        if family != "transformer":
+            raise ValueError(f"{directory}: holds a {family!r} model; translation needs an encoder-decoder "
+                             "'transformer' model (a language model is used with attnlab generate)")
         try:
             tokenizer = Tokenizer.load(directory)
         except FileNotFoundError as error:
             raise ValueError(f"{directory}: holds no tokenizer ({error})") from None
         info_path = directory / TASK_FILE
-        info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-        return cls(model, tokenizer, info)
+        try:
+            info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+        except (ValueError, RecursionError) as error:
+            raise ValueError(f"{info_path}: not valid JSON ({error})") from None
+        if not isinstance(info, dict):
+            raise ValueError(f"{info_path}: expected a JSON object")
+        try:
+            return cls(model, tokenizer, info)
+        except ValueError as error:
+            raise ValueError(f"{directory}: {error}") from None
 
     @property
     def device(self) -> torch.device:
@@ -84,13 +94,15 @@ class Translator:
         limit = self._max_source_tokens()
         encoded = self.tokenizer.encode_batch(list(sentences))
         for number, ids in enumerate(encoded, start=1):
-            if limit is not None and len(ids) + 1 > limit:
-                raise ValueError(f"sentence {number} has {len(ids) + 1} tokens; the model accepts at most {limit}")
+            if len(ids) + 1 > limit:
+                raise ValueError(f"sentence {number} has {len(ids) + 1} tokens; the model accepts at most {limit} "
+                                 "(its max_positions): split it into shorter sentences")
         return [ids + [eos] for ids in encoded]
 
-    def _max_source_tokens(self) -> int | None:
-        config = self.model.config
-        return config.max_positions if getattr(config, "positional", "") == "learned" else None
+    def _max_source_tokens(self) -> int:
+        # Learned positions end there; sinusoidal ones extend, but the model never saw such
+        # lengths, and an unbounded line would cost minutes of quadratic attention.
+        return self.model.config.max_positions
 
     def _pad(self, rows: Sequence[Sequence[int]]) -> Tensor:
         pad = self.model.config.pad_id

@@ -1,0 +1,341 @@
+"""How attnlab writes files: atomically, under a lock, never through a symlink, recoverably.
+
+Every writer in attnlab goes through this module (docs/files.md says what it promises):
+
+* :func:`atomic_write` / :func:`atomic_write_bytes`: a file is written under a hidden
+  temporary name in its directory, fsynced and renamed over the real name, so a reader
+  sees the old or the new file, never half of one. ``rename`` replaces a symlink
+  itself, so a write never goes through a link to somewhere else.
+* :func:`atomic_directory`: a directory (a checkpoint, ``OUT/model``) is written as the
+  hidden sibling ``.NAME.tmp-PID``; replacing an existing ``NAME`` moves it to
+  ``.NAME.old-PID``, renames the new one in, then deletes the old one. A kill between
+  those steps is repaired by :func:`recover_directory` (the next run, or the next
+  load, finishes the swap when the new directory is complete, or rolls it back).
+* :class:`OutputLock`: one writer per output directory. ``OUT/.attnlab.lock`` holds an
+  exclusive ``flock`` for as long as the run lives, and the holder's PID and host for
+  the message a second writer gets; the kernel drops the lock when its holder dies, so
+  a lock left by a killed run is stale and simply taken over.
+* :func:`refuse_symlinks`: the names a run writes inside its output directory must not
+  be symlinks (a run would otherwise write through them into the link's target).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LOCK_FILE",
+    "OutputLock",
+    "atomic_directory",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "default_file_mode",
+    "fsync_path",
+    "json_safe",
+    "pid_alive",
+    "recover_directory",
+    "refuse_symlinks",
+    "remove_stale_temporaries",
+]
+
+LOCK_FILE = ".attnlab.lock"
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<pid>\d+)$")
+
+
+def default_file_mode() -> int:
+    """The mode a new file gets under the current umask (0o644 under the usual 022)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file or a directory (a rename is durable only once its directory is synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+# --------------------------------------------------------------------------- #
+# Files
+# --------------------------------------------------------------------------- #
+def atomic_write(target: str | os.PathLike, write: Callable[[str], Any]) -> Path:
+    """Call ``write(temporary_path)``, fsync it and rename it over ``target``."""
+    target = Path(target)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, default_file_mode())  # mkstemp makes the file private; give it the usual mode
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def atomic_write_bytes(target: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``target`` atomically (see :func:`atomic_write`)."""
+    return atomic_write(target, lambda path: Path(path).write_bytes(data))
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None``, so that strict JSON
+    parsers (which reject ``NaN``/``Infinity``) read what we write."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def atomic_write_json(target: str | os.PathLike, data: Any, *, indent: int | None = 1) -> Path:
+    """Write ``data`` as strict JSON (non-finite numbers refused) atomically."""
+    text = json.dumps(data, indent=indent, allow_nan=False) + "\n"
+    return atomic_write_bytes(target, text.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- #
+# Directories
+# --------------------------------------------------------------------------- #
+def _sibling(final: Path, kind: str, pid: int | None = None) -> Path:
+    return final.parent / f".{final.name}.{kind}-{os.getpid() if pid is None else pid}"
+
+
+def _leftovers(final: Path) -> list[tuple[str, int, Path]]:
+    """``(kind, pid, path)`` of the swap leftovers of ``final`` (``.NAME.tmp-PID``, ``.NAME.old-PID``)."""
+    found = []
+    if not final.parent.is_dir():
+        return found
+    for child in final.parent.iterdir():
+        match = _TEMPORARY.match(child.name)
+        if match and match.group("name") == final.name and child.is_dir() and not child.is_symlink():
+            found.append((match.group("kind"), int(match.group("pid")), child))
+    return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+def recover_directory(final: str | os.PathLike) -> list[str]:
+    """Repair what a killed :func:`atomic_directory` left around ``final``; return what was done.
+
+    Only leftovers of dead processes are touched. For each dead writer:
+
+    * ``.NAME.old-PID`` exists and ``NAME`` is missing: the kill came between the two
+      renames. The new directory ``.NAME.tmp-PID`` was complete (it is fsynced before the
+      old one is moved aside), so the swap is finished; without it, the old one is put back.
+    * ``.NAME.old-PID`` and ``NAME`` both exist: the swap was done, only the clean-up was
+      not; the old directory is deleted.
+    * ``.NAME.tmp-PID`` alone: an unfinished write; it is deleted (``NAME``, if any, is intact).
+    """
+    final = Path(final)
+    done: list[str] = []
+    by_pid: dict[int, dict[str, Path]] = {}
+    for kind, pid, path in _leftovers(final):
+        if pid != os.getpid() and not pid_alive(pid):
+            by_pid.setdefault(pid, {})[kind] = path
+    for pid, paths in by_pid.items():
+        old, new = paths.get("old"), paths.get("tmp")
+        if old is not None and not final.exists():
+            if new is not None:
+                os.replace(new, final)
+                done.append(f"{final}: finished an interrupted replacement (moved in {new.name} of dead process {pid})")
+                new = None
+            else:
+                os.replace(old, final)
+                done.append(f"{final}: rolled back an interrupted replacement (restored {old.name})")
+                old = None
+        if old is not None:
+            shutil.rmtree(old)
+            done.append(f"{final}: removed {old.name}, the previous version left by dead process {pid}")
+        if new is not None:
+            shutil.rmtree(new)
+            done.append(f"{final}: removed {new.name}, an unfinished write of dead process {pid}")
+    if done:
+        fsync_path(final.parent)
+    return done
+
+
+def remove_stale_temporaries(directory: str | os.PathLike, pattern: str) -> list[Path]:
+    """Delete ``directory``'s entries matching ``pattern`` (a glob ending in ``-PID``)
+    whose writer process is dead; a live writer's temporaries are left alone."""
+    removed = []
+    directory = Path(directory)
+    if not directory.is_dir():
+        return removed
+    for path in directory.glob(pattern):
+        pid = path.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory that becomes ``final`` only if the block succeeds.
+
+    An existing ``final`` is replaced as a whole (callers check first that it holds
+    nothing they did not write). The swap is recoverable, see :func:`recover_directory`.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for message in recover_directory(final):
+        print(f"attnlab: {message}", flush=True)
+    if final.is_symlink():
+        raise ValueError(f"{final}: is a symlink; attnlab does not write through symlinks")
+    temporary = _sibling(final, "tmp")
+    if temporary.exists():
+        shutil.rmtree(temporary)
+    temporary.mkdir()
+    try:
+        yield temporary
+        mode = default_file_mode()
+        for file in temporary.iterdir():
+            os.chmod(file, mode)  # safetensors writes its files private (0600)
+            fsync_path(file)
+        fsync_path(temporary)
+        if final.exists():
+            # rename() cannot replace a non-empty directory: move the old one aside first.
+            previous = _sibling(final, "old")
+            os.replace(final, previous)
+            os.replace(temporary, final)
+            fsync_path(final.parent)
+            shutil.rmtree(previous)
+        else:
+            os.replace(temporary, final)
+        fsync_path(final.parent)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def refuse_symlinks(directory: str | os.PathLike, names: Iterable[str]) -> None:
+    """Raise ValueError if ``directory`` itself or any of ``names`` inside it is a symlink."""
+    directory = Path(directory)
+    for name in names:
+        path = directory / name
+        if path.is_symlink():
+            raise ValueError(f"{path}: is a symlink (to {os.readlink(path)}); attnlab writes this name itself "
+                             "and does not follow symlinks there; remove the link or choose another output directory")
+
+
+# --------------------------------------------------------------------------- #
+# Lock
+# --------------------------------------------------------------------------- #
+class OutputLock:
+    """An exclusive lock on an output directory, held while a run writes into it.
+
+    ``with OutputLock(out):`` creates ``out`` if needed and takes an ``flock`` on
+    ``out/.attnlab.lock``, whose contents name the holder (PID, host, command). A second
+    writer is refused with a ValueError naming the holder. The kernel releases the lock
+    when its process dies, so a lock file left by a killed run is stale and taken over
+    (:attr:`stale_holder` says whose it was).
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, purpose: str = "") -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.purpose = purpose
+        self.stale_holder: str | None = None
+        self.created = False
+        self._fd: int | None = None
+
+    def acquire(self) -> OutputLock:
+        import fcntl
+
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"{self.directory}: exists and is not a directory; give a directory for the output")
+        self.created = not self.directory.exists()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(self.directory)
+        if key in _HELD:  # this process holds it already (a CLI verb, then its Trainer): nest
+            _HELD[key][1] += 1
+            self._fd = -1
+            return self
+        if self.path.is_symlink():
+            raise ValueError(f"{self.path}: is a symlink; remove it (attnlab writes its lock file itself)")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise ValueError(f"{self.directory}: another attnlab run is writing here ({holder}); wait for it to "
+                             f"finish or choose another output directory") from None
+        previous = _read_holder(fd)
+        if previous != "holder unknown":
+            self.stale_holder = previous
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "purpose": self.purpose}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        self._fd = fd
+        _HELD[key] = [fd, 1]
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        key = os.path.realpath(self.directory)
+        _HELD[key][1] -= 1
+        if _HELD[key][1] > 0:
+            self._fd = None
+            return
+        del _HELD[key]
+        os.ftruncate(self._fd, 0)  # the file stays (deleting it would race a waiting writer)...
+        if self.created and [p.name for p in self.directory.iterdir()] == [LOCK_FILE]:
+            # ...unless this lock made the directory and nothing else was written: a refused
+            # run leaves no trace.
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+                self.directory.rmdir()
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+_HELD: dict[str, list[int]] = {}  # realpath -> [fd, nesting depth] of the locks this process holds
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        data = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        holder = json.loads(data) if data.strip() else None
+    except (OSError, ValueError):
+        holder = None
+    if not isinstance(holder, dict):
+        return "holder unknown"
+    text = f"PID {holder.get('pid')} on host {holder.get('host')}"
+    return text + (f", {holder['purpose']}" if holder.get("purpose") else "")

@@ -1,0 +1,34 @@
+"""`train lm`: --seed reproduces a run; --resume refuses other data instead of silently
+remapping the vocabulary."""
+
+from __future__ import annotations
+
+import shutil
+
+from .conftest import lm_args, run_cli, snapshot
+
+
+def test_the_same_seed_gives_the_same_model(lm_text, tmp_path, capsys):
+    runs = [tmp_path / name for name in ("a", "b", "c")]
+    for run, seed in zip(runs, ("7", "7", "8")):
+        assert run_cli(lm_args(lm_text, run, "--seed", seed), capsys)[0] == 0
+    weights = [(run / "model" / "model.safetensors").read_bytes() for run in runs]
+    assert weights[0] == weights[1] and weights[0] != weights[2]
+
+
+def test_resume_with_different_text_is_refused(lm_run, lm_text, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(lm_run, out)
+    other = tmp_path / "other.txt"
+    other.write_text(lm_text.read_text(encoding="utf-8").upper(), encoding="utf-8")
+    before = snapshot(out)
+    code, err = run_cli(lm_args(other, out, "--resume", "--max-steps", "3"), capsys)
+    assert code == 2 and "--text" in err and "differ" in err
+    assert snapshot(out) == before
+
+
+def test_resume_with_the_same_text_continues(lm_run, lm_text, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(lm_run, out)
+    assert run_cli(lm_args(lm_text, out, "--resume", "--max-steps", "3"), capsys)[0] == 0
+    assert (out / "checkpoints" / "step_00000003").is_dir()
