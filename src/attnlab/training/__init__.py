@@ -18,6 +18,7 @@ from attnlab.training.checkpoint import (
 )
 from attnlab.training.distributed import DistributedContext, init_distributed
 from attnlab.training.losses import TokenLoss, label_smoothed_cross_entropy
+from attnlab.training.optim import build_optimizer
 from attnlab.training.schedules import NoamSchedule, ScheduledLR, WarmupCosineSchedule
 from attnlab.training.trainer import LossFn, TrainConfig, Trainer
 
@@ -34,6 +35,7 @@ __all__ = [
     "Trainer",
     "WarmupCosineSchedule",
     "average_checkpoints",
+    "build_optimizer",
     "average_checkpoints_to_directory",
     "init_distributed",
     "label_smoothed_cross_entropy",

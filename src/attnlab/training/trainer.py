@@ -1,4 +1,4 @@
-"""A model-agnostic training loop: Adam + schedule, accumulation, checkpoints, resume, DDP.
+"""A model-agnostic training loop: Adam/AdamW + schedule, accumulation, checkpoints, resume, DDP.
 
 The trainer knows nothing about translation, language modelling or images. It
 needs three things from the model family:
@@ -19,7 +19,7 @@ One update (section 5 of the paper, plus the usual accumulation)::
         loss_sum, n, logs = loss_fn(model, batch); loss_sum.backward()
     N = number of target tokens over all micro-batches of all ranks
     grad = (sum of loss_sum gradients) / N        # sum, then divide once
-    clip (optional); Adam step; schedule step
+    clip (optional); Adam/AdamW step (training/optim.py); schedule step
 
 Dividing by the *global* token count after accumulating sums makes the update
 independent of how the batch was cut into micro-batches and processes (up to
@@ -63,6 +63,7 @@ from attnlab.training.distributed import (
     init_distributed,
     wrap_model,
 )
+from attnlab.training.optim import OPTIMIZERS, build_optimizer
 from attnlab.training.schedules import NoamSchedule, ScheduledLR, WarmupCosineSchedule
 
 __all__ = ["LossFn", "TrainConfig", "Trainer"]
@@ -112,6 +113,8 @@ class TrainConfig:
     min_lr: float = 0.0
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
     grad_accum_steps: int = 1
     clip_grad_norm: float | None = None
     bf16: bool = False
@@ -139,6 +142,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
         if self.schedule not in _SCHEDULES:
             raise ValueError(f"schedule must be one of {_SCHEDULES}, got {self.schedule!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if not self.weight_decay >= 0.0 or (self.weight_decay and self.optimizer != "adamw"):
+            raise ValueError(f"weight_decay must be >= 0 and needs optimizer='adamw', got {self.weight_decay!r}")
         if self.schedule == "noam" and self.d_model is None:
             raise ValueError("d_model is required by schedule='noam'")
         if self.schedule == "cosine" and self.peak_lr is None:
@@ -256,7 +263,8 @@ class Trainer:
         self.checkpoint_root = self.out_dir / "checkpoints"
 
         schedule = config.build_schedule()
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=schedule(1), betas=config.betas, eps=config.eps)
+        self.optimizer = build_optimizer(model, config.optimizer, lr=schedule(1), betas=config.betas, eps=config.eps,
+                                         weight_decay=config.weight_decay)
         self.scheduler = ScheduledLR(self.optimizer, schedule)
         self.step = 0
         self._stream = _BatchStream(train_batches, self.context)
