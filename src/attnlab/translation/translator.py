@@ -89,8 +89,7 @@ class Translator:
         return [ids + [eos] for ids in encoded]
 
     def _max_source_tokens(self) -> int | None:
-        config = self.model.config
-        return config.max_positions if getattr(config, "positional", "") == "learned" else None
+        return self.model.max_source_length
 
     def _pad(self, rows: Sequence[Sequence[int]]) -> Tensor:
         pad = self.model.config.pad_id
