@@ -52,16 +52,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def lm_loss(model, batch):
-    """Summed next-token cross-entropy of a ``{"ids": (B, T+1)}`` batch (nats)."""
-    import torch.nn.functional as F
-
-    ids = batch["ids"]
-    logits = model(ids[:, :-1])  # (B, T, V)
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="sum")
-    return loss, ids[:, 1:].numel(), {"nll": loss.detach()}
-
-
 def run(args) -> int:
     from pathlib import Path
 
@@ -69,27 +59,15 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import parse_overrides
-    from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
-                                   shakespeare_text)
+    from attnlab.tasks.lm import build_lm_tokenizer, lm_batches, lm_loss, load_lm_texts
     from attnlab.training.trainer import TrainConfig, Trainer
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ValueError("--vocab-size needs --tokenizer bpe")
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.text:
-        text = read_text_files(args.text)
-        if args.valid_text:
-            valid_text = read_text_files(args.valid_text)
-        else:
-            cut = int(len(text) * 0.9)
-            text, valid_text = text[:cut], text[cut:]
-    else:
-        text, valid_text = shakespeare_text("train"), shakespeare_text("valid")
-    if args.tokenizer == "bpe":
-        tokenizer = LineTokenizer.train(text, vocab_size=args.vocab_size or 2000, seed=args.seed)
-    else:
-        tokenizer = CharTokenizer.from_text([text, valid_text])
+    text, valid_text = load_lm_texts(args.text, args.valid_text)
+    tokenizer = build_lm_tokenizer(args.tokenizer, text, valid_text, vocab_size=args.vocab_size, seed=args.seed)
     overrides = {"vocab_size": tokenizer.vocab_size, **parse_overrides(args.set)}
     if args.context:
         # The model's context is what it is trained on: untrained learned positions past
@@ -102,17 +80,14 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer_file = tokenizer.save(out)
-    train_ids = torch.tensor(tokenizer.encode(text))
-    valid_ids = torch.tensor(tokenizer.encode(valid_text))
+    train_batches, valid_batches = lm_batches(tokenizer, text, valid_text, batch_size=args.batch_size,
+                                              context=context, seed=args.seed, max_valid_batches=args.val_batches)
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
                          min_lr=args.lr / 10, warmup_steps=args.warmup, betas=(0.9, 0.99), eps=1e-8,
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
                          checkpoint_every=args.save_every or None, seed=args.seed,
                          progress_bar=not args.no_progress, max_minutes=args.max_minutes)
-    trainer = Trainer(model, lm_loss, TextWindows(train_ids, batch_size=args.batch_size, context=context,
-                                                  seed=args.seed), config,
-                      valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
-                                                        max_batches=args.val_batches),
+    trainer = Trainer(model, lm_loss, train_batches, config, valid_batches=valid_batches,
                       model_files=[tokenizer_file])
     trainer.train(resume=args.resume)
     model_dir = model.save_pretrained(out / "model", extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
