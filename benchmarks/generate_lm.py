@@ -65,7 +65,7 @@ def bytes_per_token(model) -> int:
     as the output projection, read in full), except the position table, of which one row."""
     total = 0
     for name, parameter in model.named_parameters():
-        if name == "positions.weight":
+        if name.endswith("positions.weight"):
             total += parameter[0].numel() * parameter.element_size()
         else:
             total += parameter.numel() * parameter.element_size()
@@ -103,11 +103,11 @@ def time_per_token_vs_context(size: str, contexts: list[int], steps: int = 32, r
         token = torch.tensor([7])
 
         def run_ours():
-            cache = ours.new_static_cache(1, context + steps)
+            cache = ours.new_cache(1, context + steps)
             ours.prefill(ids, cache)
             start = time.perf_counter()
             for _ in range(steps):
-                ours.decode_step(token, cache)
+                ours.step(token, cache)
             return time.perf_counter() - start
 
         def run_hf():

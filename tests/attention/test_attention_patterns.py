@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from reference.attention import naive_attention, reference_causal_mask
 
-from attnlab.attention import CausalAttention, FullAttention, MultiHeadAttention
+from attnlab.attention import AttentionContext, CausalAttention, FullAttention, MultiHeadAttention
 
 
 def qkv(batch, heads, query_len, key_len, width, dtype=torch.float64):
@@ -23,7 +23,7 @@ def padding(batch, key_len):
 
 def assert_pattern_matches(pattern, q, k, v, mask, reference_mask, need_weights):
     expected_out, expected_weights = naive_attention(q, k, v, mask=reference_mask)
-    out, weights = pattern(q, k, v, mask=mask, need_weights=need_weights)
+    out, weights = pattern(q, k, v, AttentionContext(mask=mask, need_weights=need_weights))
     torch.testing.assert_close(out, expected_out, atol=1e-12, rtol=1e-10)
     if need_weights:
         torch.testing.assert_close(weights, expected_weights, atol=1e-12, rtol=1e-10)
@@ -61,7 +61,7 @@ def test_causal_attention_with_an_extra_mask_that_empties_rows():
     q, k, v = qkv(2, 2, 5, 5, 4)
     mask = torch.tensor([[False, False, True, True, True], [True] * 5])[:, None, None, :]
     for need_weights in (False, True):
-        out, _ = CausalAttention()(q, k, v, mask=mask, need_weights=need_weights)
+        out, _ = CausalAttention()(q, k, v, AttentionContext(mask=mask, need_weights=need_weights))
         assert not out.isnan().any()
         assert (out[0, :, :2] == 0).all()
         expected, _ = naive_attention(q, k, v, mask=reference_causal_mask(5, 5) & mask)
@@ -71,8 +71,8 @@ def test_causal_attention_with_an_extra_mask_that_empties_rows():
 def test_patterns_pass_dropout_through():
     q, k, v = qkv(2, 2, 5, 5, 4)
     for pattern in (FullAttention(), CausalAttention()):
-        clean, _ = pattern(q, k, v)
-        dropped, _ = pattern(q, k, v, dropout_p=0.5)
+        clean, _ = pattern(q, k, v, AttentionContext())
+        dropped, _ = pattern(q, k, v, AttentionContext(dropout_p=0.5))
         assert not torch.allclose(clean, dropped)
 
 

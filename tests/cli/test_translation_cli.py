@@ -90,7 +90,7 @@ def test_average_two_checkpoints(trained_model, tmp_path, capsys):
     assert main(["average", *map(str, checkpoints), "-o", str(out)]) == 0
     averaged = attnlab.load_model(out).state_dict()
     first, second = (attnlab.load_model(c).state_dict() for c in checkpoints)
-    key = "encoder.layers.0.ffn.linear1.weight"
+    key = "encoder.stack.layers.0.ffn.linear1.weight"
     torch.testing.assert_close(averaged[key], (first[key] + second[key]) / 2)
     assert (out / "tokenizer.model").is_file()
 

@@ -40,7 +40,7 @@ def sources(lengths: list[int], seed: int = 0, vocab: int = VOCAB) -> torch.Tens
 class EOSBias:
     """A model whose EOS logit gets ``bias(step)`` added: +inf-like forces EOS, -inf forbids
     it, a moderate value makes hypotheses end at scattered steps. Search functions only use
-    ``encode``, ``decode``, ``new_cache`` and ``config``."""
+    ``encode``, ``decode``, ``new_cache``, ``max_output_length`` and ``config``."""
 
     def __init__(self, model, bias):
         self.model, self.bias, self.config = model, bias, model.config
@@ -50,6 +50,9 @@ class EOSBias:
 
     def new_cache(self, capacity: int = 64):
         return self.model.new_cache(capacity)
+
+    def max_output_length(self):
+        return self.model.max_output_length()
 
     def decode(self, tgt_ids, memory, memory_mask, *, cache=None):
         first = cache.length if cache is not None else 0  # position of tgt_ids[:, 0]

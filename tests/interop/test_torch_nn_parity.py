@@ -184,9 +184,9 @@ def test_full_model_with_converted_stacks_equals_torch_on_embedded_inputs(norm_f
                                  num_encoder_layers=LAYERS, num_decoder_layers=LAYERS, norm_first=norm_first,
                                  dropout=0.1).eval()
     assert isinstance(model, Transformer)
-    model.encoder.load_state_dict(stacks.encoder.state_dict())
-    model.decoder.load_state_dict(stacks.decoder.state_dict())
-    for ours, theirs in ((model.encoder, stacks.encoder), (model.decoder, stacks.decoder)):
+    model.encoder.stack.load_state_dict(stacks.encoder.state_dict())
+    model.decoder.stack.load_state_dict(stacks.decoder.state_dict())
+    for ours, theirs in ((model.encoder.stack, stacks.encoder), (model.decoder.stack, stacks.decoder)):
         for (name, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
             assert torch.equal(a, b), name
 
@@ -200,8 +200,8 @@ def test_full_model_with_converted_stacks_equals_torch_on_embedded_inputs(norm_f
 
     with torch.no_grad():
         logits = model(src_ids, tgt_ids)
-        src_embedded = model._embed(model.src_embed, src_ids)
-        tgt_embedded = model._embed(model.tgt_embed, tgt_ids)
+        src_embedded = model.encoder.embed_tokens(src_ids, torch.arange(src_ids.shape[1]))
+        tgt_embedded = model.decoder.embed_tokens(tgt_ids, torch.arange(tgt_ids.shape[1]))
         causal = torch.ones(tgt_ids.shape[1], tgt_ids.shape[1], dtype=torch.bool).triu(1)
         hidden = transformer(src_embedded, tgt_embedded, tgt_mask=causal, tgt_is_causal=True,
                              src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,

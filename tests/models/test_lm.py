@@ -60,10 +60,10 @@ def test_prefill_and_decode_step_equal_full_forward(overrides):
     mask[2, :2] = False
     ids[~mask] = 0
     full = model(ids, attention_mask=mask)
-    cache = model.new_static_cache(3, 20)
+    cache = model.new_cache(3, 20)
     torch.testing.assert_close(model.prefill(ids[:, :8], cache, mask[:, :8]), full[:, 7])
     for t in range(8, 14):
-        torch.testing.assert_close(model.decode_step(ids[:, t], cache), full[:, t], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model.step(ids[:, t], cache), full[:, t], atol=1e-5, rtol=1e-5)
     assert cache.length == 14 and cache.positions.tolist() == [14, 9, 12]
 
 

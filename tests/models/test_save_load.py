@@ -92,7 +92,7 @@ def test_directory_layout_and_config_contents(saved):
     assert load_config(directory) == model.config
     tensors = load_file(str(directory / "model.safetensors"))
     # The tied matrix is stored once; the sinusoid table is computed, not stored.
-    embedding_keys = {k for k in tensors if k in ("src_embed.weight", "tgt_embed.weight", "output_proj.weight")}
+    embedding_keys = {k for k in tensors if k in ("encoder.embed.weight", "decoder.embed.weight", "decoder.head.weight")}
     assert len(embedding_keys) == 1
     assert not any("positions" in k for k in tensors)
 
@@ -190,14 +190,14 @@ def test_missing_and_unexpected_tensors_are_named(saved):
     _, directory = saved
     weights = directory / "model.safetensors"
     tensors = load_file(str(weights))
-    tensors.pop("decoder.final_norm.weight")
+    tensors.pop("decoder.stack.final_norm.weight")
     tensors["decoder.extra.weight"] = torch.zeros(2)
     save_file(tensors, str(weights))
     with pytest.raises(ValueError) as error:
         attnlab.load_model(directory)
     message = str(error.value)
     assert "model.safetensors" in message
-    assert "decoder.final_norm.weight" in message and "decoder.extra.weight" in message
+    assert "decoder.stack.final_norm.weight" in message and "decoder.extra.weight" in message
 
 
 def edit_config(directory: Path, edit) -> None:

@@ -60,7 +60,7 @@ def test_integer_weights_are_refused(model_dir):
 def test_nan_weights_are_refused(model_dir):
     weights = model_dir / "model.safetensors"
     tensors = load_file(str(weights))
-    name = sorted(tensors)[0]
+    name = next(n for n in sorted(tensors) if "embed" not in n)  # not a tied (shared) table
     tensors[name][0] = float("nan")
     save_file(tensors, str(weights))
     with pytest.raises(ValueError, match=f"{name}.*NaN"):

@@ -3,6 +3,13 @@
 Self-attention appends the new step's keys and values; cross-attention computes the
 memory's keys and values once per source. Both can be reordered along the batch
 (beam search) with :meth:`reorder`.
+
+Two self-attention caches, one interface (``update``, used by
+:class:`~attnlab.attention.multihead.MultiHeadAttention`): :class:`KVCache` grows as it
+goes (search, where rows are reordered and dropped); :class:`StaticKVCache` preallocates
+every layer's keys and values for a known number of positions (sampling from an LM) and
+can run with fixed shapes, its write position a device tensor, so that a decode step does
+no host sync and could be captured as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -35,6 +42,18 @@ class KVCache:
         self._v[:, :, self.length:new_len] = v
         self.length = new_len
         return self._k[:, :, :new_len], self._v[:, :, :new_len]
+
+    def update(self, kv: Tensor, window: int | None = None):
+        """Append ``kv`` ``(2, B, H, T, D)`` (new keys, values); return ``(keys, values,
+        query_offset, key_offset, key_mask)`` for the attention: all keys so far, or the
+        last ones a pattern with a ``window`` can attend (``key_offset`` = position of the
+        first); ``query_offset`` None = the queries are the last keys; no key mask."""
+        new = kv.shape[-2]
+        keys, values = self.append(kv[0], kv[1])
+        first = 0 if window is None else max(0, self.length - new - window + 1)
+        if first:
+            keys, values = keys[:, :, first:], values[:, :, first:]
+        return keys, values, None, first, None
 
     def _grow(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         shape = (*like.shape[:2], capacity, like.shape[-1])
@@ -84,7 +103,7 @@ class LayerCache:
 
 
 class StackCache:
-    """The caches of a whole layer stack; ``length`` is the number of positions seen."""
+    """The growing caches of a whole layer stack; ``length`` is the number of positions seen."""
 
     def __init__(self, num_layers: int, cross_attention: bool, capacity: int = 64):
         self.layers = [LayerCache(cross_attention, capacity) for _ in range(num_layers)]
@@ -95,6 +114,10 @@ class StackCache:
 
     def __getitem__(self, i: int) -> LayerCache:
         return self.layers[i]
+
+    def advance(self, count: int) -> None:
+        """Called by the stack after a forward of ``count`` positions; each growing layer
+        cache has counted them itself."""
 
     def reorder(self, index: Tensor, *, include_memory: bool = True) -> None:
         """Keep batch rows ``index``. Beam search reorders only within a source, whose
@@ -112,3 +135,96 @@ class StackCache:
         for layer in self.layers:
             if layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
+
+
+class StaticKVCache:
+    """Preallocated self-attention keys and values of every layer of a stack, for up to
+    ``capacity`` positions of ``batch`` rows (+ cross-attention memory caches if asked).
+
+    Layer i's buffer is ``kv[i]`` ``(2, B, H, capacity, D)`` (keys, values); ``cache[i]``
+    looks like a :class:`LayerCache`. ``length`` counts the positions written (a host
+    integer the Python loop keeps; reading it is no sync); the stack calls
+    :meth:`advance` after each forward. ``key_mask`` ``(B, 1, 1, capacity)`` marks real
+    (non-padding) keys, None when no row has padding. ``positions`` ``(B,)`` is free for
+    the model: the position index of each row's next token (left-padded rows differ).
+
+    ``fixed_shape=True`` makes every step the same computation for a later CUDA-graph
+    capture: keys and values are written at ``write_index`` (a ``(1,)`` device tensor
+    advanced in place) and attention runs over the whole buffer, the pattern masking the
+    positions after the query. Otherwise (the default, faster eagerly) attention sees the
+    filled prefix only (or the pattern's ``cache_window`` of it).
+    """
+
+    def __init__(self, num_layers: int, batch: int, num_heads: int, capacity: int, head_dim: int, *,
+                 cross_attention: bool = False, fixed_shape: bool = False, dtype=torch.float32, device=None):
+        self.capacity = capacity
+        self.fixed_shape = fixed_shape
+        # Zeros, not empty: a fixed-shape step reads unwritten slots (masked, but NaN * 0 = NaN).
+        self.kv = [torch.zeros(2, batch, num_heads, capacity, head_dim, dtype=dtype, device=device)
+                   for _ in range(num_layers)]
+        self.length = 0
+        self.write_index = torch.zeros(1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(batch, dtype=torch.long, device=device)
+        self.key_mask: Tensor | None = None
+        self.layers = [_StaticLayerCache(self, kv, cross_attention) for kv in self.kv]
+
+    def __getitem__(self, i: int) -> "_StaticLayerCache":
+        return self.layers[i]
+
+    def advance(self, count: int) -> None:
+        self.length += count
+        if self.fixed_shape:
+            self.write_index += count
+
+    def set_key_padding(self, mask: Tensor) -> None:
+        """Record ``(B, L)`` (True = real token) for the first L slots; later slots count as real."""
+        if self.key_mask is None:
+            self.key_mask = torch.ones(mask.shape[0], 1, 1, self.capacity, dtype=torch.bool, device=mask.device)
+        self.key_mask[:, 0, 0, :mask.shape[1]] = mask
+
+    def reorder(self, index: Tensor, *, include_memory: bool = True) -> None:
+        """Keep batch rows ``index`` (the filled prefix is copied)."""
+        index = torch.as_tensor(index)
+        for layer in self.layers:
+            layer.self_attn.kv = layer.self_attn.kv.index_select(1, index)
+            if include_memory and layer.cross_attn is not None:
+                layer.cross_attn.reorder(index)
+        self.kv = [layer.self_attn.kv for layer in self.layers]
+        self.positions = self.positions.index_select(0, index)
+        if self.key_mask is not None:
+            self.key_mask = self.key_mask.index_select(0, index)
+
+    def reorder_memory(self, index: Tensor) -> None:
+        index = torch.as_tensor(index)
+        for layer in self.layers:
+            if layer.cross_attn is not None:
+                layer.cross_attn.reorder(index)
+
+
+class _StaticLayerCache:
+    """One layer of a :class:`StaticKVCache`: ``self_attn.update`` and ``cross_attn``."""
+
+    def __init__(self, owner: StaticKVCache, kv: Tensor, cross_attention: bool):
+        self.owner = owner
+        self.kv = kv
+        self.self_attn = self
+        self.cross_attn = MemoryKVCache() if cross_attention else None
+
+    def update(self, kv: Tensor, window: int | None = None):
+        """Write ``kv`` ``(2, B, H, T, D)`` at the next T slots; see :meth:`KVCache.update`."""
+        owner, buffer = self.owner, self.kv
+        new = kv.shape[-2]
+        if owner.fixed_shape:
+            index = owner.write_index if new == 1 else owner.write_index + torch.arange(new, device=kv.device)
+            buffer.index_copy_(3, index, kv)
+            return buffer[0], buffer[1], owner.write_index, 0, owner.key_mask
+        start = owner.length
+        end = start + new
+        if end > owner.capacity:
+            raise ValueError(f"StaticKVCache is full: {end} positions > capacity {owner.capacity}")
+        # narrow/select, not tensor[...]: Python's multi-slice indexing costs several µs a call.
+        buffer.narrow(3, start, new).copy_(kv)  # keys and values in one copy
+        first = 0 if window is None else max(0, start - window + 1)
+        keys, values = buffer.narrow(3, first, end - first).unbind(0)
+        key_mask = owner.key_mask
+        return keys, values, None, first, None if key_mask is None else key_mask.narrow(3, first, end - first)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.attention.cache import KVCache, MemoryKVCache
-from attnlab.attention.patterns import AttentionPattern, FullAttention
+from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.linear import Linear
 
 
@@ -54,43 +54,72 @@ class MultiHeadAttention(nn.Module):
             if linear.bias is not None:
                 nn.init.zeros_(linear.bias)
 
-    def _split_heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
-        # (B, L, parts·d_model) -> parts × (B, H, L, head_dim)
+    def _split_heads(self, x: Tensor, parts: int) -> Tensor:
+        # (B, L, parts·d_model) -> (parts, B, H, L, head_dim)
         batch, length, _ = x.shape
-        x = x.view(batch, length, parts, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return x.unbind(0)
+        return x.view(batch, length, parts, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None,
-                cache: KVCache | MemoryKVCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                cache=None, need_weights: bool = False,
+                geometry: tuple[int, ...] | None = None) -> tuple[Tensor, Tensor | None]:
         """
         Args:
             x: ``(B, Lq, d_model)`` queries (and keys/values in self-attention).
             memory: ``(B, Lk, d_model)`` for cross-attention, None for self-attention.
             mask: boolean, broadcastable to ``(B, H, Lq, Lk)``; True = may attend.
-            cache: a :class:`KVCache` (self-attention: new keys/values are appended) or a
-                :class:`MemoryKVCache` (cross-attention: filled on first use, reused after;
-                ``memory`` may then be None).
+            cache: self-attention: a :class:`KVCache` or a layer of a :class:`StaticKVCache`
+                (new keys/values are written, the pattern sees the past too, or the part
+                of it its ``cache_window`` needs); cross-attention: a :class:`MemoryKVCache`
+                (filled on first use, reused after; ``memory`` may then be None).
             need_weights: also return per-head weights ``(B, H, Lq, Lk)``.
+            geometry: passed to the pattern (2D patterns: the raster's shape).
         Returns:
             ``(out (B, Lq, d_model), weights or None)``.
+
+        This is the only attention code path: the full forward, a cached decode step and
+        a fixed-shape step differ only in the cache, which says where the keys sit.
         """
+        q, k, v, query_offset, key_offset, mask = self._project(x, memory, cache, mask)
+        ctx = AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask, geometry=geometry,
+                               dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights)
+        out, weights = self.pattern(q, k, v, ctx)
+        return self._merge_heads(out), weights
+
+    def step(self, x: Tensor, cache, mask: Tensor | None = None) -> tuple[Tensor, None]:
+        """:meth:`forward` for a decode step (eval mode, a cache, no weights): the same
+        projections, cache update and pattern, called without module hooks, which cost
+        more than a one-token step's arithmetic on small models. ``cache`` is a self-
+        attention cache, or a filled :class:`MemoryKVCache` for cross-attention."""
+        q, k, v, query_offset, key_offset, mask = self._project(x, None, cache, mask)
+        out, _ = self.pattern.forward(q, k, v, AttentionContext(query_offset=query_offset, key_offset=key_offset,
+                                                                mask=mask))
+        return self._merge_heads(out), None
+
+    def _project(self, x: Tensor, memory: Tensor | None, cache, mask: Tensor | None):
+        """Queries, keys and values (through the cache), and where they sit."""
         d = self.d_model
-        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
+        query_offset, key_offset = None, 0
         if memory is None and not isinstance(cache, MemoryKVCache):
-            q, k, v = self._split_heads(self.qkv_proj(x), 3)
-            if cache is not None:
-                k, v = cache.append(k, v)
-        else:
-            (q,) = self._split_heads(F.linear(x, weight[:d], None if bias is None else bias[:d]), 1)
-            if isinstance(cache, MemoryKVCache) and cache.is_set:
-                k, v = cache.k, cache.v
+            qkv = self._split_heads(self.qkv_proj.forward(x), 3)  # (3, B, H, L, D)
+            q = qkv.select(0, 0)
+            if cache is None:
+                k, v = qkv.select(0, 1), qkv.select(0, 2)
             else:
-                k, v = self._split_heads(F.linear(memory, weight[d:], None if bias is None else bias[d:]), 2)
-                if cache is not None:
-                    cache.set(k, v)
-        dropout_p = self.dropout if self.training else 0.0
-        out, weights = self.pattern(q, k, v, mask=mask, dropout_p=dropout_p, need_weights=need_weights)
+                k, v, query_offset, key_offset, cache_mask = cache.update(qkv.narrow(0, 1, 2),
+                                                                          self.pattern.cache_window)
+                if cache_mask is not None:
+                    mask = cache_mask if mask is None else mask & cache_mask
+            return q, k, v, query_offset, key_offset, mask
+        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
+        q = self._split_heads(F.linear(x, weight[:d], None if bias is None else bias[:d]), 1)[0]
+        if isinstance(cache, MemoryKVCache) and cache.is_set:
+            k, v = cache.k, cache.v
+        else:
+            k, v = self._split_heads(F.linear(memory, weight[d:], None if bias is None else bias[d:]), 2).unbind(0)
+            if cache is not None:
+                cache.set(k, v)
+        return q, k, v, query_offset, key_offset, mask
+
+    def _merge_heads(self, out: Tensor) -> Tensor:
         batch, _, length, _ = out.shape
-        out = out.transpose(1, 2).reshape(batch, length, d)  # (B, Lq, d_model)
-        return self.out_proj(out), weights
+        return self.out_proj.forward(out.transpose(1, 2).reshape(batch, length, self.d_model))  # (B, Lq, d_model)

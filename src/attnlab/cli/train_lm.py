@@ -56,16 +56,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def lm_loss(model, batch):
-    """Summed next-token cross-entropy of a ``{"ids": (B, T+1)}`` batch (nats)."""
-    import torch.nn.functional as F
-
-    ids = batch["ids"]
-    logits = model(ids[:, :-1])  # (B, T, V)
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="sum")
-    return loss, ids[:, 1:].numel(), {"nll": loss.detach()}
-
-
 def run(args) -> int:
     import sys
     import time
@@ -75,10 +65,10 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import describe_device, parse_overrides, resolve_device, resolve_precision
-    from attnlab.data.text import (CHAR_TOKENIZER_FILE, CharTokenizer, LineTokenizer, TextWindows,
-                                   consecutive_windows, load_lm_tokenizer, read_text_files, shakespeare_text)
+    from attnlab.data.text import CHAR_TOKENIZER_FILE, CharTokenizer, TextWindows, consecutive_windows, load_lm_tokenizer
     from attnlab.data.tokenizer import TOKENIZER_FILE
     from attnlab.files import OutputLock, refuse_symlinks
+    from attnlab.tasks.lm import build_lm_tokenizer, lm_loss, load_lm_texts
     from attnlab.training.trainer import TRAINER_OUTPUTS, TrainConfig, Trainer
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
@@ -96,24 +86,14 @@ def run(args) -> int:
     previous = check_output_directory(out, args.resume)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.text:
-        text = read_text_files(args.text)
-        if args.valid_text:
-            valid_text = read_text_files(args.valid_text)
-        else:
-            cut = int(len(text) * 0.9)
-            text, valid_text = text[:cut], text[cut:]
-    else:
-        text, valid_text = shakespeare_text("train"), shakespeare_text("valid")
+    text, valid_text = load_lm_texts(args.text, args.valid_text)
     run_info = {"text": _fingerprint(text), "valid_text": _fingerprint(valid_text), "tokenizer": args.tokenizer,
                 "vocab_size": args.vocab_size, "context": args.context, "preset": args.preset, "set": args.set}
     if previous is not None:  # resuming: same data, and the checkpoint's own vocabulary
         check_same_run(previous, run_info)
         tokenizer = load_lm_tokenizer(previous)
-    elif args.tokenizer == "bpe":
-        tokenizer = LineTokenizer.train(text, vocab_size=args.vocab_size or 2000, seed=args.seed)
     else:
-        tokenizer = CharTokenizer.from_text([text, valid_text])
+        tokenizer = build_lm_tokenizer(args.tokenizer, text, valid_text, vocab_size=args.vocab_size, seed=args.seed)
     overrides = {"vocab_size": tokenizer.vocab_size, **parse_overrides(args.set)}
     if args.context:
         # The model's context is what it is trained on: untrained learned positions past

@@ -4,8 +4,9 @@
 lengths. Prompts are left-padded into one batch; each row's positions are counted from its
 own first token and padding keys are masked, so a row generates exactly what it would
 generate alone (tested). The prompt runs once through the model ("prefill") into a
-preallocated :class:`~attnlab.models.lm.StaticKVCache`; every new token then costs one
-:meth:`~attnlab.models.lm.DecoderLM.decode_step`.
+preallocated :class:`~attnlab.attention.cache.StaticKVCache`; every new token then costs one
+``model.step`` (the model's own layers, no checks, no host syncs). Any model with the
+:class:`~attnlab.models.protocols.CausalLM` interface works.
 
 Choosing the next token from the logits z of the last position:
 
@@ -123,9 +124,9 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
     """Continue each prompt by up to ``max_new_tokens`` tokens.
 
     Args:
-        model: a :class:`~attnlab.models.lm.DecoderLM` (anything with ``config``,
-            ``new_static_cache``, ``prefill`` and ``decode_step``); it runs in eval mode
-            (no dropout) and gets its previous mode back afterwards.
+        model: a :class:`~attnlab.models.protocols.CausalLM` (e.g. a
+            :class:`~attnlab.models.lm.DecoderLM`: ``config``, ``new_cache``, ``prefill``,
+            ``step``); it runs in eval mode (no dropout) and gets its previous mode back.
         prompts: a list of token-id lists (different lengths allowed), one list, or a
             ``(B, L)`` / ``(L,)`` tensor.
         greedy: argmax decoding; otherwise sample with ``temperature``, ``top_k``, ``top_p``.
@@ -155,7 +156,7 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
 def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p, seed, generator, stop_ids,
               stop_strings, tokenizer, on_token, sliding_window) -> list[list[int]]:
     config = model.config
-    device = model.embed.weight.device
+    device = next(model.parameters()).device
     if seed is not None and generator is None:
         generator = torch.Generator(device=device).manual_seed(seed)
     batch = len(prompts)
@@ -170,7 +171,7 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
 
     ids, mask = _left_pad(prompts, config.pad_id, device)
     capacity = ids.shape[1] + max_new_tokens
-    cache = model.new_static_cache(batch, min(capacity, config.max_positions) if sliding_window else capacity)
+    cache = model.new_cache(batch, min(capacity, config.max_positions) if sliding_window else capacity)
     logits = model.prefill(ids, cache, mask)
     # Without stops or streaming, tokens stay on the device until the end (no per-step sync).
     produced = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
@@ -200,11 +201,11 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
             # Context full: keep the last half-context of every row and prefill again.
             keep = max(1, config.max_positions // 2)
             ids, mask = _left_pad([h[-keep:] for h in history], config.pad_id, device)
-            cache = model.new_static_cache(batch, min(ids.shape[1] + max_new_tokens - step, config.max_positions))
+            cache = model.new_cache(batch, min(ids.shape[1] + max_new_tokens - step, config.max_positions))
             logits = model.prefill(ids, cache, mask)
             longest_row = ids.shape[1]
             continue
-        logits = model.decode_step(tokens, cache)  # the new token sits at position longest_row
+        logits = model.step(tokens, cache)  # the new token sits at position longest_row
         longest_row += 1
     if not (watch or sliding_window):
         outputs = produced.tolist()

@@ -4,15 +4,17 @@
 (the naive way, O(T²) decoder work): the same outputs, for tests and for measuring
 what the cache buys (``benchmarks/translate_cache.py``).
 
-Works with any model that has ``encode(src) -> (memory, memory_mask)``,
-``decode(tgt_ids, memory, memory_mask, cache=...) -> logits``, ``new_cache()`` and a
-config with ``bos_id``, ``eos_id`` and ``pad_id`` (the Transformer, later captioners).
+Works with any :class:`~attnlab.generation.protocols.EncoderDecoder`: ``encode(source) ->
+(memory, memory_mask)`` for any source (token ids, image features; the mask may be None),
+``decode(tgt_ids, memory, memory_mask, cache=...) -> logits``, ``new_cache()``,
+``max_output_length()`` and a config with ``bos_id`` and ``eos_id`` (the Transformer,
+later captioners).
 
 Scores: a hypothesis's ``log_prob`` is the sum of its tokens' log-probabilities (EOS
 included); its ``score`` is ``log_prob / lp(length)`` with the GNMT length penalty
 lp(L) = ((5 + L) / 6)^α (Wu et al. 2016, §7), L counting the EOS token. A hypothesis
 is cut at ``max_len = ceil(a · source_length + b)`` tokens, where the source length
-counts the non-pad source tokens.
+counts the real (unmasked) memory positions, and at the model's ``max_output_length()``.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ def length_penalty(length: int | Tensor, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _check_common(model, src_ids: Tensor, max_len_a: float, max_len_b: float, alpha: float) -> None:
-    if src_ids.dim() != 2 or src_ids.shape[0] == 0:
-        raise ValueError(f"src_ids must be a non-empty (batch, length) tensor, got shape {tuple(src_ids.shape)}")
+def _check_common(source, max_len_a: float, max_len_b: float, alpha: float) -> None:
+    if not hasattr(source, "shape") or len(source.shape) < 2 or source.shape[0] == 0:
+        raise ValueError(f"the source must be a non-empty (batch, ...) tensor, got "
+                         f"{tuple(source.shape) if hasattr(source, 'shape') else type(source).__name__}")
     if max_len_a < 0 or max_len_b < 0:
         raise ValueError(f"max_len_a={max_len_a} and max_len_b={max_len_b} must be >= 0")
     # Any positive a or b allows at least one token (the limit is rounded up), e.g. a=0.5, b=0.
@@ -53,14 +56,15 @@ def _check_common(model, src_ids: Tensor, max_len_a: float, max_len_b: float, al
         raise ValueError(f"alpha={alpha} must be >= 0")
 
 
-def _max_lengths(model, src_ids: Tensor, max_len_a: float, max_len_b: float) -> list[int]:
-    source_lengths = (src_ids != model.config.pad_id).sum(dim=1).tolist()
+def _max_lengths(model, memory: Tensor, memory_mask: Tensor | None, max_len_a: float, max_len_b: float) -> list[int]:
+    batch, source_len = memory.shape[0], memory.shape[1]
+    if memory_mask is None:
+        source_lengths = [source_len] * batch
+    else:
+        source_lengths = memory_mask.expand(batch, *memory_mask.shape[1:]).reshape(batch, -1).sum(-1).tolist()
     limits = [max(1, math.ceil(max_len_a * n + max_len_b)) for n in source_lengths]
-    # A learned position table bounds the decoder input length (BOS + tokens - 1).
-    table = getattr(model.config, "max_positions", None)
-    if getattr(model.config, "positional", "sinusoidal") == "learned" and table:
-        limits = [min(limit, table) for limit in limits]
-    return limits
+    bound = model.max_output_length()  # e.g. a learned position table
+    return limits if bound is None else [min(limit, bound) for limit in limits]
 
 
 class _Decoder:
@@ -105,14 +109,16 @@ class _Decoder:
 @packed_inference()
 def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: float = 50,
                   alpha: float = 0.6, use_cache: bool = True) -> list[Hypothesis]:
-    """Pick the most probable token at every step. Returns one :class:`Hypothesis` per source."""
-    _check_common(model, src_ids, max_len_a, max_len_b, alpha)
+    """Pick the most probable token at every step. Returns one :class:`Hypothesis` per source.
+
+    ``src_ids`` is whatever ``model.encode`` takes (token ids, image features, ...)."""
+    _check_common(src_ids, max_len_a, max_len_b, alpha)
     config = model.config
     batch = src_ids.shape[0]
-    limits = _max_lengths(model, src_ids, max_len_a, max_len_b)
     memory, memory_mask = model.encode(src_ids)
+    limits = _max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
     decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache)
-    step_input = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src_ids.device)
+    step_input = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=memory.device)
     tokens = [[] for _ in range(batch)]
     log_probs = [0.0] * batch
     done = [False] * batch
@@ -150,16 +156,16 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         raise ValueError(f"beam_size={beam_size} must be >= 1")
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest={nbest} must be between 1 and beam_size={beam_size}")
-    _check_common(model, src_ids, max_len_a, max_len_b, alpha)
+    _check_common(src_ids, max_len_a, max_len_b, alpha)
     config = model.config
-    device = src_ids.device
     batch, k = src_ids.shape[0], beam_size
-    limits = _max_lengths(model, src_ids, max_len_a, max_len_b)
-
     memory, memory_mask = model.encode(src_ids)
+    device = memory.device
+    limits = _max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
     # Every hypothesis row b·k + j belongs to source b.
     memory = memory.repeat_interleave(k, dim=0)  # (B·k, S, d)
-    memory_mask = memory_mask.repeat_interleave(k, dim=0)
+    if memory_mask is not None:
+        memory_mask = memory_mask.expand(batch, *memory_mask.shape[1:]).repeat_interleave(k, dim=0)
     decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache)
 
     active = list(range(batch))  # original index of each source still in the batch

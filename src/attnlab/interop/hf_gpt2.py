@@ -4,19 +4,19 @@ GPT-2 stores its projections as ``Conv1D`` modules whose weight is ``(in, out)``
 transpose of ``nn.Linear``'s ``(out, in)``; ``c_attn`` is the fused query/key/value
 projection in the same q|k|v order as attnlab's ``qkv_proj``. Key map (per layer i):
 
-======================================  =====================================
-HuggingFace (``transformer.`` prefix)   attnlab
-======================================  =====================================
-wte.weight                              embed.weight (= lm_head.weight, tied)
-wpe.weight                              positions.weight
-h.i.ln_1                                stack.layers.i.self_attn_norm
-h.i.attn.c_attn (transposed)            stack.layers.i.self_attn.qkv_proj
-h.i.attn.c_proj (transposed)            stack.layers.i.self_attn.out_proj
-h.i.ln_2                                stack.layers.i.ffn_norm
-h.i.mlp.c_fc (transposed)               stack.layers.i.ffn.linear1
-h.i.mlp.c_proj (transposed)             stack.layers.i.ffn.linear2
-ln_f                                    stack.final_norm
-======================================  =====================================
+=============================================  ==================================================
+HuggingFace (``transformer.`` prefix)          attnlab
+=============================================  ==================================================
+wte.weight                                     decoder.embed.weight (= decoder.head.weight, tied)
+wpe.weight                                     decoder.positions.weight
+h.i.ln_1                                       decoder.stack.layers.i.self_attn_norm
+h.i.attn.c_attn (transposed)                   decoder.stack.layers.i.self_attn.qkv_proj
+h.i.attn.c_proj (transposed)                   decoder.stack.layers.i.self_attn.out_proj
+h.i.ln_2                                       decoder.stack.layers.i.ffn_norm
+h.i.mlp.c_fc (transposed)                      decoder.stack.layers.i.ffn.linear1
+h.i.mlp.c_proj (transposed)                    decoder.stack.layers.i.ffn.linear2
+ln_f                                           decoder.stack.final_norm
+=============================================  ==================================================
 """
 
 from __future__ import annotations
@@ -63,15 +63,16 @@ def config_from_hf_gpt2(hf_config) -> DecoderLMConfig:
 def gpt2_state_dict_to_attnlab(state_dict: Mapping[str, Tensor], num_layers: int) -> dict[str, Tensor]:
     """Rename and transpose a GPT-2 state dict (with or without the ``transformer.`` prefix)."""
     source = {key.removeprefix("transformer."): value for key, value in state_dict.items()}
-    out = {"embed.weight": source["wte.weight"], "positions.weight": source["wpe.weight"],
-           "stack.final_norm.weight": source["ln_f.weight"], "stack.final_norm.bias": source["ln_f.bias"]}
+    out = {"decoder.embed.weight": source["wte.weight"], "decoder.positions.weight": source["wpe.weight"],
+           "decoder.stack.final_norm.weight": source["ln_f.weight"],
+           "decoder.stack.final_norm.bias": source["ln_f.bias"]}
     for i in range(num_layers):
         for theirs, ours in _LAYER_KEYS.items():
             key = f"h.{i}.{theirs}"
             if key not in source:
                 raise ValueError(f"from_hf_gpt2: the GPT-2 state dict has no {key!r}")
             value = source[key]
-            out[f"stack.layers.{i}.{ours}"] = value.t() if theirs in _TRANSPOSED else value
+            out[f"decoder.stack.layers.{i}.{ours}"] = value.t() if theirs in _TRANSPOSED else value
     return out
 
 
@@ -95,7 +96,7 @@ def from_hf_gpt2(hf_model_or_state_dict, config: DecoderLMConfig | None = None) 
         if config is None:
             config = config_from_hf_gpt2(hf_model_or_state_dict.config)
     weights = gpt2_state_dict_to_attnlab(state_dict, config.num_layers)
-    # the tied lm_head appears once, as embed.weight
+    # the tied lm_head appears once, as decoder.embed.weight
     return copy_converted_weights(DecoderLM(config), weights, "from_hf_gpt2", "the GPT-2 weights")
 
 __all__ = ["config_from_hf_gpt2", "from_hf_gpt2", "gpt2_state_dict_to_attnlab"]

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.attention.cache import LayerCache, StackCache
+from typing import Any
+
+from attnlab.attention.cache import LayerCache, StackCache, StaticKVCache
 from attnlab.attention.multihead import MultiHeadAttention
-from attnlab.attention.patterns import AttentionPattern, CausalAttention, FullAttention
+from attnlab.attention.patterns import AttentionPattern, FullAttention, build_pattern
 from attnlab.layers.feedforward import FeedForward
 
 
@@ -37,16 +40,18 @@ class TransformerLayer(nn.Module):
         activation: "relu" or "gelu".
         norm_first: pre-LN if True, post-LN (the paper) if False.
         cross_attention: add encoder–decoder attention (a decoder layer).
-        self_pattern: pattern of the self-attention (full for encoders, causal for decoders).
+        self_pattern: pattern of the self-attention, an object or a registry spec
+            (``"full"`` for encoders, ``"causal"`` for decoders, ...).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
                  attention_dropout: float = 0.0, activation_dropout: float = 0.0, activation: str = "relu",
                  norm_first: bool = False, layer_norm_eps: float = 1e-5, cross_attention: bool = False,
-                 self_pattern: AttentionPattern | None = None):
+                 self_pattern: AttentionPattern | str | dict[str, Any] | None = None):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout, pattern=self_pattern)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout,
+                                            pattern=build_pattern(self_pattern or "full"))
         self.self_attn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout, pattern=FullAttention())
@@ -57,16 +62,21 @@ class TransformerLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
 
-    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer) -> tuple[Tensor, Tensor | None]:
-        if self.norm_first:
-            out, weights = sublayer(norm(x))
-            return x + self.dropout(out), weights
-        out, weights = sublayer(x)
-        return norm(x + self.dropout(out)), weights
+    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer, *args, **kwargs) -> tuple[Tensor, Tensor | None]:
+        # Called once per sub-layer per decode step too, so it avoids module calls that do
+        # nothing (dropout in eval mode) and calls the norm's function directly.
+        pre = self.norm_first
+        out, weights = sublayer(_layer_norm(x, norm) if pre else x, *args, **kwargs)
+        if self.training and self.dropout.p > 0:
+            out = self.dropout(out)
+        return (x + out if pre else _layer_norm(x + out, norm)), weights
+
+    def _ffn(self, h: Tensor) -> tuple[Tensor, None]:
+        return self.ffn.forward(h), None
 
     def forward(self, x: Tensor, *, self_mask: Tensor | None = None, memory: Tensor | None = None,
                 memory_mask: Tensor | None = None, cache: LayerCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, LayerAttention | None]:
+                need_weights: bool = False, geometry: tuple[int, ...] | None = None) -> tuple[Tensor, LayerAttention | None]:
         """
         Args:
             x: ``(B, L, d_model)``.
@@ -74,33 +84,49 @@ class TransformerLayer(nn.Module):
             memory: ``(B, S, d_model)`` encoder output (cross-attention layers; may be None
                 once ``cache`` holds its keys/values).
             memory_mask: boolean, broadcastable to ``(B, H, L, S)``, usually ``(B, 1, 1, S)``.
-            cache: this layer's :class:`LayerCache` for incremental decoding.
+            cache: this layer's cache (a :class:`LayerCache` or a layer of a
+                :class:`StaticKVCache`) for incremental decoding.
+            geometry: passed to the self-attention pattern.
         """
-        x, self_weights = self._residual(x, self.self_attn_norm, lambda h: self.self_attn(
-            h, mask=self_mask, cache=None if cache is None else cache.self_attn, need_weights=need_weights))
+        x, self_weights = self._residual(x, self.self_attn_norm, self.self_attn, mask=self_mask,
+                                         cache=None if cache is None else cache.self_attn,
+                                         need_weights=need_weights, geometry=geometry)
         cross_weights = None
         if self.cross_attn is not None:
-            x, cross_weights = self._residual(x, self.cross_attn_norm, lambda h: self.cross_attn(
-                h, memory, mask=memory_mask, cache=None if cache is None else cache.cross_attn,
-                need_weights=need_weights))
-        x, _ = self._residual(x, self.ffn_norm, lambda h: (self.ffn(h), None))
+            x, cross_weights = self._residual(x, self.cross_attn_norm, self.cross_attn, memory, mask=memory_mask,
+                                              cache=None if cache is None else cache.cross_attn,
+                                              need_weights=need_weights)
+        x, _ = self._residual(x, self.ffn_norm, self._ffn)
         return x, (LayerAttention(self_weights, cross_weights) if need_weights else None)
+
+    def step(self, x: Tensor, cache, memory_mask: Tensor | None = None) -> Tensor:
+        """:meth:`forward` for a decode step: the same sub-layers and residuals through the
+        attention's step path (eval mode; the cross-attention cache must be filled)."""
+        x, _ = self._residual(x, self.self_attn_norm, self.self_attn.step, cache.self_attn)
+        if self.cross_attn is not None:
+            x, _ = self._residual(x, self.cross_attn_norm, self.cross_attn.step, cache.cross_attn, memory_mask)
+        x, _ = self._residual(x, self.ffn_norm, self._ffn)
+        return x
+
+
+def _layer_norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
 
 
 class EncoderLayer(TransformerLayer):
     """Full self-attention + FFN."""
 
     def __init__(self, d_model, num_heads, d_ff, *, self_pattern=None, **kwargs):
-        super().__init__(d_model, num_heads, d_ff, cross_attention=False,
-                         self_pattern=self_pattern if self_pattern is not None else FullAttention(), **kwargs)
+        super().__init__(d_model, num_heads, d_ff, cross_attention=False, self_pattern=self_pattern or "full",
+                         **kwargs)
 
 
 class DecoderLayer(TransformerLayer):
     """Masked (causal) self-attention + encoder–decoder attention + FFN."""
 
     def __init__(self, d_model, num_heads, d_ff, *, self_pattern=None, **kwargs):
-        super().__init__(d_model, num_heads, d_ff, cross_attention=True,
-                         self_pattern=self_pattern if self_pattern is not None else CausalAttention(), **kwargs)
+        super().__init__(d_model, num_heads, d_ff, cross_attention=True, self_pattern=self_pattern or "causal",
+                         **kwargs)
 
 
 class TransformerStack(nn.Module):
@@ -119,20 +145,55 @@ class TransformerStack(nn.Module):
     def has_cross_attention(self) -> bool:
         return bool(self.layers) and self.layers[0].cross_attn is not None
 
+    @property
+    def causal(self) -> bool:
+        """Every layer's self-attention pattern is causal: the stack can be decoded step by step."""
+        return all(layer.self_attn.pattern.causal for layer in self.layers)
+
     def new_cache(self, capacity: int = 64) -> StackCache:
-        """An empty cache for incremental decoding with this stack."""
+        """An empty growing cache for incremental decoding with this stack."""
+        self._check_causal()
         return StackCache(len(self.layers), self.has_cross_attention, capacity)
 
+    def new_static_cache(self, batch: int, capacity: int, *, fixed_shape: bool = False, dtype=None,
+                         device=None) -> StaticKVCache:
+        """An empty preallocated cache of ``capacity`` positions for ``batch`` rows."""
+        self._check_causal()
+        attention = self.layers[0].self_attn
+        return StaticKVCache(len(self.layers), batch, attention.num_heads, capacity, attention.head_dim,
+                             cross_attention=self.has_cross_attention, fixed_shape=fixed_shape,
+                             dtype=dtype or attention.qkv_proj.weight.dtype,
+                             device=device or attention.qkv_proj.weight.device)
+
+    def _check_causal(self) -> None:
+        if not self.causal:
+            patterns = sorted({str(layer.self_attn.pattern.spec()) for layer in self.layers})
+            raise ValueError(f"a stack with self-attention pattern(s) {patterns} is not causal and cannot be "
+                             "decoded step by step with a cache; use a causal pattern")
+
     def forward(self, x: Tensor, *, self_mask: Tensor | None = None, memory: Tensor | None = None,
-                memory_mask: Tensor | None = None, cache: StackCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, list[LayerAttention] | None]:
-        """``(B, L, d_model)`` -> ``(B, L, d_model)``, and per-layer weights if asked."""
+                memory_mask: Tensor | None = None, cache: StackCache | StaticKVCache | None = None,
+                need_weights: bool = False,
+                geometry: tuple[int, ...] | None = None) -> tuple[Tensor, list[LayerAttention] | None]:
+        """``(B, L, d_model)`` -> ``(B, L, d_model)``, and per-layer weights if asked.
+
+        With a ``cache``, ``x`` are the L positions after those cached; they are added to it."""
         all_weights = [] if need_weights else None
         for i, layer in enumerate(self.layers):
             x, weights = layer(x, self_mask=self_mask, memory=memory, memory_mask=memory_mask,
-                               cache=None if cache is None else cache[i], need_weights=need_weights)
+                               cache=None if cache is None else cache.layers[i], need_weights=need_weights,
+                               geometry=geometry)
             if need_weights:
                 all_weights.append(weights)
+        if cache is not None:
+            cache.advance(x.shape[1])
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, all_weights
+
+    def step(self, x: Tensor, cache, memory_mask: Tensor | None = None) -> Tensor:
+        """:meth:`forward` for a decode step with a cache (see :meth:`TransformerLayer.step`)."""
+        for layer, layer_cache in zip(self.layers, cache.layers):
+            x = layer.step(x, layer_cache, memory_mask)
+        cache.advance(x.shape[1])
+        return x if self.final_norm is None else _layer_norm(x, self.final_norm)

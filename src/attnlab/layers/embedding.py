@@ -29,7 +29,8 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, d_model)``."""
-        return nn.functional.embedding(ids, self.weight, self.padding_idx) * self.multiplier
+        x = nn.functional.embedding(ids, self.weight, self.padding_idx)
+        return x * self.multiplier if self.multiplier != 1.0 else x
 
     def extra_repr(self) -> str:
         return f"{self.vocab_size}, {self.d_model}, padding_idx={self.padding_idx}, multiplier={self.multiplier:.4g}"

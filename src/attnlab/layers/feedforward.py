@@ -26,4 +26,8 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(ACTIVATIONS[self.activation](self.linear1(x))))
+        # .forward, not __call__: module hooks cost more than a decode step's tiny products.
+        h = ACTIVATIONS[self.activation](self.linear1.forward(x))
+        if self.training and self.dropout.p > 0:
+            h = self.dropout(h)
+        return self.linear2.forward(h)

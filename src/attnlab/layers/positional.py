@@ -35,13 +35,20 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, positions: Tensor) -> Tensor:
         """Integer positions of any shape -> ``(*positions.shape, d_model)``."""
-        needed = int(positions.max()) + 1 if positions.numel() else 0
+        self.ensure_length(int(positions.max()) + 1 if positions.numel() else 0)
+        return self.table[positions]
+
+    def ensure_length(self, needed: int) -> None:
+        """Grow the table to cover positions ``< needed`` (before a run of :meth:`lookup`)."""
         if needed > self.table.shape[0]:
             length = max(needed, 2 * self.table.shape[0])
             # Keep the buffer's device and dtype (the module may have been moved or cast).
             table = sinusoidal_table(length, self.d_model, base=self.base, dtype=self.table.dtype)
             self.table = table.to(self.table.device)
-        return self.table[positions]
+
+    def lookup(self, positions: Tensor) -> Tensor:
+        """:meth:`forward` without the length check (no host sync): positions must be covered."""
+        return nn.functional.embedding(positions, self.table)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, base={self.base}"
@@ -62,12 +69,35 @@ class LearnedPositionalEmbedding(nn.Module):
                              f"(max_positions={self.max_positions}); use shorter sequences")
         return self.weight[positions]
 
+    def ensure_length(self, needed: int) -> None:
+        if needed > self.max_positions:
+            raise ValueError(f"{needed} positions do not fit the learned position table "
+                             f"(max_positions={self.max_positions})")
 
-def build_positional(kind: str, d_model: int, max_positions: int) -> nn.Module:
-    """``kind`` is "sinusoidal" or "learned"."""
+    def lookup(self, positions: Tensor) -> Tensor:
+        """:meth:`forward` without the range check (no host sync)."""
+        return nn.functional.embedding(positions, self.weight)
+
+
+POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
+"""What a config's ``positional`` may be. "none" (NoPE) adds no position information: only
+a causal stack can then tell positions apart (the mask breaks the permutation symmetry;
+Haviv et al. 2022, "Transformer Language Models without Positional Encodings Still Learn
+Positional Information")."""
+
+
+def check_positional(kind: str) -> None:
+    """Raise ValueError unless ``kind`` is one of :data:`POSITIONAL_KINDS`."""
+    if kind not in POSITIONAL_KINDS:
+        raise ValueError(f"unknown positional encoding {kind!r}; choose one of {', '.join(map(repr, POSITIONAL_KINDS))}")
+
+
+def build_positional(kind: str, d_model: int, max_positions: int) -> nn.Module | None:
+    """The position module of ``kind`` (see :data:`POSITIONAL_KINDS`); None for "none"."""
+    check_positional(kind)
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, initial_length=min(max_positions, 4096))
     if kind == "learned":
         return LearnedPositionalEmbedding(max_positions, d_model)
-    raise ValueError(f"unknown positional encoding {kind!r}; choose 'sinusoidal' or 'learned'")
+    return None
 

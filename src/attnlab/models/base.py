@@ -81,6 +81,59 @@ def _field_range_problem(name: str, value: Any) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class StackConfig(ModelConfig):
+    """The fields every Transformer stack shares, declared and validated once; a family
+    adds its own (layer counts, vocabulary, its attention pattern fields) and lists its
+    pattern fields in ``pattern_fields`` (with whether each must be causal).
+
+    ``positional`` is one of :data:`attnlab.layers.positional.POSITIONAL_KINDS`; "none"
+    (NoPE) is valid only when every pattern is causal. Patterns are registry specs
+    (:func:`attnlab.attention.build_pattern`): a name or ``{"name": ..., **parameters}``.
+    """
+
+    pattern_fields: ClassVar[dict[str, bool]] = {}  # field name -> must be causal
+
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
+    layer_norm_eps: float = 1e-5
+    positional: str = "sinusoidal"
+    max_positions: int = 1024
+
+    def __post_init__(self):
+        from attnlab.attention.patterns import build_pattern
+        from attnlab.layers.feedforward import ACTIVATIONS
+        from attnlab.layers.positional import check_positional
+
+        for name in ("d_model", "num_heads", "d_ff", "max_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r}; choose one of {sorted(ACTIVATIONS)}")
+        check_positional(self.positional)
+        for name, must_be_causal in self.pattern_fields.items():
+            spec = getattr(self, name)
+            try:
+                causal = build_pattern(spec).causal
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
+            if must_be_causal and not causal:
+                raise ValueError(f"{name}={spec!r} is not a causal pattern; this stack is decoded step by step")
+            if self.positional == "none" and not causal:
+                raise ValueError(f"positional='none' needs causal attention (nothing else tells positions apart), "
+                                 f"but {name}={spec!r}")
+
+
 def _fits_type(value: Any, annotation: Any) -> bool:
     """Whether ``value`` (from JSON or overrides) fits a simple field annotation: int, float,
     bool, str, None and unions of them; other annotations are not checked. A JSON ``"no"``
@@ -123,6 +176,9 @@ class AttnlabModel(nn.Module):
     """Base class of attnlab models: holds ``config`` and saves itself."""
 
     config_class: ClassVar[type[ModelConfig]]
+    legacy_names: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """``(old prefix, new prefix)`` of parameter names an older attnlab saved, so that its
+    model directories and checkpoints still load (see :meth:`load_state_dict`)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -137,6 +193,38 @@ class AttnlabModel(nn.Module):
             seen.add(id(parameter))
             total += parameter.numel()
         return total
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict`` that also accepts the parameter names of older
+        versions (:attr:`legacy_names`)."""
+        return super().load_state_dict(self.upgrade_state_dict(state_dict), strict=strict, assign=assign)
+
+    def upgrade_state_dict(self, state_dict):
+        """Rename keys an older version wrote; unchanged when every key is a current name."""
+        own = self.state_dict()
+        if not self.legacy_names or all(key in own for key in state_dict):
+            return state_dict
+        renamed = {}
+        for key, value in state_dict.items():
+            if key not in own:
+                for old, new in self.legacy_names:
+                    if key.startswith(old):
+                        key = new + key[len(old):]
+                        break
+            renamed[key] = value
+        # A tied tensor is stored once; keep it under the name safetensors' loader keeps
+        # (the first in sorted order) when the file's name is an old one.
+        groups: dict[int, list[str]] = {}
+        for name, parameter in self.named_parameters(remove_duplicate=False):
+            groups.setdefault(id(parameter), []).append(name)
+        for names in groups.values():
+            present = [name for name in names if name in renamed]
+            if len(names) > 1 and present:
+                value = renamed[present[0]]
+                for name in names:
+                    renamed.pop(name, None)
+                renamed[sorted(names)[0]] = value
+        return renamed
 
     def save_pretrained(self, directory: str | os.PathLike, *, extra_files: dict[str, bytes] | None = None) -> Path:
         """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) into ``directory``.

@@ -3,131 +3,75 @@
 Radford et al. 2018 ("Improving Language Understanding by Generative Pre-Training", §3.1)
 and 2019 (GPT-2, §2.3): token + learned position embeddings, a stack of causal
 self-attention blocks (GPT-2: pre-LN with a final LayerNorm), and an output projection
-tied to the token embeddings. The blocks are attnlab's shared
-:class:`~attnlab.layers.blocks.TransformerLayer` with :class:`CausalAttention`.
+tied to the token embeddings. The model is a :class:`~attnlab.models.parts.TokenDecoder`
+without cross-attention; its self-attention pattern comes from ``config.attention``.
 
-Two ways to run the model:
+Two ways to run the model, through the same layers:
 
 * ``model(ids, attention_mask=..., positions=...)`` — full forward pass over ``(B, L)``
   ids, for training and for checking. Left-padded batches work: positions are counted per
   row from the first real token, and padding keys are masked.
-* ``model.prefill(...)`` then ``model.decode_step(...)`` with a :class:`StaticKVCache` —
-  the generation fast path: one preallocated key/value buffer per layer and a hand-written
-  single-token step with no input validation, mask building or host syncs (see
-  docs/benchmarks.md for what that buys). Tests check that it equals the full forward.
+* ``model.prefill(ids, cache)`` then ``model.step(tokens, cache)`` with a cache from
+  :meth:`DecoderLM.new_cache` (a preallocated :class:`~attnlab.attention.cache.StaticKVCache`)
+  — generation: the step runs the decoder's layers without input validation, mask
+  building or host syncs. Tests check that it equals the full forward.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.attention.patterns import CausalAttention
-from attnlab.layers.blocks import TransformerLayer, TransformerStack
+from attnlab.attention.cache import StaticKVCache
 from attnlab.layers.embedding import TokenEmbedding
-from attnlab.layers.feedforward import ACTIVATIONS
-from attnlab.layers.positional import build_positional, sinusoidal_table
-from attnlab.models.base import AttnlabModel, ModelConfig, check_token_ids
+from attnlab.layers.positional import build_positional
+from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids
+from attnlab.models.parts import TokenDecoder, build_stack
 from attnlab.models.registry import register_family, register_preset
 
 
 @dataclass(frozen=True)
-class DecoderLMConfig(ModelConfig):
+class DecoderLMConfig(StackConfig):
     """Configuration of a :class:`DecoderLM` (defaults: GPT-2 small).
 
-    ``positional`` is "learned" (GPT) or "sinusoidal"; either way ``max_positions`` is
-    the context length. ``scale_embeddings`` multiplies token embeddings by sqrt(d_model)
-    as the original Transformer does (GPT-2 does not). ``pad_id`` is only the filler
-    written into padded slots; which slots are padding is given by ``attention_mask``.
+    The stack fields are :class:`~attnlab.models.base.StackConfig`'s. ``positional`` is
+    "learned" (GPT), "sinusoidal" or "none" (NoPE); ``max_positions`` is the context
+    length. ``attention`` is the (causal) self-attention pattern spec. ``scale_embeddings``
+    multiplies token embeddings by sqrt(d_model) as the original Transformer does (GPT-2
+    does not). ``pad_id`` is only the filler written into padded slots; which slots are
+    padding is given by ``attention_mask``.
     """
 
     family: ClassVar[str] = "decoder_lm"
+    pattern_fields: ClassVar[dict[str, bool]] = {"attention": True}
 
     vocab_size: int = 50257
     d_model: int = 768
     num_heads: int = 12
     d_ff: int = 3072
     num_layers: int = 12
-    max_positions: int = 1024
     positional: str = "learned"
     norm_first: bool = True
     activation: str = "gelu_tanh"
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    layer_norm_eps: float = 1e-5
+    attention: str | dict[str, Any] = "causal"
     scale_embeddings: bool = False
     pad_id: int = 0
     bos_id: int | None = None
     eos_id: int | None = None
 
     def __post_init__(self):
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional={self.positional!r}; choose 'sinusoidal' or 'learned'")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r}; choose one of {sorted(ACTIVATIONS)}")
-        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_positions"):
+        super().__post_init__()
+        for name in ("vocab_size", "num_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size})")
-
-
-class StaticKVCache:
-    """Preallocated keys and values of every layer for generating up to ``capacity`` positions.
-
-    ``kv[i]`` is layer i's buffer ``(2, B, H, capacity, D)`` (keys, values). ``length`` is
-    the number of positions written; ``positions`` ``(B,)`` the position index of the next
-    token in each row (rows of a left-padded batch differ); ``key_mask`` ``(B, 1, 1,
-    capacity)`` marks real (non-padding) keys, or is None when no row has padding.
-
-    It also offers the ``cache[i].self_attn.append(k, v)`` interface of
-    :class:`~attnlab.attention.cache.StackCache`, so the ordinary layer stack can fill it
-    (the prompt "prefill") and the fast :meth:`DecoderLM.decode_step` continue from it.
-    """
-
-    def __init__(self, num_layers: int, batch: int, num_heads: int, capacity: int, head_dim: int, *,
-                 dtype=torch.float32, device=None):
-        self.capacity = capacity
-        self.kv = [torch.empty(2, batch, num_heads, capacity, head_dim, dtype=dtype, device=device)
-                   for _ in range(num_layers)]
-        self.length = 0
-        self.positions = torch.zeros(batch, dtype=torch.long, device=device)
-        self.key_mask: Tensor | None = None
-        self.layers = [_StaticLayerView(self, i) for i in range(num_layers)]
-
-    def __getitem__(self, i: int) -> "_StaticLayerView":
-        return self.layers[i]
-
-
-class _StaticLayerView:
-    """One layer of a :class:`StaticKVCache`, looking like a ``LayerCache``."""
-
-    cross_attn = None
-
-    def __init__(self, cache: StaticKVCache, index: int):
-        self.cache, self.index = cache, index
-        self.self_attn = self
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``(B, H, T, D)`` keys/values at the next T slots; return all so far."""
-        kv, start = self.cache.kv[self.index], self.cache.length
-        end = start + k.shape[-2]
-        if end > self.cache.capacity:
-            raise ValueError(f"StaticKVCache is full: {end} positions > capacity {self.cache.capacity}")
-        kv[0, :, :, start:end] = k
-        kv[1, :, :, start:end] = v
-        if self.index == len(self.cache.layers) - 1:
-            self.cache.length = end
-        return kv[0, :, :, :end], kv[1, :, :, :end]
 
 
 @register_family
@@ -139,36 +83,41 @@ class DecoderLM(AttnlabModel):
     """
 
     config_class = DecoderLMConfig
+    # Before the decoder became a part (attnlab <= 03ab32e): embed, positions, stack, lm_head.
+    legacy_names = (("embed.", "decoder.embed."), ("positions.", "decoder.positions."),
+                    ("stack.", "decoder.stack."), ("lm_head.", "decoder.head."))
 
     def __init__(self, config: DecoderLMConfig):
         super().__init__(config)
         c = config
-        self.embed = TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings)
-        self.positions = build_positional(c.positional, c.d_model, c.max_positions)
-        self.embed_dropout = nn.Dropout(c.dropout)
-        self.stack = TransformerStack(
-            [TransformerLayer(c.d_model, c.num_heads, c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
-                              activation_dropout=0.0, activation=c.activation, norm_first=c.norm_first,
-                              layer_norm_eps=c.layer_norm_eps, self_pattern=CausalAttention())
-             for _ in range(c.num_layers)],
-            d_model=c.d_model, final_norm=True, layer_norm_eps=c.layer_norm_eps)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        self.lm_head.weight = self.embed.weight  # tied (GPT-2 §2.3, Press & Wolf 2017)
+        # GPT-2 §2.3, Press & Wolf 2017: the output projection is tied to the embedding.
+        self.decoder = TokenDecoder(TokenEmbedding(c.vocab_size, c.d_model, scale=c.scale_embeddings),
+                                    build_positional(c.positional, c.d_model, c.max_positions),
+                                    build_stack(c, c.num_layers, c.attention, cross_attention=False, final_norm=True),
+                                    dropout=c.dropout)
         self._init_weights()
+
+    @property
+    def embed(self) -> TokenEmbedding:
+        return self.decoder.embed
+
+    @property
+    def lm_head(self) -> nn.Linear:
+        return self.decoder.head
 
     def _init_weights(self) -> None:
         # GPT-2: N(0, 0.02) everywhere, zero biases, and the projections that write into
         # the residual stream scaled by 1/sqrt(2·num_layers) (GPT-2 §2.3).
         residual_std = 0.02 / math.sqrt(2 * self.config.num_layers)
         for name, module in self.named_modules():
-            if isinstance(module, nn.Linear) and module is not self.lm_head:
+            if isinstance(module, nn.Linear) and module is not self.decoder.head:
                 is_residual = name.endswith("out_proj") or name.endswith("linear2")
                 nn.init.normal_(module.weight, std=residual_std if is_residual else 0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        nn.init.normal_(self.embed.weight, std=0.02)
+        nn.init.normal_(self.decoder.embed.weight, std=0.02)
         if self.config.positional == "learned":
-            nn.init.normal_(self.positions.weight, std=0.01)
+            nn.init.normal_(self.decoder.positions.weight, std=0.01)
 
     # -- the full forward pass ----------------------------------------------------------
     def forward(self, ids: Tensor, *, attention_mask: Tensor | None = None, positions: Tensor | None = None,
@@ -180,7 +129,8 @@ class DecoderLM(AttnlabModel):
                 (left padding for generation, right padding for training both work).
             positions: ``(B, L)`` position indices; default: counted from each row's first
                 real token (``cumsum(attention_mask) - 1``), else ``L_past .. L_past+L-1``.
-            cache: a :class:`StaticKVCache` or ``StackCache`` holding ``L_past`` positions.
+            cache: a cache from :meth:`new_cache` or ``decoder.new_growing_cache()``
+                holding ``L_past`` positions.
         Returns:
             logits ``(B, L, V)``.
         """
@@ -193,7 +143,10 @@ class DecoderLM(AttnlabModel):
                 raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected "
                                  f"(batch, past + length) = {(batch, past + length)}")
             attention_mask = attention_mask.bool()
-            key_mask = attention_mask[:, None, None, :]  # (B, 1, 1, Lk)
+            if isinstance(cache, StaticKVCache):
+                cache.set_key_padding(attention_mask)  # the cache hands the attention its keys' padding
+            else:
+                key_mask = attention_mask[:, None, None, :]  # (B, 1, 1, Lk)
             if positions is None:
                 positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
         if positions is None:
@@ -203,19 +156,17 @@ class DecoderLM(AttnlabModel):
         if positions.numel() and int(positions.max()) >= self.config.max_positions:
             raise ValueError(f"position {int(positions.max())} is beyond the context of "
                              f"max_positions={self.config.max_positions}")
-        x = self.embed_dropout(self.embed(ids) + self.positions(positions))  # (B, L, d_model)
-        hidden, _ = self.stack(x, self_mask=key_mask, cache=cache)
-        return self.lm_head(hidden)  # (B, L, V)
+        logits = self.decoder(ids, positions, self_mask=key_mask, cache=cache)
+        if isinstance(cache, StaticKVCache) and length:
+            cache.positions.copy_(positions[:, -1] + 1)
+        return logits
 
-    # -- the generation fast path ---------------------------------------------------------
-    def new_static_cache(self, batch: int, capacity: int | None = None) -> StaticKVCache:
-        """An empty :class:`StaticKVCache` for ``batch`` rows and ``capacity`` positions
+    # -- generation (the CausalLM protocol) ------------------------------------------------
+    def new_cache(self, batch: int, capacity: int | None = None, *, fixed_shape: bool = False) -> StaticKVCache:
+        """An empty preallocated cache for ``batch`` rows and ``capacity`` positions
         (default: the whole context), in the model's dtype and device."""
-        c = self.config
-        capacity = c.max_positions if capacity is None else capacity
-        weight = self.embed.weight
-        return StaticKVCache(c.num_layers, batch, c.num_heads, capacity, c.d_model // c.num_heads,
-                             dtype=weight.dtype, device=weight.device)
+        return self.decoder.new_cache(batch, self.config.max_positions if capacity is None else capacity,
+                                      fixed_shape=fixed_shape)
 
     @torch.inference_mode()
     def prefill(self, ids: Tensor, cache: StaticKVCache, attention_mask: Tensor | None = None) -> Tensor:
@@ -229,89 +180,16 @@ class DecoderLM(AttnlabModel):
             raise ValueError(f"prefill needs an empty cache, this one holds {cache.length} positions")
         if ids.shape[1] > cache.capacity:
             raise ValueError(f"prompt of {ids.shape[1]} tokens does not fit a cache of capacity {cache.capacity}")
-        logits = self(ids, attention_mask=attention_mask, cache=cache)[:, -1]
-        if attention_mask is None:
-            cache.positions.fill_(ids.shape[1])
-            cache.key_mask = None
-        else:
-            mask = attention_mask.bool()
-            cache.positions.copy_(mask.sum(-1))
-            if bool(mask.all()):
-                cache.key_mask = None
-            else:
-                key_mask = torch.ones(ids.shape[0], 1, 1, cache.capacity, dtype=torch.bool, device=ids.device)
-                key_mask[:, 0, 0, :ids.shape[1]] = mask
-                cache.key_mask = key_mask
-        return logits
-
-    def _decode_plan(self, cache: StaticKVCache):
-        # The plain tensors the fast step reads, gathered once: nn.Module attribute lookups
-        # cost ~1 µs each, and a step would otherwise make ~20 per layer. Rebuilt when the
-        # weights move (dtype/device) or a sinusoidal table must cover a larger cache.
-        weight = self.embed.weight
-        key = (weight.data_ptr(), weight.dtype, weight.device, cache.capacity)
-        if getattr(self, "_plan_key", None) != key:
-            if self.config.positional == "learned":
-                table = self.positions.weight
-            else:
-                table = sinusoidal_table(max(cache.capacity, self.config.max_positions), self.config.d_model).to(weight)
-            layers = [(layer.self_attn_norm.weight, layer.self_attn_norm.bias,
-                       layer.self_attn.qkv_proj.weight, layer.self_attn.qkv_proj.bias,
-                       layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias,
-                       layer.ffn_norm.weight, layer.ffn_norm.bias,
-                       layer.ffn.linear1.weight, layer.ffn.linear1.bias,
-                       layer.ffn.linear2.weight, layer.ffn.linear2.bias) for layer in self.stack.layers]
-            final = self.stack.final_norm
-            self._plan = (table, layers, final.weight, final.bias)
-            self._plan_key = key
-        return self._plan
+        if attention_mask is not None and bool(attention_mask.bool().all()):
+            attention_mask = None  # no padding: the steps need no key mask
+        return self(ids, attention_mask=attention_mask, cache=cache)[:, -1]
 
     @torch.inference_mode()
-    def decode_step(self, tokens: Tensor, cache: StaticKVCache) -> Tensor:
-        """One new token per row ``(B,)`` -> next-token logits ``(B, V)``, using and extending ``cache``.
-
-        The same computation as :meth:`forward` on the cached sequence plus ``tokens``
-        (checked by the tests), written out for speed: no input checks, no mask building,
-        no host syncs, keys and values written in place into the preallocated buffers with
-        one copy per layer. The caller keeps ``cache.length < cache.capacity`` and the
-        positions inside the context. Eval mode only (no dropout).
-        """
-        c = self.config
-        batch = tokens.shape[0]
-        heads, d = c.num_heads, c.d_model
-        head_dim = d // heads
-        step = cache.length
-        table, layers, final_weight, final_bias = self._decode_plan(cache)
-        embed = self.embed.weight
-        x = F.embedding(tokens, embed)  # (B, d)
-        if c.scale_embeddings:
-            x = x * self.embed.multiplier
-        x = x + F.embedding(cache.positions, table)
-        key_mask = None if cache.key_mask is None else cache.key_mask.narrow(3, 0, step + 1)  # (B, 1, 1, step+1)
-        eps, pre_ln = c.layer_norm_eps, c.norm_first
-        relu = c.activation == "relu"
-        approximate = "tanh" if c.activation == "gelu_tanh" else "none"
-        for (ln1_w, ln1_b, qkv_w, qkv_b, out_w, out_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b), kv in zip(
-                layers, cache.kv):
-            h = F.layer_norm(x, (d,), ln1_w, ln1_b, eps) if pre_ln else x
-            qkv = F.linear(h, qkv_w, qkv_b).view(batch, 3, heads, head_dim)
-            # narrow/select instead of tensor[...] indexing: Python's multi-slice indexing
-            # costs several µs per call, and this loop runs once per layer per token.
-            kv.select(3, step).copy_(qkv.narrow(1, 1, 2).transpose(0, 1))  # keys, values (2, B, H, D): one copy
-            q = qkv.select(1, 0).unsqueeze(2)  # (B, H, 1, D)
-            keys, values = kv.narrow(3, 0, step + 1).unbind(0)  # (B, H, step+1, D) each
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=key_mask)  # (B, H, 1, D)
-            out = F.linear(out.view(batch, d), out_w, out_b)
-            x = x + out if pre_ln else F.layer_norm(x + out, (d,), ln1_w, ln1_b, eps)
-            h = F.layer_norm(x, (d,), ln2_w, ln2_b, eps) if pre_ln else x
-            h = F.linear(h, fc1_w, fc1_b)
-            h = F.relu(h) if relu else F.gelu(h, approximate=approximate)
-            out = F.linear(h, fc2_w, fc2_b)
-            x = x + out if pre_ln else F.layer_norm(x + out, (d,), ln2_w, ln2_b, eps)
-        x = F.layer_norm(x, (d,), final_weight, final_bias, eps)
-        cache.length = step + 1
-        cache.positions += 1
-        return F.linear(x, embed)  # (B, V)
+    def step(self, tokens: Tensor, cache: StaticKVCache) -> Tensor:
+        """One new token per row ``(B,)`` -> next-token logits ``(B, V)``, extending ``cache``
+        (:meth:`TokenDecoder.step`: the decoder's layers, no checks, no host syncs). The
+        caller keeps ``cache.length < cache.capacity``. Eval mode (no dropout)."""
+        return self.decoder.step(tokens, cache)
 
 
 # -- presets ---------------------------------------------------------------------------
@@ -339,4 +217,4 @@ def gpt2_small() -> DecoderLMConfig:
                            dropout=0.1, bos_id=50256, eos_id=50256)
 
 
-__all__ = ["DecoderLM", "DecoderLMConfig", "StaticKVCache", "lm_tiny", "lm_char_small", "gpt2_small"]
+__all__ = ["DecoderLM", "DecoderLMConfig", "lm_tiny", "lm_char_small", "gpt2_small"]

@@ -3,49 +3,47 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
+
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache
-from attnlab.attention.masks import check_mask, key_padding_mask
-from attnlab.layers.blocks import DecoderLayer, EncoderLayer, LayerAttention, TransformerStack
+from attnlab.attention.masks import check_mask
+from attnlab.layers.blocks import LayerAttention
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
 from attnlab.linear import Linear
-from attnlab.models.base import AttnlabModel, ModelConfig, check_token_ids
+from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids
+from attnlab.models.parts import TokenDecoder, TokenEncoder, build_stack
 from attnlab.models.registry import register_family, register_preset
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig(ModelConfig):
+class TransformerConfig(StackConfig):
     """Configuration of the encoder–decoder Transformer.
 
-    ``tgt_vocab_size=None`` means source and target share one vocabulary of
-    ``vocab_size``. ``share_embeddings`` ties the source and target embeddings (needs a
-    shared vocabulary); ``tie_output_projection`` ties the target embedding and the
-    pre-softmax projection. Both together are the paper's three-way tying (§3.4).
+    The stack fields are :class:`~attnlab.models.base.StackConfig`'s (the paper's base
+    model by default). ``tgt_vocab_size=None`` means source and target share one
+    vocabulary of ``vocab_size``. ``share_embeddings`` ties the source and target
+    embeddings (needs a shared vocabulary); ``tie_output_projection`` ties the target
+    embedding and the pre-softmax projection. Both together are the paper's three-way
+    tying (§3.4). ``encoder_attention`` / ``decoder_attention`` are the self-attention
+    pattern specs of the two stacks (the decoder's must be causal).
     """
 
     family = "transformer"
+    pattern_fields = {"encoder_attention": False, "decoder_attention": True}
 
     vocab_size: int = 32000
     tgt_vocab_size: int | None = None
-    d_model: int = 512
-    num_heads: int = 8
-    d_ff: int = 2048
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    activation: str = "relu"
-    norm_first: bool = False
     final_norm: bool = True
-    layer_norm_eps: float = 1e-5
-    positional: str = "sinusoidal"
-    max_positions: int = 1024
+    encoder_attention: str | dict[str, Any] = "full"
+    decoder_attention: str | dict[str, Any] = "causal"
     share_embeddings: bool = True
     tie_output_projection: bool = True
     pad_id: int = 0
@@ -53,19 +51,15 @@ class TransformerConfig(ModelConfig):
     eos_id: int = 2
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_encoder_layers", "num_decoder_layers",
-                     "max_positions"):
+        super().__post_init__()
+        for name in ("vocab_size", "num_encoder_layers", "num_decoder_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.tgt_vocab_size is not None and self.tgt_vocab_size < 1:
             raise ValueError(f"tgt_vocab_size={self.tgt_vocab_size} must be >= 1")
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if self.share_embeddings and self.tgt_vocab_size not in (None, self.vocab_size):
             raise ValueError(f"share_embeddings needs one shared vocabulary, but vocab_size={self.vocab_size} "
                              f"and tgt_vocab_size={self.tgt_vocab_size}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional={self.positional!r}; choose 'sinusoidal' or 'learned'")
         for name in ("pad_id", "bos_id", "eos_id"):
             if not 0 <= getattr(self, name) < min(self.vocab_size, self.target_vocab_size):
                 raise ValueError(f"{name}={getattr(self, name)} is outside the vocabulary")
@@ -85,7 +79,7 @@ class Seq2SeqAttention(NamedTuple):
 
 @register_family
 class Transformer(AttnlabModel):
-    """Encoder–decoder Transformer.
+    """Encoder–decoder Transformer: a :class:`TokenEncoder` and a :class:`TokenDecoder`.
 
     ``model(src_ids, tgt_in_ids)`` with ``(B, S)`` and ``(B, T)`` ids returns logits
     ``(B, T, V)``. Padding (``config.pad_id``) is masked in the source; target padding must
@@ -93,57 +87,68 @@ class Transformer(AttnlabModel):
     """
 
     config_class = TransformerConfig
+    # Before the halves became parts (attnlab <= 03ab32e); one position table served both.
+    legacy_names = (("src_embed.", "encoder.embed."), ("tgt_embed.", "decoder.embed."),
+                    ("output_proj.", "decoder.head."), ("positions.", "encoder.positions."),
+                    ("encoder.layers.", "encoder.stack.layers."), ("encoder.final_norm.", "encoder.stack.final_norm."),
+                    ("decoder.layers.", "decoder.stack.layers."), ("decoder.final_norm.", "decoder.stack.final_norm."))
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         c = config
-        self.src_embed = TokenEmbedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
-        self.tgt_embed = (self.src_embed if c.share_embeddings
-                          else TokenEmbedding(c.target_vocab_size, c.d_model, padding_idx=c.pad_id))
-        self.positions = build_positional(c.positional, c.d_model, c.max_positions)
-        self.embed_dropout = nn.Dropout(c.dropout)
-        layer_args = dict(dropout=c.dropout, attention_dropout=c.attention_dropout,
-                          activation_dropout=c.activation_dropout, activation=c.activation, norm_first=c.norm_first,
-                          layer_norm_eps=c.layer_norm_eps)
-        self.encoder = TransformerStack([EncoderLayer(c.d_model, c.num_heads, c.d_ff, **layer_args)
-                                         for _ in range(c.num_encoder_layers)],
-                                        d_model=c.d_model, final_norm=c.final_norm, layer_norm_eps=c.layer_norm_eps)
-        self.decoder = TransformerStack([DecoderLayer(c.d_model, c.num_heads, c.d_ff, **layer_args)
-                                         for _ in range(c.num_decoder_layers)],
-                                        d_model=c.d_model, final_norm=c.final_norm, layer_norm_eps=c.layer_norm_eps)
-        self.output_proj = Linear(c.d_model, c.target_vocab_size, bias=False)
-        if c.tie_output_projection:
-            self.output_proj.weight = self.tgt_embed.weight
-        else:
-            nn.init.normal_(self.output_proj.weight, std=c.d_model ** -0.5)
+        src_embed = TokenEmbedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        tgt_embed = (src_embed if c.share_embeddings
+                     else TokenEmbedding(c.target_vocab_size, c.d_model, padding_idx=c.pad_id))
+        positions = build_positional(c.positional, c.d_model, c.max_positions)  # one table for both halves
+        head = None
+        if not c.tie_output_projection:
+            head = Linear(c.d_model, c.target_vocab_size, bias=False)
+            nn.init.normal_(head.weight, std=c.d_model ** -0.5)
+        self.encoder = TokenEncoder(src_embed, positions,
+                                    build_stack(c, c.num_encoder_layers, c.encoder_attention, cross_attention=False,
+                                                final_norm=c.final_norm, activation_dropout=c.activation_dropout),
+                                    dropout=c.dropout, pad_id=c.pad_id)
+        self.decoder = TokenDecoder(tgt_embed, positions,
+                                    build_stack(c, c.num_decoder_layers, c.decoder_attention, cross_attention=True,
+                                                final_norm=c.final_norm, activation_dropout=c.activation_dropout),
+                                    dropout=c.dropout, head=head)
         self._init_linear_layers()
+
+    # Names of the parts' pieces as the model had them before the split.
+    src_embed = property(lambda self: self.encoder.embed)
+    tgt_embed = property(lambda self: self.decoder.embed)
+    output_proj = property(lambda self: self.decoder.head)
+    positions = property(lambda self: self.decoder.positions)
 
     def _init_linear_layers(self) -> None:
         # Xavier-uniform weights and zero biases for the feed-forward layers, as in the
         # paper's tensor2tensor code; attention projections initialise themselves.
-        for stack in (self.encoder, self.decoder):
-            for layer in stack.layers:
+        for part in (self.encoder, self.decoder):
+            for layer in part.layers:
                 for linear in (layer.ffn.linear1, layer.ffn.linear2):
                     nn.init.xavier_uniform_(linear.weight)
                     nn.init.zeros_(linear.bias)
 
-    def _embed(self, embedding: TokenEmbedding, ids: Tensor, offset: int = 0) -> Tensor:
-        positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)
-        return self.embed_dropout(embedding(ids) + self.positions(positions))  # (B, L, d_model)
+    # -- the two halves (the EncoderDecoder protocol) ---------------------------------------
+    @property
+    def max_source_length(self) -> int | None:
+        """The longest source the encoder accepts (a learned position table), None: any."""
+        return getattr(self.encoder.positions, "max_positions", None)
 
-    # -- the two halves ----------------------------------------------------------------
+    def max_output_length(self) -> int | None:
+        """The most tokens the decoder can produce (its input is BOS + all but the last)."""
+        return self.decoder.max_positions
+
     def encode(self, src_ids: Tensor, *, need_weights: bool = False):
         """``(B, S)`` ids -> ``(memory (B, S, d_model), memory_mask (B, 1, 1, S))``; with
         ``need_weights`` also the per-layer encoder self-attention weights."""
         check_token_ids(src_ids, self.config.vocab_size, "src_ids")
-        memory_mask = key_padding_mask(src_ids, self.config.pad_id)
-        memory, weights = self.encoder(self._embed(self.src_embed, src_ids), self_mask=memory_mask,
-                                       need_weights=need_weights)
         if need_weights:
+            memory, memory_mask, weights = self.encoder(src_ids, need_weights=True)
             return memory, memory_mask, [w.self_attn for w in weights]
-        return memory, memory_mask
+        return self.encoder(src_ids)
 
-    def decode(self, tgt_ids: Tensor, memory: Tensor, memory_mask: Tensor | None, *,
+    def decode(self, tgt_ids: Tensor, memory: Tensor | None, memory_mask: Tensor | None, *,
                cache: StackCache | None = None, need_weights: bool = False):
         """Target ids ``(B, T)`` -> logits ``(B, T, V)``.
 
@@ -158,14 +163,13 @@ class Transformer(AttnlabModel):
             source_len = memory.shape[1] if memory is not None else memory_mask.shape[-1]
             check_mask(memory_mask, batch, self.config.num_heads, tgt_ids.shape[1], source_len, "memory_mask")
         offset = 0 if cache is None else cache.length
-        hidden, weights = self.decoder(self._embed(self.tgt_embed, tgt_ids, offset), memory=memory,
-                                       memory_mask=memory_mask, cache=cache, need_weights=need_weights)
-        logits = self.output_proj(hidden)
-        return (logits, weights) if need_weights else logits
+        positions = torch.arange(offset, offset + tgt_ids.shape[1], device=tgt_ids.device)
+        return self.decoder(tgt_ids, positions, memory=memory, memory_mask=memory_mask, cache=cache,
+                            need_weights=need_weights)
 
     def new_cache(self, capacity: int = 64) -> StackCache:
-        """An empty decoder cache for incremental decoding."""
-        return self.decoder.new_cache(capacity)
+        """An empty growing decoder cache for incremental decoding (search reorders it)."""
+        return self.decoder.new_growing_cache(capacity)
 
     def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
         """Teacher-forced logits ``(B, T, V)``."""
@@ -181,7 +185,8 @@ class Transformer(AttnlabModel):
 
     def num_parameters_without_embeddings(self) -> int:
         """Parameters of the encoder and decoder stacks only (what ``torch.nn.Transformer`` has)."""
-        return self.num_parameters(exclude=("src_embed", "tgt_embed", "output_proj", "positions"))
+        return self.num_parameters(exclude=("encoder.embed", "decoder.embed", "decoder.head", "encoder.positions",
+                                            "decoder.positions"))
 
 
 # -- presets ---------------------------------------------------------------------------

@@ -573,22 +573,26 @@ class Trainer:
 
 @dataclass
 class _Sums:
-    """A token count with the loss and logs summed over it (micro-batches, updates or ranks)."""
+    """A token count with the loss and logs summed over it (micro-batches, updates or ranks).
 
-    tokens: int = 0
-    loss: float = 0.0
-    logs: dict[str, float] = field(default_factory=dict)
+    Tensors are summed as tensors, on their device: adding a micro-batch's results costs no
+    host sync; :meth:`all_reduce` brings everything to the host at once (once per update)."""
 
-    def add(self, loss_sum: torch.Tensor | float, num_tokens: int, logs: Mapping[str, Any]) -> None:
-        self.tokens += int(num_tokens)
-        self.loss += float(loss_sum)
+    tokens: Any = 0
+    loss: Any = 0.0
+    logs: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, loss_sum: torch.Tensor | float, num_tokens, logs: Mapping[str, Any]) -> None:
+        self.tokens = self.tokens + _detached(num_tokens)
+        self.loss = self.loss + _detached(loss_sum)
         for key, value in logs.items():
-            self.logs[key] = self.logs.get(key, 0.0) + float(value)
+            self.logs[key] = self.logs.get(key, 0.0) + _detached(value)
 
     def all_reduce(self, context: DistributedContext) -> _Sums:
-        """The sums over all ranks, in one collective (log keys are the same on every rank)."""
+        """The sums over all ranks as Python numbers, in one collective and one host sync
+        (log keys are the same on every rank)."""
         keys = sorted(self.logs)
-        local = torch.tensor([self.tokens, self.loss, *(self.logs[k] for k in keys)], dtype=torch.float64)
+        local = _float64_on_host([self.tokens, self.loss, *(self.logs[k] for k in keys)])
         total = all_reduce_sum(local, context).tolist()
         return _Sums(int(total[0]), total[1], dict(zip(keys, total[2:])))
 
@@ -654,6 +658,22 @@ def _clock(seconds: float) -> str:
     seconds = int(seconds)
     hours, rest = divmod(seconds, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _detached(value):
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def _float64_on_host(values: Sequence[Any]) -> torch.Tensor:
+    """``(len(values),)`` float64 CPU tensor of numbers and scalar tensors, with one copy
+    from the device for all tensors (the only host sync of a training update)."""
+    tensors = [(i, v) for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    out = torch.tensor([0.0 if isinstance(v, torch.Tensor) else float(v) for v in values], dtype=torch.float64)
+    if tensors:
+        device = tensors[0][1].device
+        stacked = torch.stack([v.detach().reshape(()).to(device=device, dtype=torch.float64) for _, v in tensors])
+        out[[i for i, _ in tensors]] = stacked.cpu()
+    return out
 
 
 class _Window:

@@ -5,7 +5,7 @@ Trainer and writes a model directory; ``Translator`` loads one and translates pl
 sentences. Scoring lives in ``attnlab.evaluation``, plots in ``attnlab.viz``.
 """
 
-from attnlab.translation.task import (
+from attnlab.tasks.translation import (
     MODEL_SUBDIR,
     TASK_FILE,
     TranslationTrainOptions,

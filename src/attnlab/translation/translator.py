@@ -19,7 +19,7 @@ from torch import Tensor
 from attnlab.data import Tokenizer
 from attnlab.generation import beam_search, greedy_search
 from attnlab.models.registry import load_model
-from attnlab.translation.task import TASK_FILE
+from attnlab.tasks.translation import TASK_FILE
 
 __all__ = ["AttentionExample", "Translator"]
 
@@ -100,9 +100,10 @@ class Translator:
         return [ids + [eos] for ids in encoded]
 
     def _max_source_tokens(self) -> int:
-        # Learned positions end there; sinusoidal ones extend, but the model never saw such
-        # lengths, and an unbounded line would cost minutes of quadratic attention.
-        return self.model.config.max_positions
+        # A learned position table ends at the model's max_source_length; sinusoidal ones
+        # extend, but the model never saw such lengths, and an unbounded line would cost
+        # minutes of quadratic attention: max_positions caps both.
+        return self.model.max_source_length or self.model.config.max_positions
 
     def _pad(self, rows: Sequence[Sequence[int]]) -> Tensor:
         pad = self.model.config.pad_id

@@ -1,5 +1,7 @@
 """Translation as a training task: corpora -> joint vocabulary -> batches -> Trainer -> model directory.
 
+(``attnlab train translation`` is a thin shell over :func:`train_translation`.)
+
 This module only ties together pieces that live elsewhere (``attnlab.data`` reads and
 batches, ``attnlab.models`` builds the Transformer, ``attnlab.training`` runs the loop).
 

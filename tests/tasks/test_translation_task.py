@@ -1,4 +1,4 @@
-"""The pieces of attnlab.translation that need no trained model."""
+"""The translation task's pieces (attnlab.tasks.translation) that need no trained model."""
 
 import pytest
 import torch
@@ -6,13 +6,13 @@ import torch
 import attnlab
 from attnlab.data import ParallelCorpus, Tokenizer, collate_translation
 from attnlab.training import label_smoothed_cross_entropy
-from attnlab.translation import (
+from attnlab.tasks.translation import (
     TranslationTrainOptions,
-    Translator,
     encode_and_filter,
     load_training_corpora,
     translation_loss,
 )
+from attnlab.translation import Translator
 
 SENTENCES = [("Ein Hund läuft.", "A dog runs."), ("Zwei Katzen schlafen im Haus.", "Two cats sleep in the house."),
              ("Ein Mann fährt Rad.", "A man rides a bike."), ("Kinder spielen.", "Children play.")] * 5

@@ -1,0 +1,141 @@
+"""Parts that models are composed of: a source encoder and a target decoder.
+
+* :class:`TokenEncoder`: token embedding + positions + a stack (full attention by default)
+  -> ``(memory, memory_mask)``.
+* :class:`TokenDecoder`: token embedding + positions + a causal stack (with or without
+  cross-attention) + an output projection tied to the embedding + cache factories. The
+  encoder–decoder Transformer pairs it with a TokenEncoder, :class:`~attnlab.models.lm.
+  DecoderLM` is it without cross-attention, a captioner pairs it with an image encoder.
+
+Every way of running a decoder goes through the same layers: :meth:`TokenDecoder.forward`
+(training, checking, search with a growing cache) and :meth:`TokenDecoder.step` (a decode
+step: no argument checks, no host syncs, a preallocated cache) both call the stack.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.attention.cache import StackCache, StaticKVCache
+from attnlab.attention.masks import key_padding_mask
+from attnlab.layers.blocks import TransformerLayer, TransformerStack
+from attnlab.layers.embedding import TokenEmbedding
+from attnlab.layers.positional import build_positional
+from attnlab.linear import Linear
+from attnlab.models.base import StackConfig
+
+
+def build_stack(config: StackConfig, num_layers: int, pattern, *, cross_attention: bool, final_norm: bool,
+                activation_dropout: float = 0.0) -> TransformerStack:
+    """A stack of ``num_layers`` layers with the shared fields of ``config``."""
+    c = config
+    layers = [TransformerLayer(c.d_model, c.num_heads, c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
+                               activation_dropout=activation_dropout, activation=c.activation,
+                               norm_first=c.norm_first, layer_norm_eps=c.layer_norm_eps,
+                               cross_attention=cross_attention, self_pattern=pattern)
+              for _ in range(num_layers)]
+    return TransformerStack(layers, d_model=c.d_model, final_norm=final_norm, layer_norm_eps=c.layer_norm_eps)
+
+
+class _Embedder(nn.Module):
+    """Token embedding + positions (None: NoPE) + dropout, shared by the two parts."""
+
+    def __init__(self, embed: TokenEmbedding, positions: nn.Module | None, dropout: float):
+        super().__init__()
+        self.embed = embed
+        self.positions = positions
+        self.embed_dropout = nn.Dropout(dropout)
+
+    def embed_tokens(self, ids: Tensor, positions: Tensor, *, checked: bool = True) -> Tensor:
+        """``(B, L)`` ids at ``positions`` (``(L,)`` or ``(B, L)``) -> ``(B, L, d_model)``;
+        ``checked=False`` skips the position range check (and its host sync)."""
+        x = self.embed(ids)
+        if self.positions is not None:
+            x = x + (self.positions(positions) if checked else self.positions.lookup(positions))
+        return self.embed_dropout(x) if self.training else x
+
+
+class TokenEncoder(_Embedder):
+    """Source side: ``(B, S)`` ids -> ``(memory (B, S, d), memory_mask (B, 1, 1, S))``."""
+
+    def __init__(self, embed: TokenEmbedding, positions: nn.Module | None, stack: TransformerStack, *,
+                 dropout: float, pad_id: int):
+        super().__init__(embed, positions, dropout)
+        self.stack = stack
+        self.pad_id = pad_id
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.stack.layers
+
+    def forward(self, ids: Tensor, *, need_weights: bool = False):
+        """Encode (no argument checks: the model checks its inputs); with ``need_weights``
+        also the per-layer :class:`~attnlab.layers.blocks.LayerAttention`."""
+        memory_mask = key_padding_mask(ids, self.pad_id)
+        x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device))
+        memory, weights = self.stack(x, self_mask=memory_mask, need_weights=need_weights)
+        return (memory, memory_mask, weights) if need_weights else (memory, memory_mask)
+
+
+class TokenDecoder(_Embedder):
+    """Target side: ids -> next-token logits, through a causal stack.
+
+    Args:
+        embed: the target token embedding (the head is tied to it when ``tie_head``).
+        positions: the position module (None: no positions).
+        stack: the layers (with cross-attention for an encoder–decoder).
+        head: the output projection, or None to tie it to ``embed`` (no bias).
+        dropout: dropout on the embeddings.
+    """
+
+    def __init__(self, embed: TokenEmbedding, positions: nn.Module | None, stack: TransformerStack, *,
+                 dropout: float, head: nn.Linear | None = None):
+        super().__init__(embed, positions, dropout)
+        self.stack = stack
+        self.head = head if head is not None else Linear(embed.d_model, embed.vocab_size, bias=False)
+        if head is None:
+            self.head.weight = embed.weight
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.stack.layers
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest input the positions allow (a learned table), None when unbounded."""
+        return getattr(self.positions, "max_positions", None)
+
+    def new_cache(self, batch: int, capacity: int, *, fixed_shape: bool = False) -> StaticKVCache:
+        """A preallocated cache for ``batch`` rows and ``capacity`` positions (see StaticKVCache)."""
+        if self.positions is not None:
+            self.positions.ensure_length(capacity)  # steps look positions up unchecked
+        return self.stack.new_static_cache(batch, capacity, fixed_shape=fixed_shape)
+
+    def new_growing_cache(self, capacity: int = 64) -> StackCache:
+        """A cache that grows and can drop or reorder rows (search)."""
+        return self.stack.new_cache(capacity)
+
+    def forward(self, ids: Tensor, positions: Tensor, *, self_mask: Tensor | None = None,
+                memory: Tensor | None = None, memory_mask: Tensor | None = None, cache=None,
+                need_weights: bool = False):
+        """``(B, T)`` ids at ``positions`` -> logits ``(B, T, V)`` (and per-layer weights if asked).
+
+        With a ``cache``, the ids are the T positions after those cached."""
+        hidden, weights = self.stack(self.embed_tokens(ids, positions), self_mask=self_mask, memory=memory,
+                                     memory_mask=memory_mask, cache=cache, need_weights=need_weights)
+        logits = self.head(hidden)
+        return (logits, weights) if need_weights else logits
+
+    def step(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
+        """One new token per row ``(B,)`` -> next-token logits ``(B, V)``, extending ``cache``.
+
+        The same layers as :meth:`forward`, without argument checks or host syncs: the token
+        sits at ``cache.positions`` (advanced here), its keys and values go into the cache.
+        The caller keeps the cache within its capacity and the positions within the table.
+        """
+        positions = cache.positions
+        x = self.embed_tokens(tokens[:, None], positions[:, None], checked=False)  # (B, 1, d_model)
+        hidden = self.stack.step(x, cache, memory_mask)
+        positions += 1
+        return self.head.forward(hidden[:, 0])  # (B, V)
