@@ -57,7 +57,7 @@ def interleaved(runs: dict[str, callable], repeats: int) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------ decoding
-def decode(batch: int, dtype: torch.dtype, new_tokens: int, repeats: int) -> None:
+def decode(batch: int, dtype: torch.dtype, new_tokens: int, repeats: int, hf_compile: bool = True) -> None:
     import transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -78,10 +78,10 @@ def decode(batch: int, dtype: torch.dtype, new_tokens: int, repeats: int) -> Non
             return out[:, prompt.shape[1]:].tolist()
         return run
 
-    runs = {"attnlab": lambda: [list(map(int, row)) for row in generate(ours, prompt, max_new_tokens=new_tokens,
-                                                                          greedy=True)],
+    runs = {"attnlab": lambda: generate(ours, prompt, max_new_tokens=new_tokens, greedy=True),
+            "attnlab eager": lambda: generate(ours, prompt, max_new_tokens=new_tokens, greedy=True, cuda_graph=False),
             "HF dynamic": hf_run(), "HF static": hf_run(cache_implementation="static")}
-    if hasattr(transformers, "CompileConfig"):
+    if hf_compile and hasattr(transformers, "CompileConfig"):
         runs["HF static+compile"] = hf_run(cache_implementation="static",
                                            compile_config=transformers.CompileConfig(mode="reduce-overhead"))
     outputs = {}
@@ -95,7 +95,7 @@ def decode(batch: int, dtype: torch.dtype, new_tokens: int, repeats: int) -> Non
     tokens = batch * new_tokens
     params = sum(p.numel() for p in ours.parameters())
     bound = _lookup(BANDWIDTH) / (params * torch.finfo(dtype).bits / 8) * batch
-    fastest_peer = min((name for name in seconds if name != "attnlab"), key=seconds.get)
+    fastest_peer = min((name for name in seconds if not name.startswith("attnlab")), key=seconds.get)
     peers = " | ".join(f"{name} {tokens / t:7.0f}" for name, t in seconds.items() if name != "attnlab")
     same = {name: outputs[name] == outputs["attnlab"] for name in outputs if name != "attnlab"}
     print(f"decode gpt2-small b{batch} {str(dtype)[6:]}: attnlab {tokens / seconds['attnlab']:7.0f} tok/s | {peers} | "
@@ -184,6 +184,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and tokens")
     parser.add_argument("--translation-model", help="trained translation model directory for the beam-4 figure")
     parser.add_argument("--only", default="decode,train,translate", help="comma-separated sections")
+    parser.add_argument("--no-hf-compile", action="store_true", help="skip HF's compiled static cache (minutes of "
+                                                                     "compilation per configuration)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu.py needs a CUDA GPU")
@@ -194,7 +196,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     if "decode" in sections:
         for batch, dtype in ((1, torch.float32), (1, torch.bfloat16), (16, torch.bfloat16)):
-            decode(batch, dtype, 128 if args.quick else 256, repeats)
+            decode(batch, dtype, 128 if args.quick else 256, repeats, hf_compile=not args.no_hf_compile)
     if "train" in sections:
         for preset, batch, length, dtype in (("transformer_base", 96, 32, torch.float32),
                                              ("transformer_base", 96, 32, torch.bfloat16),

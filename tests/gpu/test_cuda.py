@@ -58,3 +58,21 @@ def test_training_on_the_gpu_lowers_the_loss(tmp_path, bf16, compile):
     trainer = Trainer(model, _loss, ListBatchSource(batches, shuffle=False), config)
     last = trainer.train()
     assert last["loss"] < 3.0  # from ln(50) = 3.9: the tiny batches are being memorised
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_graph_greedy_equals_eager(dtype):
+    from attnlab.generation import generate
+    from attnlab.generation.graphs import greedy_fixed_shape
+    from attnlab.generation.sampling import _left_pad
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_char_small", vocab_size=97).cuda().to(dtype).eval()
+    prompts = [[5, 9, 2], [1, 2, 3, 4, 5, 6, 7, 8], [40]]
+    ids, mask = _left_pad(prompts, model.config.pad_id, torch.device("cuda"))
+    graphed = greedy_fixed_shape(model, ids, mask, 64, use_graph=True).tolist()
+    eager = greedy_fixed_shape(model, ids, mask, 64, use_graph=False).tolist()
+    assert graphed == eager
+    assert generate(model, prompts, max_new_tokens=64, greedy=True) == graphed  # generate takes the graph
+    if dtype == torch.float32:  # the ordinary prefix-only loop (on_token forces it) agrees in float32
+        assert generate(model, prompts, max_new_tokens=64, greedy=True, on_token=lambda row, token: None) == graphed

@@ -120,7 +120,7 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              generator: torch.Generator | None = None, stop_ids: Sequence[int] = (),
              stop_strings: Sequence[str] = (), tokenizer=None, on_token: TokenCallback | None = None,
-             sliding_window: bool = False) -> list[list[int]]:
+             sliding_window: bool = False, cuda_graph: bool | None = None) -> list[list[int]]:
     """Continue each prompt by up to ``max_new_tokens`` tokens.
 
     Args:
@@ -138,6 +138,9 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
         on_token: ``on_token(row, token_id)``, called for every token as it is produced
             (streaming).
         sliding_window: allow generating past the context (see the module docstring).
+        cuda_graph: replay one captured CUDA graph per token (:mod:`attnlab.generation.graphs`);
+            default: on a CUDA device for greedy decoding without stops, streaming or a
+            sliding window. The tokens are the same as without.
     Returns:
         The new tokens of each row (not the prompt), cut after a stop.
     """
@@ -148,13 +151,13 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
     model.eval()
     try:
         return _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p, seed, generator,
-                         stop_ids, stop_strings, tokenizer, on_token, sliding_window)
+                         stop_ids, stop_strings, tokenizer, on_token, sliding_window, cuda_graph)
     finally:
         model.train(was_training)
 
 
 def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p, seed, generator, stop_ids,
-              stop_strings, tokenizer, on_token, sliding_window) -> list[list[int]]:
+              stop_strings, tokenizer, on_token, sliding_window, cuda_graph) -> list[list[int]]:
     config = model.config
     device = next(model.parameters()).device
     if seed is not None and generator is None:
@@ -170,6 +173,15 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     history = [list(p) for p in prompts]  # for the sliding window
 
     ids, mask = _left_pad(prompts, config.pad_id, device)
+    graph_fits = greedy and not (watch or sliding_window) and device.type == "cuda"
+    if cuda_graph and not graph_fits:
+        raise ValueError("cuda_graph=True needs greedy decoding on a CUDA device without stops, on_token or "
+                         "sliding_window")
+    if graph_fits and cuda_graph is not False:
+        # Nothing to look at between tokens: one replayed CUDA graph per token.
+        from attnlab.generation.graphs import greedy_fixed_shape
+
+        return greedy_fixed_shape(model, ids, mask, max_new_tokens).tolist()
     capacity = ids.shape[1] + max_new_tokens
     cache = model.new_cache(batch, min(capacity, config.max_positions) if sliding_window else capacity)
     logits = model.prefill(ids, cache, mask)
