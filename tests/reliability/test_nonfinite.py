@@ -83,3 +83,12 @@ def test_resume_warns_naming_changed_settings(tmp_path):
     trainer = Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=3, peak_lr=5e-2))
     with pytest.warns(UserWarning, match=r"different training settings: peak_lr 0\.01 -> 0\.05"):
         trainer.train(resume=True)
+
+
+def test_a_partial_last_log_line_is_cut_before_appending(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
+    Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=1)).train()
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert lines[0] == '{"step": 1, "loss": 2.0}' and all(_strict_json(line) for line in lines)

@@ -537,7 +537,8 @@ class Trainer:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         # O_NOFOLLOW: never append through a symlink planted where the log goes.
-        fd = os.open(self.out_dir / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        fd = os.open(self.out_dir / "metrics.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        _drop_partial_line(fd)
         self._metrics_file = open(fd, "a", encoding="utf-8")
         if self.config.tensorboard:
             try:
@@ -566,6 +567,17 @@ class Trainer:
         if self._tensorboard is not None:
             self._tensorboard.close()
             self._tensorboard = None
+
+
+def _drop_partial_line(fd: int) -> None:
+    """A run killed in the middle of writing a log line leaves it unterminated; cut it off
+    so the lines appended on resume stay valid JSON lines."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    tail = os.pread(fd, min(size, 1 << 16), max(0, size - (1 << 16)))
+    cut = tail.rfind(b"\n")
+    os.ftruncate(fd, max(0, size - len(tail)) + cut + 1 if cut >= 0 else 0)
 
 
 @dataclass
