@@ -500,7 +500,7 @@ class Trainer:
         except (KeyError, TypeError, RuntimeError) as error:
             raise ValueError(f"{path}: training state does not fit this model/optimizer ({error!r})") from error
         self._stream.restart()
-        self._warn_changed_config(path, state.get("train_config"))
+        self._warn_changed_config(path, state.get("train_config"), state.get("run_info"))
         rng = state.get("rng", [])
         if state.get("world_size") == self.context.world_size and len(rng) == self.context.world_size:
             restore_rng_state(rng[self.context.rank])
@@ -519,16 +519,19 @@ class Trainer:
     _RESUME_FREE = {"max_steps", "max_minutes", "progress_bar", "tensorboard", "out_dir", "log_every",
                     "validate_every", "checkpoint_every", "keep_last", "tune_malloc", "max_nonfinite_updates"}
 
-    def _warn_changed_config(self, path: Path, saved: Any) -> None:
-        """Warn, naming each one, about training settings that differ from the checkpoint's."""
-        if not isinstance(saved, dict) or not self.context.is_main:
+    def _warn_changed_config(self, path: Path, saved: Any, saved_run: Any) -> None:
+        """Warn, naming each one, about training settings and ``run_info`` entries (the
+        data) that differ from the checkpoint's."""
+        if not self.context.is_main:
             return
-        current = self.config.to_dict()
-        changed = [f"{key} {saved[key]!r} -> {current[key]!r}" for key in sorted(current)
-                   if key in saved and key not in self._RESUME_FREE
-                   and json_safe(current[key]) != json_safe(saved[key])]
+        changed = []
+        for current, before, free in ((self.config.to_dict(), saved, self._RESUME_FREE),
+                                      (self.run_info, saved_run, ())):
+            if isinstance(current, dict) and isinstance(before, dict):
+                changed += [f"{key} {before[key]!r} -> {current[key]!r}" for key in sorted(current)
+                            if key in before and key not in free and json_safe(current[key]) != json_safe(before[key])]
         if changed:
-            warnings.warn(f"{path}: resuming with different training settings: {'; '.join(changed)}",
+            warnings.warn(f"{path}: resuming with different training settings or data: {'; '.join(changed)}",
                           UserWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ #

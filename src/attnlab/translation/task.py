@@ -267,7 +267,10 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
         progress_bar=options.progress_bar, max_minutes=options.max_minutes,
     )
     trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id), train_batches, config,
-                      valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context)
+                      valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context,
+                      run_info={"data": train_corpus.description, "training pairs": len(train_corpus),
+                                "languages": f"{options.src_lang}-{options.tgt_lang}",
+                                "max_length": options.max_length, "max_tokens": options.max_tokens})
     last = trainer.train(resume=options.resume)
 
     model_dir = out / MODEL_SUBDIR
