@@ -205,6 +205,8 @@ def train_translation(options: TranslationTrainOptions) -> Path:
 def _check_train_options(options: TranslationTrainOptions) -> None:
     """Every option that can be checked without data, checked before minutes go into the
     vocabulary: the preset and its overrides, and the training settings."""
+    if options.keep < 1:
+        raise ValueError(f"--keep={options.keep} must be at least 1")
     config = get_preset(options.preset, **options.model_overrides)
     TrainConfig(out_dir=str(options.out), max_steps=options.max_steps, schedule="noam", d_model=config.d_model,
                 lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
