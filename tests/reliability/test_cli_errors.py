@@ -151,7 +151,8 @@ def test_wrong_family_to_translate_and_generate(translation_model, lm_run, capsy
     (["train", "lm", "--out", "o", "--lr", "nan"], "--lr"),
     (["train", "translation", "--out", "o", "--lr-scale", "inf"], "--lr-scale"),
 ])
-def test_non_finite_numbers_are_refused_by_the_parser(argv, flag, capsys):
+def test_non_finite_numbers_are_refused_by_the_parser(argv, flag, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a regression would write "o/"
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     err = capsys.readouterr().err
