@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -208,7 +209,7 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     for message in recover_directory(final):
-        print(f"attnlab: {message}", flush=True)
+        print(f"attnlab: {message}", file=sys.stderr, flush=True)
     if final.is_symlink():
         raise ValueError(f"{final}: is a symlink; attnlab does not write through symlinks")
     temporary = _sibling(final, "tmp")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import random
 import shutil
 import sys
 
@@ -39,7 +40,9 @@ def test_corrupt_gzip_names_the_file(tmp_path, capsys):
     good = tmp_path / "train.en"
     good.write_text("a dog\n" * 10)
     bad = tmp_path / "train.de.gz"
-    bad.write_bytes(gzip.compress(b"ein hund\n" * 10)[:12] + b"\xff" * 40)
+    rng = random.Random(0)
+    data = gzip.compress("".join(rng.choice("abcdefgh \n") for _ in range(5000)).encode())
+    bad.write_bytes(data[:30] + b"\xff" * 40 + data[70:])  # a damaged deflate stream: zlib.error
     code, err = run_cli(["train", "translation", "--train-src", str(bad), "--train-tgt", str(good), "--out",
                          str(tmp_path / "out"), "--no-progress"], capsys)
     assert code == 2 and str(bad) in err
@@ -148,7 +151,8 @@ def test_wrong_family_to_translate_and_generate(translation_model, lm_run, capsy
     (["train", "lm", "--out", "o", "--lr", "nan"], "--lr"),
     (["train", "translation", "--out", "o", "--lr-scale", "inf"], "--lr-scale"),
 ])
-def test_non_finite_numbers_are_refused_by_the_parser(argv, flag, capsys):
+def test_non_finite_numbers_are_refused_by_the_parser(argv, flag, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a regression would write "o/"
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     err = capsys.readouterr().err
@@ -182,3 +186,11 @@ def test_a_refused_command_keeps_an_earlier_run_byte_for_byte(lm_run, tmp_path, 
     missing = tmp_path / "nowhere.txt"
     assert run_cli(lm_args(missing, out, "--resume"), capsys)[0] == 2
     assert snapshot(out) == before
+
+
+def test_text_that_is_not_utf8_names_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("première ligne\n".encode() * 20 + "deuxième\n".encode("latin-1"))
+    code, err = run_cli(lm_args(bad, tmp_path / "out"), capsys)
+    assert code == 2 and f"{bad}, line 21: not valid UTF-8" in err
+    assert not (tmp_path / "out").exists()

@@ -81,5 +81,21 @@ def test_a_checkpoint_of_non_finite_weights_is_refused_and_rotates_nothing_out(t
 def test_resume_warns_naming_changed_settings(tmp_path):
     Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=2)).train()
     trainer = Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=3, peak_lr=5e-2))
-    with pytest.warns(UserWarning, match=r"different training settings: peak_lr 0\.01 -> 0\.05"):
+    with pytest.warns(UserWarning, match=r"different training settings or data: peak_lr 0\.01 -> 0\.05"):
+        trainer.train(resume=True)
+
+
+def test_a_partial_last_log_line_is_cut_before_appending(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
+    Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=1)).train()
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert lines[0] == '{"step": 1, "loss": 2.0}' and all(_strict_json(line) for line in lines)
+
+
+def test_resume_warns_naming_changed_data(tmp_path):
+    Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=2), run_info={"data": "a.txt"}).train()
+    trainer = Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=3), run_info={"data": "b.txt"})
+    with pytest.warns(UserWarning, match="data 'a.txt' -> 'b.txt'"):
         trainer.train(resume=True)

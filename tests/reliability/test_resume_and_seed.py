@@ -32,3 +32,22 @@ def test_resume_with_the_same_text_continues(lm_run, lm_text, tmp_path, capsys):
     shutil.copytree(lm_run, out)
     assert run_cli(lm_args(lm_text, out, "--resume", "--max-steps", "3"), capsys)[0] == 0
     assert (out / "checkpoints" / "step_00000003").is_dir()
+
+
+def test_train_translation_resume_on_other_data_warns_naming_it(tmp_path, capsys):
+    import pytest
+
+    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
+    src.write_text("".join(f"ein hund {i} läuft\n" for i in range(40)), encoding="utf-8")
+    tgt.write_text("".join(f"a dog {i} runs\n" for i in range(40)), encoding="utf-8")
+    out = tmp_path / "run"
+
+    def train(*extra):
+        return run_cli(["train", "translation", "--train-src", str(src), "--train-tgt", str(tgt), "--preset",
+                        "transformer_tiny", "--vocab-size", "40", "--max-tokens", "256", "--max-length", "32",
+                        "--warmup", "1", "--val-every", "0", "--save-every", "1", "--out", str(out), "--no-progress",
+                        "--threads", "1", *extra], capsys)[0]
+
+    assert train("--max-steps", "1") == 0
+    with pytest.warns(UserWarning, match="training pairs 40 -> 20"):
+        assert train("--max-steps", "2", "--resume", "--max-train-pairs", "20") == 0

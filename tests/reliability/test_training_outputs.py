@@ -129,3 +129,32 @@ def test_leftovers_of_a_live_process_are_not_touched(lm_run, tmp_path):
     live = out / f".model.tmp-{os.getppid()}"  # our parent is alive
     live.mkdir()
     assert recover_directory(out / "model") == [] and live.is_dir()
+
+
+def test_checkpoint_clean_up_spares_a_live_writers_temporaries(tmp_path):
+    import os
+
+    import torch
+
+    from attnlab.training import save_checkpoint
+
+    root = tmp_path / "checkpoints"
+    live = root / f".step_00000009.tmp-{os.getppid()}"  # another process's checkpoint in flight
+    dead = root / f".step_00000008.tmp-{dead_pid()}"
+    for directory in (live, dead):
+        directory.mkdir(parents=True)
+        (directory / "model.safetensors").write_bytes(b"partial")
+    save_checkpoint(root, 1, torch.nn.Linear(2, 2), {"x": 1})
+    assert live.is_dir() and not dead.exists()
+
+
+def test_train_translation_checks_options_before_the_vocabulary(tmp_path, capsys):
+    src, tgt = tmp_path / "s.de", tmp_path / "s.en"
+    src.write_text("ein hund\n" * 20)
+    tgt.write_text("a dog\n" * 20)
+    for bad, message in ((["--warmup", "0"], "warmup_steps"), (["--set", "num_heads=5"], "num_heads"),
+                         (["--keep", "0"], "--keep=0")):
+        code, err = run_cli(["train", "translation", "--train-src", str(src), "--train-tgt", str(tgt), "--out",
+                             str(tmp_path / "out"), "--no-progress", *bad], capsys)
+        assert code == 2 and message in err and "vocabulary" not in err, err
+        assert not (tmp_path / "out").exists()

@@ -187,7 +187,12 @@ def read_text_files(paths: Sequence[str | os.PathLike]) -> str:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such text file")
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data[: error.start].count(b"\n") + 1
+            raise ValueError(f"{path}, line {line}: not valid UTF-8 (byte {data[error.start]:#04x})") from None
         parts.append(text if text.endswith("\n") else text + "\n")
     return "".join(parts)
 

@@ -208,6 +208,8 @@ def train_translation(options: TranslationTrainOptions) -> Path:
 def _check_train_options(options: TranslationTrainOptions) -> None:
     """Every option that can be checked without data, checked before minutes go into the
     vocabulary: the preset and its overrides, and the training settings."""
+    if options.keep < 1:
+        raise ValueError(f"--keep={options.keep} must be at least 1")
     config = get_preset(options.preset, **options.model_overrides)
     TrainConfig(out_dir=str(options.out), max_steps=options.max_steps, schedule="noam", d_model=config.d_model,
                 lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
@@ -274,7 +276,10 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
         progress_bar=options.progress_bar, max_minutes=options.max_minutes,
     )
     trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id), train_batches, config,
-                      valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context)
+                      valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context,
+                      run_info={"data": train_corpus.description, "training pairs": len(train_corpus),
+                                "languages": f"{options.src_lang}-{options.tgt_lang}",
+                                "max_length": options.max_length, "max_tokens": options.max_tokens})
     last = trainer.train(resume=options.resume)
 
     model_dir = out / MODEL_SUBDIR

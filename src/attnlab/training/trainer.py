@@ -503,7 +503,7 @@ class Trainer:
         except (KeyError, TypeError, RuntimeError) as error:
             raise ValueError(f"{path}: training state does not fit this model/optimizer ({error!r})") from error
         self._stream.restart()
-        self._warn_changed_config(path, state.get("train_config"))
+        self._warn_changed_config(path, state.get("train_config"), state.get("run_info"))
         rng = state.get("rng", [])
         if state.get("world_size") == self.context.world_size and len(rng) == self.context.world_size:
             restore_rng_state(rng[self.context.rank])
@@ -522,16 +522,19 @@ class Trainer:
     _RESUME_FREE = {"max_steps", "max_minutes", "progress_bar", "tensorboard", "out_dir", "log_every",
                     "validate_every", "checkpoint_every", "keep_last", "tune_malloc", "max_nonfinite_updates"}
 
-    def _warn_changed_config(self, path: Path, saved: Any) -> None:
-        """Warn, naming each one, about training settings that differ from the checkpoint's."""
-        if not isinstance(saved, dict) or not self.context.is_main:
+    def _warn_changed_config(self, path: Path, saved: Any, saved_run: Any) -> None:
+        """Warn, naming each one, about training settings and ``run_info`` entries (the
+        data) that differ from the checkpoint's."""
+        if not self.context.is_main:
             return
-        current = self.config.to_dict()
-        changed = [f"{key} {saved[key]!r} -> {current[key]!r}" for key in sorted(current)
-                   if key in saved and key not in self._RESUME_FREE
-                   and json_safe(current[key]) != json_safe(saved[key])]
+        changed = []
+        for current, before, free in ((self.config.to_dict(), saved, self._RESUME_FREE),
+                                      (self.run_info, saved_run, ())):
+            if isinstance(current, dict) and isinstance(before, dict):
+                changed += [f"{key} {before[key]!r} -> {current[key]!r}" for key in sorted(current)
+                            if key in before and key not in free and json_safe(current[key]) != json_safe(before[key])]
         if changed:
-            warnings.warn(f"{path}: resuming with different training settings: {'; '.join(changed)}",
+            warnings.warn(f"{path}: resuming with different training settings or data: {'; '.join(changed)}",
                           UserWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ #
@@ -540,7 +543,8 @@ class Trainer:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         # O_NOFOLLOW: never append through a symlink planted where the log goes.
-        fd = os.open(self.out_dir / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        fd = os.open(self.out_dir / "metrics.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        _drop_partial_line(fd)
         self._metrics_file = open(fd, "a", encoding="utf-8")
         if self.config.tensorboard:
             try:
@@ -569,6 +573,17 @@ class Trainer:
         if self._tensorboard is not None:
             self._tensorboard.close()
             self._tensorboard = None
+
+
+def _drop_partial_line(fd: int) -> None:
+    """A run killed in the middle of writing a log line leaves it unterminated; cut it off
+    so the lines appended on resume stay valid JSON lines."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    tail = os.pread(fd, min(size, 1 << 16), max(0, size - (1 << 16)))
+    cut = tail.rfind(b"\n")
+    os.ftruncate(fd, max(0, size - len(tail)) + cut + 1 if cut >= 0 else 0)
 
 
 @dataclass
