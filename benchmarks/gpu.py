@@ -184,6 +184,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and tokens")
     parser.add_argument("--translation-model", help="trained translation model directory for the beam-4 figure")
     parser.add_argument("--only", default="decode,train,translate", help="comma-separated sections")
+    parser.add_argument("--train-rows", default="0,1,2,3",
+                        help="which training rows to run (0: base 3k TF32, 1: base 3k bf16, 2: base 25.6k bf16, "
+                             "3: big 25.6k bf16; default: all)")
     parser.add_argument("--no-hf-compile", action="store_true", help="skip HF's compiled static cache (minutes of "
                                                                      "compilation per configuration)")
     args = parser.parse_args()
@@ -198,10 +201,9 @@ def main() -> None:
         for batch, dtype in ((1, torch.float32), (1, torch.bfloat16), (16, torch.bfloat16)):
             decode(batch, dtype, 128 if args.quick else 256, repeats, hf_compile=not args.no_hf_compile)
     if "train" in sections:
-        for preset, batch, length, dtype in (("transformer_base", 96, 32, torch.float32),
-                                             ("transformer_base", 96, 32, torch.bfloat16),
-                                             ("transformer_base", 400, 64, torch.bfloat16),
-                                             ("transformer_big", 400, 64, torch.bfloat16)):
+        rows = (("transformer_base", 96, 32, torch.float32), ("transformer_base", 96, 32, torch.bfloat16),
+                ("transformer_base", 400, 64, torch.bfloat16), ("transformer_big", 400, 64, torch.bfloat16))
+        for preset, batch, length, dtype in (rows[int(i)] for i in args.train_rows.split(",")):
             train(preset, batch, length, 32000, dtype, repeats, compiled=dtype == torch.bfloat16)
     if "translate" in sections and args.translation_model:
         translate(args.translation_model, repeats)

@@ -71,8 +71,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def ensure_length(self, needed: int) -> None:
         if needed > self.max_positions:
-            raise ValueError(f"{needed} positions do not fit the learned position table "
-                             f"(max_positions={self.max_positions})")
+            raise ValueError(f"position {needed - 1} is beyond the learned position table "
+                             f"(max_positions={self.max_positions}); use shorter sequences")
 
     def lookup(self, positions: Tensor) -> Tensor:
         """:meth:`forward` without the range check (no host sync)."""

@@ -138,6 +138,7 @@ class DecoderLM(AttnlabModel):
         batch, length = ids.shape
         past = 0 if cache is None else cache.length
         key_mask = None
+        given_positions = positions is not None
         if attention_mask is not None:
             if attention_mask.shape != (batch, past + length):
                 raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected "
@@ -151,12 +152,16 @@ class DecoderLM(AttnlabModel):
                 positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
         if positions is None:
             positions = torch.arange(past, past + length, device=ids.device).expand(batch, length)
+        if not given_positions:  # built here, all below past + length: checked on the host, no sync
+            bound = past + length
         elif positions.shape != (batch, length):
             raise ValueError(f"positions has shape {tuple(positions.shape)}, expected {(batch, length)}")
-        if positions.numel() and int(positions.max()) >= self.config.max_positions:
-            raise ValueError(f"position {int(positions.max())} is beyond the context of "
+        else:
+            bound = int(positions.max()) + 1 if positions.numel() else 0  # given positions: look (a sync)
+        if bound > self.config.max_positions:
+            raise ValueError(f"position {bound - 1} is beyond the context of "
                              f"max_positions={self.config.max_positions}")
-        logits = self.decoder(ids, positions, self_mask=key_mask, cache=cache)
+        logits = self.decoder(ids, positions, self_mask=key_mask, cache=cache, positions_bound=bound)
         if isinstance(cache, StaticKVCache) and length:
             cache.positions.copy_(positions[:, -1] + 1)
         return logits

@@ -47,12 +47,18 @@ class _Embedder(nn.Module):
         self.positions = positions
         self.embed_dropout = nn.Dropout(dropout)
 
-    def embed_tokens(self, ids: Tensor, positions: Tensor, *, checked: bool = True) -> Tensor:
+    def embed_tokens(self, ids: Tensor, positions: Tensor, *, checked: bool = True,
+                     bound: int | None = None) -> Tensor:
         """``(B, L)`` ids at ``positions`` (``(L,)`` or ``(B, L)``) -> ``(B, L, d_model)``;
-        ``checked=False`` skips the position range check (and its host sync)."""
+        ``checked=False`` skips the position range check (and its host sync); ``bound``, a
+        number the caller knows every position is below, checks that instead (no sync)."""
         x = self.embed(ids)
         if self.positions is not None:
-            x = x + (self.positions(positions) if checked else self.positions.lookup(positions))
+            if bound is not None:
+                self.positions.ensure_length(bound)
+                x = x + self.positions.lookup(positions)
+            else:
+                x = x + (self.positions(positions) if checked else self.positions.lookup(positions))
         return self.embed_dropout(x) if self.training else x
 
 
@@ -73,7 +79,7 @@ class TokenEncoder(_Embedder):
         """Encode (no argument checks: the model checks its inputs); with ``need_weights``
         also the per-layer :class:`~attnlab.layers.blocks.LayerAttention`."""
         memory_mask = key_padding_mask(ids, self.pad_id)
-        x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device))
+        x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), bound=ids.shape[1])
         memory, weights = self.stack(x, self_mask=memory_mask, need_weights=need_weights)
         return (memory, memory_mask, weights) if need_weights else (memory, memory_mask)
 
@@ -118,11 +124,13 @@ class TokenDecoder(_Embedder):
 
     def forward(self, ids: Tensor, positions: Tensor, *, self_mask: Tensor | None = None,
                 memory: Tensor | None = None, memory_mask: Tensor | None = None, cache=None,
-                need_weights: bool = False):
+                need_weights: bool = False, positions_bound: int | None = None):
         """``(B, T)`` ids at ``positions`` -> logits ``(B, T, V)`` (and per-layer weights if asked).
 
-        With a ``cache``, the ids are the T positions after those cached."""
-        hidden, weights = self.stack(self.embed_tokens(ids, positions), self_mask=self_mask, memory=memory,
+        With a ``cache``, the ids are the T positions after those cached. ``positions_bound``:
+        see :meth:`embed_tokens` (``bound``)."""
+        hidden, weights = self.stack(self.embed_tokens(ids, positions, bound=positions_bound), self_mask=self_mask,
+                                     memory=memory,
                                      memory_mask=memory_mask, cache=cache, need_weights=need_weights)
         logits = self.head(hidden)
         return (logits, weights) if need_weights else logits

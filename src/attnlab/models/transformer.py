@@ -165,7 +165,7 @@ class Transformer(AttnlabModel):
         offset = 0 if cache is None else cache.length
         positions = torch.arange(offset, offset + tgt_ids.shape[1], device=tgt_ids.device)
         return self.decoder(tgt_ids, positions, memory=memory, memory_mask=memory_mask, cache=cache,
-                            need_weights=need_weights)
+                            need_weights=need_weights, positions_bound=offset + tgt_ids.shape[1])
 
     def new_cache(self, capacity: int = 64) -> StackCache:
         """An empty growing decoder cache for incremental decoding (search reorders it)."""
