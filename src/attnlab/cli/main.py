@@ -21,6 +21,7 @@ VERBS = {
     "average": "attnlab.cli.average",
     "generate": "attnlab.cli.generate",
     "embed": "attnlab.cli.embed",
+    "explore": "attnlab.cli.explore",
 }
 
 
