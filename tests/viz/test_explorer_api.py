@@ -35,7 +35,10 @@ def test_analyse_then_every_layer(app):
         assert entry["query_tokens"] == group.query_tokens and len(entry["key_tokens"]) == keys
         # padding excluded: the source has exactly its pieces + </s>, no pad columns
         assert "<pad>" not in entry["key_tokens"] + entry["query_tokens"]
-        assert np.array(entry["entropy"]).shape == (layers, heads)
+        status, summary = app.handle("GET", f"/api/summary?id={ov['id']}&group={entry['name']}")
+        assert status == 200 and np.array(summary["entropy"]).shape == np.array(summary["distance"]).shape == (
+            layers, heads)
+        assert np.allclose(summary["entropy"], head_entropy(group.weights).numpy(), atol=1e-4)
         for layer in range(layers):
             status, data = app.handle("GET", f"/api/layer?id={ov['id']}&group={entry['name']}&layer={layer}")
             assert status == 200 and data["scale"] == QUANT

@@ -20,15 +20,14 @@ from attnlab.viz.explorer.maps import Analysis, AttentionGroup
 QUANT = 65535
 THUMBNAIL = 48  # thumbnails are at most THUMBNAIL x THUMBNAIL cells
 
-__all__ = ["QUANT", "THUMBNAIL", "head_entropy", "mean_distance", "thumbnails", "encode_weights", "decode_weights",
+__all__ = ["QUANT", "THUMBNAIL", "head_entropy", "mean_distance", "summaries", "thumbnails", "encode_weights", "decode_weights",
            "overview", "layer_payload", "search_pair", "full_payload"]
 
 
 def head_entropy(weights: Tensor) -> Tensor:
     """Mean entropy (nats) of each head's query rows: ``(layers, heads, Lq, Lk)`` ->
     ``(layers, heads)``. Low: heads that look at one token; log(Lk): uniform heads."""
-    p = weights.double()
-    return -(p * torch.log(p.clamp(min=1e-30))).sum(-1).mean(-1)
+    return torch.special.entr(weights).sum(-1).mean(-1)  # entr(p) = -p log p, 0 at p = 0; in the input's dtype
 
 
 def mean_distance(weights: Tensor) -> Tensor:
@@ -36,8 +35,8 @@ def mean_distance(weights: Tensor) -> Tensor:
     positions: ``(layers, heads)``. For cross-attention the two sequences share no
     positions; the number is then only a rough diagonal-ness."""
     queries, keys = weights.shape[-2:]
-    distance = (torch.arange(queries)[:, None] - torch.arange(keys)[None, :]).abs().double()
-    return (weights.double() * distance).sum(-1).mean(-1)
+    distance = (torch.arange(queries)[:, None] - torch.arange(keys)[None, :]).abs().to(weights.dtype)
+    return (weights * distance).sum(-1).mean(-1)
 
 
 def thumbnails(weights: Tensor, size: int = THUMBNAIL) -> Tensor:
@@ -66,21 +65,31 @@ def _rounded(values: Tensor, digits: int = 4) -> list:
     return [[round(float(v), digits) for v in row] for row in values]
 
 
-def _group_overview(group: AttentionGroup) -> dict:
+def summaries(group: AttentionGroup) -> dict:
+    """Per-head entropy and mean attention distance ``(layers, heads)``, rounded."""
+    return {"group": group.name, "entropy": _rounded(head_entropy(group.weights)),
+            "distance": _rounded(mean_distance(group.weights), 3),
+            "max_entropy": round(math.log(group.weights.shape[-1]), 4)}
+
+
+def _group_overview(group: AttentionGroup, with_summaries: bool) -> dict:
     layers, heads, queries, keys = group.weights.shape
     thumbs = thumbnails(group.weights)
-    return {"name": group.name, "layers": layers, "heads": heads, "queries": queries, "keys": keys,
-            "query_tokens": group.query_tokens, "key_tokens": group.key_tokens,
-            "entropy": _rounded(head_entropy(group.weights)), "distance": _rounded(mean_distance(group.weights), 3),
-            "max_entropy": round(math.log(keys), 4),
-            "thumbnails": {"height": thumbs.shape[2], "width": thumbs.shape[3],
-                           "data": base64.b64encode(thumbs.numpy().tobytes()).decode("ascii")}}
+    entry = {"name": group.name, "layers": layers, "heads": heads, "queries": queries, "keys": keys,
+             "query_tokens": group.query_tokens, "key_tokens": group.key_tokens,
+             "thumbnails": {"height": thumbs.shape[2], "width": thumbs.shape[3],
+                            "data": base64.b64encode(thumbs.numpy().tobytes()).decode("ascii")}}
+    if with_summaries:
+        entry["summaries"] = summaries(group)
+    return entry
 
 
-def overview(analysis: Analysis, analysis_id: str) -> dict:
-    """The first answer for a text: tokens, summaries and thumbnails of every group."""
+def overview(analysis: Analysis, analysis_id: str, *, with_summaries: bool = False) -> dict:
+    """The first answer for a text: tokens and thumbnails of every group (the page asks
+    for :func:`summaries` when it shows them: over all layers they cost more than the
+    first drawing needs)."""
     return {"id": analysis_id, "text": analysis.text, "output": analysis.output,
-            "groups": [_group_overview(g) for g in analysis.groups]}
+            "groups": [_group_overview(g, with_summaries) for g in analysis.groups]}
 
 
 def layer_payload(group: AttentionGroup, layer: int) -> dict:
@@ -113,7 +122,7 @@ def search_pair(group: AttentionGroup, query: int, key: int, top: int = 10) -> d
 
 def full_payload(analysis: Analysis, analysis_id: str = "embedded") -> dict:
     """The overview plus every layer of every group, for a self-contained HTML file."""
-    payload = overview(analysis, analysis_id)
+    payload = overview(analysis, analysis_id, with_summaries=True)
     for group, entry in zip(analysis.groups, payload["groups"]):
         entry["layer_data"] = [layer_payload(group, i)["data"] for i in range(group.weights.shape[0])]
     return payload

@@ -10,6 +10,7 @@ API (all JSON):
   GET  /api/info                  {family, description, default_text, max_tokens}
   POST /api/analyse {text, generate?}   overview: tokens, summaries, thumbnails, id
   GET  /api/layer?id=&group=&layer=     one layer's weights (heads, Lq, Lk), uint16 base64
+  GET  /api/summary?id=&group=          per-head entropy and mean attention distance
   GET  /api/pair?id=&group=&query=&key= heads ranked by weight[query, key]
 """
 
@@ -25,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from attnlab.viz.explorer.maps import Analysis, AttentionSource
 from attnlab.viz.explorer.page import render_page
-from attnlab.viz.explorer.payload import layer_payload, overview, search_pair
+from attnlab.viz.explorer.payload import layer_payload, overview, search_pair, summaries
 
 MAX_BODY = 64 * 1024  # bytes of a POST body
 KEEP = 8  # analyses kept for /api/layer and /api/pair
@@ -100,9 +101,12 @@ class ExplorerApp:
             return 200, self.analyse(values)
         if route == ("GET", "/api/layer"):
             return 200, layer_payload(self._group(query), _integer(query, "layer"))
+        if route == ("GET", "/api/summary"):
+            return 200, summaries(self._group(query))
         if route == ("GET", "/api/pair"):
             return 200, search_pair(self._group(query), _integer(query, "query"), _integer(query, "key"))
-        if url.path in ("/", "/index.html", "/api/info", "/api/analyse", "/api/layer", "/api/pair"):
+        if url.path in ("/", "/index.html", "/api/info", "/api/analyse", "/api/layer", "/api/summary",
+                        "/api/pair"):
             raise RequestError(405, f"{method} is not allowed on {url.path}")
         raise RequestError(404, f"no such page: {url.path}")
 

@@ -298,12 +298,17 @@
       });
     });
   }
-  function renderSummary() {
+  async function renderSummary() {
     const g = group();
-    summaryTable($("entropy-table"), "entropy per head (nats; uniform = " + g.max_entropy.toFixed(2) + ")",
-                 g.entropy, g.max_entropy);
-    const maxDistance = Math.max(...g.distance.flat(), 1e-9);
-    summaryTable($("distance-table"), "mean attention distance (positions)", g.distance, maxDistance);
+    if (!g.summaries) {
+      g.summaries = await api("/api/summary?id=" + encodeURIComponent(state.ov.id) + "&group=" +
+                              encodeURIComponent(g.name));
+    }
+    const s = g.summaries;
+    summaryTable($("entropy-table"), "entropy per head (nats; uniform = " + s.max_entropy.toFixed(2) + ")",
+                 s.entropy, s.max_entropy);
+    const maxDistance = Math.max(...s.distance.flat(), 1e-9);
+    summaryTable($("distance-table"), "mean attention distance (positions)", s.distance, maxDistance);
   }
   async function searchPair() {
     const g = group();
@@ -346,7 +351,7 @@
       if (state.view === "head") await renderHeadView();
       else if (state.view === "model") renderModelView();
       else if (state.view === "matrix") await renderMatrixView();
-      else renderSummary();
+      else await renderSummary();
       root.dataset.rendered = state.view;
     } catch (error) {
       status(String(error.message || error), true);
