@@ -22,6 +22,7 @@ VERBS = {
     "generate": "attnlab.cli.generate",
     "embed": "attnlab.cli.embed",
     "explore": "attnlab.cli.explore",
+    "positions": "attnlab.cli.positions",
 }
 
 
