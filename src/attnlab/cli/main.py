@@ -23,6 +23,7 @@ VERBS = {
     "embed": "attnlab.cli.embed",
     "explore": "attnlab.cli.explore",
     "positions": "attnlab.cli.positions",
+    "export-onnx": "attnlab.cli.export_onnx",
 }
 
 
