@@ -24,6 +24,7 @@ VERBS = {
     "explore": "attnlab.cli.explore",
     "positions": "attnlab.cli.positions",
     "export-onnx": "attnlab.cli.export_onnx",
+    "complexity": "attnlab.cli.complexity",
 }
 
 
