@@ -9,6 +9,7 @@ thumbnails, JSON) and the rest (the first layer's weights fetched, decoded and d
 
     python benchmarks/explorer_render.py --repeats 5
     python benchmarks/explorer_render.py --figures docs/figures   # MiniLM on the seeds' sentence
+        [--translation MODEL_DIR]   # and a translation model's cross attention
 """
 
 from __future__ import annotations
@@ -158,15 +159,49 @@ def figures(out: Path) -> None:
     print(f"screenshots in {out}")
 
 
+def translation_figures(model: Path, out: Path, sentence: str) -> None:
+    """Screenshots of a translation model's cross attention (head, model and matrix views),
+    from the self-contained page."""
+    from selenium.webdriver.common.by import By
+
+    from attnlab.viz.explorer import explorer_html
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        page = Path(tmp) / "translation.html"
+        page.write_text(explorer_html(model, sentence), encoding="utf-8")
+        driver = chromium()
+        try:
+            driver.get(page.as_uri())
+            wait(driver, "return document.getElementById('attnlab').dataset.rendered === 'head'")
+            driver.find_element(By.CSS_SELECTOR, "#groups button[data-group='cross']").click()
+            wait(driver, "return document.querySelector('#groups .on').dataset.group === 'cross'"
+                         " && document.getElementById('head-canvas').dataset.lines > 0")
+            driver.save_screenshot(str(out / "explorer-translation-head.png"))
+            driver.find_element(By.ID, "tab-model").click()
+            wait(driver, "return document.getElementById('attnlab').dataset.rendered === 'model'")
+            driver.save_screenshot(str(out / "explorer-translation-model.png"))
+            driver.find_elements(By.CSS_SELECTOR, "#model-grid canvas")[-1].click()
+            wait(driver, "return document.getElementById('attnlab').dataset.rendered === 'matrix'")
+            driver.save_screenshot(str(out / "explorer-translation-matrix.png"))
+        finally:
+            driver.quit()
+    print(f"translation screenshots in {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--figures", type=Path, help="write the MiniLM screenshots here instead of timing")
+    parser.add_argument("--translation", type=Path, help="with --figures: also screenshots of this translation model")
+    parser.add_argument("--sentence", default="Ein Mann fährt mit dem Fahrrad über die Straße.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.figures:
         figures(args.figures)
+        if args.translation:
+            translation_figures(args.translation, args.figures, args.sentence)
     else:
         first_render(args.repeats)
 

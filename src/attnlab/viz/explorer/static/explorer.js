@@ -195,7 +195,7 @@
     clear(grid);
     grid.style.gridTemplateColumns = "auto repeat(" + g.heads + ", auto)";
     const th = g.thumbnails, pixels = decodeU8(th.data), size = th.height * th.width;
-    const scale = Math.max(1, Math.floor(64 / Math.max(th.height, th.width)));
+    const scale = 72 / Math.max(th.height, th.width); // every thumbnail fits a 72-pixel box, pixels kept sharp
     make("div", { className: "lab" }, grid);
     for (let h = 0; h < g.heads; h++) make("div", { className: "lab", textContent: "head " + (h + 1) }, grid);
     for (let l = 0; l < g.layers; l++) {
@@ -203,8 +203,8 @@
       for (let h = 0; h < g.heads; h++) {
         const c = make("canvas", { width: th.width, height: th.height, title: "layer " + (l + 1) + ", head " + (h + 1) +
                                    " — click to enlarge" }, grid);
-        c.style.width = th.width * scale + "px";
-        c.style.height = th.height * scale + "px";
+        c.style.width = Math.round(th.width * scale) + "px";
+        c.style.height = Math.round(th.height * scale) + "px";
         c.dataset.layer = l;
         c.dataset.head = h;
         const ctx = c.getContext("2d");
