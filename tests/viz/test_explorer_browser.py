@@ -139,3 +139,25 @@ def test_exported_file(browser, translation_dir, tmp_path):
     _wait(browser, "return document.getElementById('attnlab').dataset.rendered === 'summary'"
                    " && document.querySelector('#groups .on').dataset.group === 'cross'")
     assert _console_errors(browser) == []
+
+
+def test_language_model_streams_its_continuation(browser, lm_dir):
+    server = make_server(load_source(lm_dir), "127.0.0.1", 0, quiet=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        _wait(browser, "return document.getElementById('attnlab').dataset.rendered === 'head'")
+        prompt_tokens = len(browser.find_elements("css selector", "#tokens-q .tok"))
+        browser.execute_script("document.getElementById('generate').value = 4")
+        browser.find_element("id", "analyse").click()
+        _wait(browser, "return document.getElementById('attnlab').dataset.generated === '4'", timeout=60)
+        # one drawing per new token, each with one more query than the last
+        drawn = browser.execute_script("return window.attnlab.drawn")
+        assert drawn == [prompt_tokens + k for k in (1, 2, 3, 4)]
+        assert len(browser.find_elements("css selector", "#tokens-q .tok")) == prompt_tokens + 4
+        assert browser.find_element("id", "output").text.startswith("model output: ")
+        assert _console_errors(browser) == []
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -370,17 +370,27 @@
   }
   async function analyse() {
     const text = $("text").value;
-    const body = { text: text };
-    if ($("generate") && $("generate").offsetParent !== null) body.generate = Number($("generate").value || 0);
+    const wanted = $("generate-box").style.display === "none" ? 0 : Number($("generate").value || 0);
     status("running the model…");
     const t0 = performance.now();
+    state.drawn = []; // the query count of every drawing of this analysis
     try {
-      const ov = await api("/api/analyse", body);
-      const t1 = performance.now();
-      showOverview(ov);
-      await render();
-      state.timings.analyse = t1 - t0;
-      state.timings.firstRender = performance.now() - t0;
+      // A language model's continuation streams in: one more greedy token per request
+      // (greedy decoding is deterministic, so each answer extends the previous one), and
+      // the views redraw with the new token's attention each time.
+      for (let k = wanted > 0 ? 1 : 0; k <= wanted; k++) {
+        const ov = await api("/api/analyse", wanted > 0 ? { text: text, generate: k } : { text: text });
+        const t1 = performance.now();
+        showOverview(ov);
+        await render();
+        if (k <= 1) {
+          state.timings.analyse = t1 - t0;
+          state.timings.firstRender = performance.now() - t0;
+        }
+        if (wanted > 0) status("generated " + k + " of " + wanted + " tokens; " + $("status").textContent);
+        state.drawn.push(group().queries);
+        root.dataset.generated = k;
+      }
     } catch (error) {
       status(String(error.message || error), true);
     }
