@@ -3,6 +3,7 @@ through the system chromedriver (never a downloaded browser). Opens the served p
 an exported file, checks that every view renders with no console error, hovers a token
 and checks that the highlighted lines change, and saves screenshots."""
 
+import contextlib
 import os
 import shutil
 import threading
@@ -39,6 +40,18 @@ def browser():
     driver.set_page_load_timeout(60)
     yield driver
     driver.quit()
+
+
+@contextlib.contextmanager
+def _served(model_dir):
+    """The explorer for ``model_dir`` on a free port of 127.0.0.1; yields its URL."""
+    server = make_server(load_source(model_dir), "127.0.0.1", 0, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _wait(driver, script, timeout=30.0):
@@ -107,11 +120,8 @@ def _check_views(driver, tmp_path, prefix, expect_groups):
 
 
 def test_served_page(browser, minilm_dir, tmp_path):
-    server = make_server(load_source(minilm_dir), "127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+    with _served(minilm_dir) as url:
+        browser.get(url)
         # the seeds' sentence is preloaded and analysed on opening
         _wait(browser, "return document.getElementById('text').value.startsWith('The animal')")
         _check_views(browser, tmp_path, "served", ["self"])
@@ -125,9 +135,6 @@ def test_served_page(browser, minilm_dir, tmp_path):
         assert "empty" in browser.find_element("id", "status").text
         # the browser logs the 400 answer itself, and nothing else
         assert [e["message"] for e in _console_errors(browser) if "400 (Bad Request)" not in e["message"]] == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_exported_file(browser, translation_dir, tmp_path):
@@ -142,11 +149,8 @@ def test_exported_file(browser, translation_dir, tmp_path):
 
 
 def test_language_model_streams_its_continuation(browser, lm_dir):
-    server = make_server(load_source(lm_dir), "127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+    with _served(lm_dir) as url:
+        browser.get(url)
         _wait(browser, "return document.getElementById('attnlab').dataset.rendered === 'head'")
         prompt_tokens = len(browser.find_elements("css selector", "#tokens-q .tok"))
         browser.execute_script("document.getElementById('generate').value = 4")
@@ -158,6 +162,3 @@ def test_language_model_streams_its_continuation(browser, lm_dir):
         assert len(browser.find_elements("css selector", "#tokens-q .tok")) == prompt_tokens + 4
         assert browser.find_element("id", "output").text.startswith("model output: ")
         assert _console_errors(browser) == []
-    finally:
-        server.shutdown()
-        server.server_close()
