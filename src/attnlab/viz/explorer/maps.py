@@ -1,0 +1,298 @@
+"""One small interface by which a model shows its attention.
+
+:func:`attention_maps` ``(model, **inputs) -> list[AttentionGroup]``: named groups
+("encoder self", "decoder self", "cross", or "self" for a single stack), each with
+weights ``(layers, heads, Lq, Lk)`` of one input (batch row 0) and the labels of its
+queries and keys. Every model family registers one small function with
+:func:`register_attention_maps`; they all read the attention through the public
+``need_weights`` path of the shared layers, so what is shown is what the model computed.
+ViT, music or image models add theirs the same way (patch or pixel labels as tokens).
+
+A :class:`AttentionSource` wraps a model *with its tokenizer* (text in, groups out); the
+explorer talks only to sources, which :func:`load_source` builds from a model directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+__all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "register_attention_maps",
+           "register_source", "load_source", "BertSource", "LMSource", "TranslationSource"]
+
+
+@dataclass
+class AttentionGroup:
+    """One kind of attention of one input: ``weights`` ``(layers, heads, Lq, Lk)`` float32
+    on the CPU (each query row sums to 1 over the real keys; padding is cut off),
+    ``query_tokens`` (Lq labels) and ``key_tokens`` (Lk labels)."""
+
+    name: str
+    weights: Tensor
+    query_tokens: list[str] = field(default_factory=list)
+    key_tokens: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.weights.dim() != 4:
+            raise ValueError(f"attention group {self.name!r}: weights must be (layers, heads, Lq, Lk), got shape "
+                             f"{tuple(self.weights.shape)}")
+        _, _, queries, keys = self.weights.shape
+        if len(self.query_tokens) != queries or len(self.key_tokens) != keys:
+            raise ValueError(f"attention group {self.name!r}: {queries}x{keys} weights but {len(self.query_tokens)} "
+                             f"query and {len(self.key_tokens)} key labels")
+
+
+_MAPS: dict[type, Callable[..., dict[str, Tensor]]] = {}
+
+
+def register_attention_maps(model_class: type):
+    """Decorator: ``fn(model, **inputs) -> {group name: (layers, heads, Lq, Lk)}`` for
+    ``model_class`` (and its subclasses)."""
+    def decorate(fn):
+        _MAPS[model_class] = fn
+        return fn
+    return decorate
+
+
+@torch.no_grad()
+def attention_maps(model, **inputs) -> dict[str, Tensor]:
+    """The attention weights of ``model`` on ``inputs`` (batch of one), by group name, each
+    ``(layers, heads, Lq, Lk)`` float32 on the CPU. Raises ValueError for a model family
+    without a registered function."""
+    for cls in type(model).__mro__:
+        if cls in _MAPS:
+            maps = _MAPS[cls](model, **inputs)
+            return {name: torch.stack([w[0] for w in layers]).float().cpu() for name, layers in maps.items()}
+    raise ValueError(f"{type(model).__name__} does not expose its attention yet (register_attention_maps)")
+
+
+def _register_builtin_maps() -> None:
+    from attnlab.models.bert import BertEncoder
+    from attnlab.models.lm import DecoderLM
+    from attnlab.models.transformer import Transformer
+
+    @register_attention_maps(Transformer)
+    def _transformer(model, src_ids: Tensor, tgt_in_ids: Tensor):
+        _, weights = model.attention_maps(src_ids, tgt_in_ids)
+        return {"encoder self": weights.encoder, "decoder self": weights.decoder_self, "cross": weights.cross}
+
+    @register_attention_maps(BertEncoder)
+    def _bert(model, ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
+        out = model(ids, attention_mask=attention_mask, token_type_ids=token_type_ids, need_weights=True)
+        return {"self": out.attentions}
+
+    @register_attention_maps(DecoderLM)
+    def _lm(model, ids: Tensor):
+        # DecoderLM.forward returns logits only; run its stack with need_weights on the same
+        # embeddings (one row, no padding: positions 0..L-1). tests/viz check that these
+        # hidden states give forward()'s logits, so the two cannot drift apart.
+        hidden, weights = lm_hidden_and_attention(model, ids)
+        return {"self": [w.self_attn for w in weights]}
+
+
+def lm_hidden_and_attention(model, ids: Tensor):
+    """A DecoderLM's final hidden states ``(B, L, d)`` and per-layer attention of unpadded ``ids``."""
+    from attnlab.models.base import check_token_ids
+
+    check_token_ids(ids, model.config.vocab_size, "ids")
+    if ids.shape[1] > model.config.max_positions:
+        raise ValueError(f"{ids.shape[1]} tokens are more than the model's context of {model.config.max_positions}")
+    positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    x = model.embed_dropout(model.embed(ids) + model.positions(positions))
+    return model.stack(x, need_weights=True)
+
+
+_register_builtin_maps()
+
+
+# -- sources: a model with its tokenizer ---------------------------------------------------
+@dataclass
+class Analysis:
+    """What a source found for one text: the groups, and the model's output (a translation,
+    a continuation) when it produces one."""
+
+    text: str
+    groups: list[AttentionGroup]
+    output: str | None = None
+
+
+class AttentionSource(Protocol):
+    """A model and its tokenizer, seen by the explorer."""
+
+    family: str
+    description: str
+    default_text: str
+    max_tokens: int
+
+    def analyse(self, text: str, **options) -> Analysis:
+        """Tokenize ``text``, run the model, return every attention group."""
+        ...
+
+
+def _check_text(text: str, max_chars: int) -> str:
+    if not isinstance(text, str):
+        raise ValueError("text must be a string")
+    text = text.strip()
+    if not text:
+        raise ValueError("the text is empty")
+    if len(text) > max_chars:
+        raise ValueError(f"the text has {len(text)} characters; the limit is {max_chars}")
+    return text
+
+
+def _check_length(count: int, limit: int) -> None:
+    if count > limit:
+        raise ValueError(f"the text has {count} tokens; the limit is {limit}")
+
+
+SEEDS_SENTENCE = "The animal didn't cross the street because it was too tired"
+
+
+class BertSource:
+    """A HuggingFace-format BERT directory: encoder self-attention over WordPiece tokens."""
+
+    family = "bert"
+    default_text = SEEDS_SENTENCE
+
+    def __init__(self, model, tokenizer, *, max_tokens: int = 512):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.max_tokens = min(max_tokens, model.config.max_positions)
+        c = model.config
+        self.description = f"BERT encoder: {c.num_layers} layers x {c.num_heads} heads, d_model={c.d_model}"
+
+    def analyse(self, text: str, **options) -> Analysis:
+        text = _check_text(text, 20 * self.max_tokens)
+        if self.tokenizer.tokenizer.encode(text).overflowing:  # the tokenizer truncates at max_positions
+            raise ValueError(f"the text has more than {self.max_tokens} tokens, the limit")
+        batch, tokens = self.tokenizer.encode([text])
+        device = next(self.model.parameters()).device
+        maps = attention_maps(self.model, **{k: v.to(device) for k, v in batch.items()})
+        return Analysis(text, [AttentionGroup("self", maps["self"], tokens[0], tokens[0])])
+
+
+def _lm_token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
+    inner = getattr(tokenizer, "tokenizer", None)  # LineTokenizer wraps a sentencepiece Tokenizer
+    if inner is not None and hasattr(inner, "pieces"):
+        newline = tokenizer.newline_id
+        return ["\\n" if i == newline else piece for i, piece in zip(ids, inner.pieces(ids))]
+    return [tokenizer.decode([i]).replace("\n", "\\n") for i in ids]
+
+
+class LMSource:
+    """A decoder-only LM directory: causal self-attention over the prompt and, with
+    ``generate=N``, the N tokens it continues with (greedy)."""
+
+    family = "decoder_lm"
+
+    def __init__(self, model, tokenizer, *, max_tokens: int = 512):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.max_tokens = min(max_tokens, model.config.max_positions)
+        c = model.config
+        self.description = f"decoder-only LM: {c.num_layers} layers x {c.num_heads} heads, d_model={c.d_model}"
+        self.default_text = "ROMEO:\nBut soft, what light"
+
+    def analyse(self, text: str, *, generate: int = 0, **options) -> Analysis:
+        from attnlab.generation import generate as generate_tokens
+
+        text = _check_text(text, 20 * self.max_tokens)
+        if not isinstance(generate, int) or isinstance(generate, bool) or not 0 <= generate <= 256:
+            raise ValueError(f"generate={generate!r}: give a number of tokens from 0 to 256")
+        ids = self.tokenizer.encode(text)
+        _check_length(len(ids) + generate, self.max_tokens)
+        new = generate_tokens(self.model, [ids], max_new_tokens=generate, greedy=True)[0] if generate else []
+        everything = ids + new
+        device = next(self.model.parameters()).device
+        maps = attention_maps(self.model, ids=torch.tensor([everything], device=device))
+        labels = _lm_token_labels(self.tokenizer, everything)
+        return Analysis(text, [AttentionGroup("self", maps["self"], labels, labels)],
+                        output=self.tokenizer.decode(new) if generate else None)
+
+
+class TranslationSource:
+    """A translation model directory: greedy translation, then encoder self, decoder self
+    and cross attention of the teacher-forced output."""
+
+    family = "transformer"
+
+    def __init__(self, translator, *, max_tokens: int = 256):
+        self.translator = translator
+        self.max_tokens = max_tokens
+        c = translator.model.config
+        self.description = (f"encoder-decoder Transformer: {c.num_encoder_layers}+{c.num_decoder_layers} layers x "
+                            f"{c.num_heads} heads, d_model={c.d_model}")
+        self.default_text = "Ein Mann fährt mit dem Fahrrad über die Straße."
+
+    def analyse(self, text: str, **options) -> Analysis:
+        from attnlab.generation import greedy_search
+
+        text = _check_text(text, 20 * self.max_tokens)
+        translator, model = self.translator, self.translator.model
+        src_ids = translator._source_ids([text])[0]
+        _check_length(len(src_ids), self.max_tokens)
+        src = translator._pad([src_ids])
+        output = greedy_search(model, src, max_len_a=1.5, max_len_b=10)[0].tokens
+        tgt_in = [model.config.bos_id] + output[:-1]
+        maps = attention_maps(model, src_ids=src, tgt_in_ids=translator._pad([tgt_in]))
+        pieces = translator.tokenizer.pieces
+        source, target_in, target_out = pieces(src_ids), pieces(tgt_in), pieces(output)
+        # Decoder queries are labelled by the token they read (BOS, then the output so far),
+        # cross-attention queries by the token they predict, as the static plots do.
+        return Analysis(text, [AttentionGroup("encoder self", maps["encoder self"], source, source),
+                               AttentionGroup("decoder self", maps["decoder self"], target_in, target_in),
+                               AttentionGroup("cross", maps["cross"], target_out, source)],
+                        output=translator.tokenizer.decode(output))
+
+
+_SOURCES: dict[str, Callable[[Path, str], AttentionSource]] = {}
+
+
+def register_source(family: str):
+    """Decorator: ``loader(directory, device) -> AttentionSource`` for an attnlab family."""
+    def decorate(fn):
+        _SOURCES[family] = fn
+        return fn
+    return decorate
+
+
+@register_source("transformer")
+def _load_translation(directory: Path, device: str) -> AttentionSource:
+    from attnlab.translation import Translator
+
+    return TranslationSource(Translator.load(directory, device=device))
+
+
+@register_source("decoder_lm")
+def _load_lm(directory: Path, device: str) -> AttentionSource:
+    from attnlab.data.text import load_lm_tokenizer
+    from attnlab.models.registry import load_model
+
+    model = load_model(directory, device=device)
+    try:
+        tokenizer = load_lm_tokenizer(directory)
+    except FileNotFoundError as error:
+        raise ValueError(str(error)) from None
+    return LMSource(model, tokenizer)
+
+
+def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> AttentionSource:
+    """The :class:`AttentionSource` of a model directory: a HuggingFace BERT directory, or
+    an attnlab model directory of a registered family (translation, LM)."""
+    from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert
+    from attnlab.models.registry import load_config
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"{directory}: no such model directory")
+    if is_hf_bert_directory(directory):
+        return BertSource(*load_hf_bert(directory, device=device))
+    family = load_config(directory).family
+    if family not in _SOURCES:
+        raise ValueError(f"{directory}: the explorer does not know models of family {family!r} yet; "
+                         f"it knows {sorted(_SOURCES) + ['bert (HuggingFace directory)']}")
+    return _SOURCES[family](directory, device)

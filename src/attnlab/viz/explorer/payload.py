@@ -1,0 +1,128 @@
+"""What the explorer page reads: JSON-ready summaries, thumbnails and per-layer weights.
+
+The page asks for the overview of an analysis first (tokens, per-head entropy and mean
+attention distance, a small thumbnail of every layer x head), and for full weights one
+layer at a time, so hundreds of tokens and dozens of layers stay quick. Weights travel as
+little-endian uint16 (``round(w * 65535)``, base64): exact to 8e-6, half of float32.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnlab.viz.explorer.maps import Analysis, AttentionGroup
+
+QUANT = 65535
+THUMBNAIL = 48  # thumbnails are at most THUMBNAIL x THUMBNAIL cells
+
+__all__ = ["QUANT", "THUMBNAIL", "head_entropy", "mean_distance", "summaries", "thumbnails", "encode_weights", "decode_weights",
+           "overview", "layer_payload", "search_pair", "full_payload"]
+
+
+def head_entropy(weights: Tensor) -> Tensor:
+    """Mean entropy (nats) of each head's query rows: ``(layers, heads, Lq, Lk)`` ->
+    ``(layers, heads)``. Low: heads that look at one token; log(Lk): uniform heads."""
+    return torch.special.entr(weights).sum(-1).mean(-1)  # entr(p) = -p log p, 0 at p = 0; in the input's dtype
+
+
+def mean_distance(weights: Tensor) -> Tensor:
+    """Mean attention distance ``sum_k w[q, k] |q - k|`` averaged over queries, in
+    positions: ``(layers, heads)``. For cross-attention the two sequences share no
+    positions; the number is then only a rough diagonal-ness."""
+    queries, keys = weights.shape[-2:]
+    distance = (torch.arange(queries)[:, None] - torch.arange(keys)[None, :]).abs().to(weights.dtype)
+    return (weights * distance).sum(-1).mean(-1)
+
+
+def thumbnails(weights: Tensor, size: int = THUMBNAIL) -> Tensor:
+    """Every map shrunk to at most ``size x size`` cells by averaging blocks (adaptive
+    average pooling), scaled so each thumbnail's largest cell is 255: uint8
+    ``(layers, heads, h, w)``."""
+    layers, heads, queries, keys = weights.shape
+    small = torch.nn.functional.adaptive_avg_pool2d(weights.reshape(layers * heads, 1, queries, keys).float(),
+                                                    (min(size, queries), min(size, keys)))
+    peak = small.amax(dim=(-2, -1), keepdim=True).clamp(min=1e-12)
+    return (small / peak * 255).round().to(torch.uint8).reshape(layers, heads, *small.shape[-2:])
+
+
+def encode_weights(weights: Tensor) -> str:
+    """Any-shape weights in [0, 1] -> base64 of little-endian uint16 ``round(w * QUANT)``."""
+    array = (weights.float().clamp(0, 1) * QUANT).round().to(torch.int32).numpy().astype("<u2")
+    return base64.b64encode(array.tobytes()).decode("ascii")
+
+
+def decode_weights(data: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The inverse of :func:`encode_weights` (float64, for tests and notebooks)."""
+    return np.frombuffer(base64.b64decode(data), dtype="<u2").reshape(shape).astype(np.float64) / QUANT
+
+
+def _rounded(values: Tensor, digits: int = 4) -> list:
+    return [[round(float(v), digits) for v in row] for row in values]
+
+
+def summaries(group: AttentionGroup) -> dict:
+    """Per-head entropy and mean attention distance ``(layers, heads)``, rounded."""
+    return {"group": group.name, "entropy": _rounded(head_entropy(group.weights)),
+            "distance": _rounded(mean_distance(group.weights), 3),
+            "max_entropy": round(math.log(group.weights.shape[-1]), 4)}
+
+
+def _group_overview(group: AttentionGroup, with_summaries: bool) -> dict:
+    layers, heads, queries, keys = group.weights.shape
+    thumbs = thumbnails(group.weights)
+    entry = {"name": group.name, "layers": layers, "heads": heads, "queries": queries, "keys": keys,
+             "query_tokens": group.query_tokens, "key_tokens": group.key_tokens,
+             "thumbnails": {"height": thumbs.shape[2], "width": thumbs.shape[3],
+                            "data": base64.b64encode(thumbs.numpy().tobytes()).decode("ascii")}}
+    if with_summaries:
+        entry["summaries"] = summaries(group)
+    return entry
+
+
+def overview(analysis: Analysis, analysis_id: str, *, with_summaries: bool = False) -> dict:
+    """The first answer for a text: tokens and thumbnails of every group (the page asks
+    for :func:`summaries` when it shows them: over all layers they cost more than the
+    first drawing needs)."""
+    return {"id": analysis_id, "text": analysis.text, "output": analysis.output,
+            "groups": [_group_overview(g, with_summaries) for g in analysis.groups]}
+
+
+def layer_payload(group: AttentionGroup, layer: int) -> dict:
+    """All heads of one layer: ``{"layer", "heads", "queries", "keys", "scale", "data"}``
+    with ``data`` = :func:`encode_weights` of ``(heads, Lq, Lk)``."""
+    layers, heads, queries, keys = group.weights.shape
+    if not 0 <= layer < layers:
+        raise ValueError(f"layer={layer} is outside 0..{layers - 1}")
+    return {"group": group.name, "layer": layer, "heads": heads, "queries": queries, "keys": keys, "scale": QUANT,
+            "data": encode_weights(group.weights[layer])}
+
+
+def search_pair(group: AttentionGroup, query: int, key: int, top: int = 10) -> dict:
+    """The heads that link query token ``query`` to key token ``key`` most strongly:
+    ``{"heads": [{"layer", "head", "weight", "rank"}...]}``, strongest first; ``rank`` is
+    where ``key`` stands among that head's keys for this query (1 = its favourite)."""
+    layers, heads, queries, keys = group.weights.shape
+    if not 0 <= query < queries:
+        raise ValueError(f"query={query} is outside 0..{queries - 1}")
+    if not 0 <= key < keys:
+        raise ValueError(f"key={key} is outside 0..{keys - 1}")
+    row = group.weights[:, :, query, :]  # (layers, heads, Lk)
+    values = row[:, :, key]
+    ranks = (row > values[..., None]).sum(-1) + 1
+    order = torch.argsort(values.flatten(), descending=True, stable=True)[:top]
+    return {"group": group.name, "query": query, "key": key,
+            "heads": [{"layer": int(i) // heads, "head": int(i) % heads, "weight": round(float(values.flatten()[i]), 4),
+                       "rank": int(ranks.flatten()[i])} for i in order]}
+
+
+def full_payload(analysis: Analysis, analysis_id: str = "embedded") -> dict:
+    """The overview plus every layer of every group, for a self-contained HTML file."""
+    payload = overview(analysis, analysis_id, with_summaries=True)
+    for group, entry in zip(analysis.groups, payload["groups"]):
+        entry["layer_data"] = [layer_payload(group, i)["data"] for i in range(group.weights.shape[0])]
+    return payload

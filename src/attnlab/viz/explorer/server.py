@@ -1,0 +1,216 @@
+"""The explorer's local web server (stdlib ``http.server``) and its JSON API.
+
+Safe by default: it binds 127.0.0.1; the model directory is fixed when it starts (no
+request names a file: the page and its script are served from memory); texts, bodies and
+query strings are size-limited; every bad request gets a 4xx JSON error and every failure
+a 500 JSON error, never a traceback page.
+
+API (all JSON):
+  GET  /                          the page
+  GET  /api/info                  {family, description, default_text, max_tokens}
+  POST /api/analyse {text, generate?}   overview: tokens, summaries, thumbnails, id
+  GET  /api/layer?id=&group=&layer=     one layer's weights (heads, Lq, Lk), uint16 base64
+  GET  /api/summary?id=&group=          per-head entropy and mean attention distance
+  GET  /api/pair?id=&group=&query=&key= heads ranked by weight[query, key]
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import threading
+from collections import OrderedDict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from attnlab.viz.explorer.maps import Analysis, AttentionSource
+from attnlab.viz.explorer.page import render_page
+from attnlab.viz.explorer.payload import layer_payload, overview, search_pair, summaries
+
+MAX_BODY = 64 * 1024  # bytes of a POST body
+KEEP = 8  # analyses kept for /api/layer and /api/pair
+
+__all__ = ["ExplorerApp", "make_server", "serve"]
+
+
+class RequestError(ValueError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class ExplorerApp:
+    """The API without HTTP: ``handle(method, path, body) -> (status, payload dict)``.
+    One lock serialises model runs (torch on a small machine gains nothing from two)."""
+
+    def __init__(self, source: AttentionSource):
+        self.source = source
+        self.analyses: OrderedDict[str, Analysis] = OrderedDict()
+        self.lock = threading.Lock()
+        self.page = render_page(mode="server", title=f"attnlab explorer — {source.description}").encode()
+
+    def info(self) -> dict:
+        s = self.source
+        return {"family": s.family, "description": s.description, "default_text": s.default_text,
+                "max_tokens": s.max_tokens, "generates": s.family == "decoder_lm"}
+
+    def analyse(self, body: dict) -> dict:
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise RequestError(400, "the body must be a JSON object with a string 'text'")
+        options = {}
+        if "generate" in body and self.source.family == "decoder_lm":
+            options["generate"] = body["generate"]
+        with self.lock:
+            analysis = self.source.analyse(text, **options)
+            analysis_id = secrets.token_hex(8)
+            self.analyses[analysis_id] = analysis
+            while len(self.analyses) > KEEP:
+                self.analyses.popitem(last=False)
+        return overview(analysis, analysis_id)
+
+    def _group(self, query: dict):
+        analysis = self.analyses.get(_one(query, "id"))
+        if analysis is None:
+            raise RequestError(404, "unknown or expired analysis id; analyse the text again")
+        name = _one(query, "group")
+        for group in analysis.groups:
+            if group.name == name:
+                return group
+        raise RequestError(404, f"no attention group {name!r}; this model has "
+                                f"{[g.name for g in analysis.groups]}")
+
+    def handle(self, method: str, path: str, body: bytes = b"") -> tuple[int, dict | bytes]:
+        url = urlsplit(path)
+        if len(path) > 2048:
+            raise RequestError(414, "the request line is too long")
+        query = parse_qs(url.query, keep_blank_values=True, max_num_fields=10)
+        route = (method, url.path)
+        if route == ("GET", "/") or route == ("GET", "/index.html"):
+            return 200, self.page
+        if route == ("GET", "/api/info"):
+            return 200, self.info()
+        if route == ("POST", "/api/analyse"):
+            try:
+                values = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise RequestError(400, f"the body is not JSON ({error})") from None
+            if not isinstance(values, dict):
+                raise RequestError(400, "the body must be a JSON object")
+            return 200, self.analyse(values)
+        if route == ("GET", "/api/layer"):
+            return 200, layer_payload(self._group(query), _integer(query, "layer"))
+        if route == ("GET", "/api/summary"):
+            return 200, summaries(self._group(query))
+        if route == ("GET", "/api/pair"):
+            return 200, search_pair(self._group(query), _integer(query, "query"), _integer(query, "key"))
+        if url.path in ("/", "/index.html", "/api/info", "/api/analyse", "/api/layer", "/api/summary",
+                        "/api/pair"):
+            raise RequestError(405, f"{method} is not allowed on {url.path}")
+        raise RequestError(404, f"no such page: {url.path}")
+
+
+def _one(query: dict, name: str) -> str:
+    values = query.get(name)
+    if not values or len(values) != 1:
+        raise RequestError(400, f"give exactly one '{name}' parameter")
+    return values[0]
+
+
+def _integer(query: dict, name: str) -> int:
+    text = _one(query, name)
+    if not text.isdigit() or len(text) > 6:
+        raise RequestError(400, f"'{name}' must be a non-negative integer, got {text[:20]!r}")
+    return int(text)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    app: ExplorerApp
+    server_version = "attnlab-explorer"
+    sys_version = ""
+    quiet = False
+
+    def _send(self, status: int, payload) -> None:
+        if isinstance(payload, bytes):
+            data, kind = payload, "text/html; charset=utf-8"
+        else:
+            data, kind = json.dumps(payload, separators=(",", ":")).encode(), "application/json"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        # The page loads nothing from elsewhere; say so to the browser as well.
+        self.send_header("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; "
+                                                    "style-src 'unsafe-inline'; img-src data:")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            body = b""
+            if method == "POST":
+                length = self.headers.get("Content-Length", "")
+                if not length.isdigit():
+                    raise RequestError(411, "a POST needs a Content-Length")
+                if int(length) > MAX_BODY:
+                    raise RequestError(413, f"the body has {length} bytes; the limit is {MAX_BODY}")
+                body = self.rfile.read(int(length))
+            status, payload = self.app.handle(method, self.path, body)
+        except RequestError as error:
+            status, payload = error.status, {"error": str(error)}
+        except ValueError as error:  # bad input found by the model side (too long, unknown character...)
+            status, payload = 400, {"error": str(error)}
+        except Exception as error:  # never a traceback page; the server keeps running
+            print(f"attnlab explore: internal error on {method} {self.path[:200]}: {error!r}", file=sys.stderr)
+            status, payload = 500, {"error": "internal error; see the server's terminal"}
+        self._send(status, payload)
+
+    def do_GET(self):  # noqa: N802 (http.server's names)
+        self._dispatch("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._dispatch("POST")
+
+    def do_PUT(self):  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_DELETE(self):  # noqa: N802
+        self._dispatch("DELETE")
+
+    def send_error(self, code, message=None, explain=None):
+        # http.server's own errors (malformed request lines, over-long headers): JSON too.
+        try:
+            self._send(code, {"error": message or "bad request"})
+        except Exception:
+            pass
+
+    def log_message(self, format, *args):
+        if not self.quiet:
+            sys.stderr.write(f"attnlab explore: {self.address_string()} {format % args}\n")
+
+
+def make_server(source: AttentionSource, host: str = "127.0.0.1", port: int = 8000, *,
+                quiet: bool = False) -> ThreadingHTTPServer:
+    """A ready (not yet serving) HTTP server for ``source``; ``port=0`` picks a free port."""
+    handler = type("Handler", (_Handler,), {"app": ExplorerApp(source), "quiet": quiet})
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as error:
+        raise ValueError(f"cannot listen on {host}:{port} ({error.strerror or error})") from None
+    server.daemon_threads = True
+    return server
+
+
+def serve(source: AttentionSource, host: str = "127.0.0.1", port: int = 8000) -> None:
+    server = make_server(source, host, port)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"attnlab explore: warning: listening on {host}: anyone who can reach this address can run the model",
+              file=sys.stderr)
+    print(f"attnlab explore: {source.description}\n  open http://{host}:{server.server_address[1]}/  (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
