@@ -104,8 +104,9 @@ def lm_hidden_and_attention(model, ids: Tensor):
     if ids.shape[1] > model.config.max_positions:
         raise ValueError(f"{ids.shape[1]} tokens are more than the model's context of {model.config.max_positions}")
     positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-    x = model.embed_dropout(model.embed(ids) + model.positions(positions))
-    return model.stack(x, need_weights=True)
+    decoder = model.decoder  # the TokenDecoder part: the same embedding and stack as forward()
+    x = decoder.embed_tokens(ids, positions, bound=ids.shape[1])
+    return decoder.stack(x, need_weights=True)
 
 
 _register_builtin_maps()
@@ -233,8 +234,8 @@ class TranslationSource:
 
         text = _check_text(text, 20 * self.max_tokens)
         translator, model = self.translator, self.translator.model
+        _check_length(len(translator.tokenizer.encode_batch([text])[0]) + 1, self.max_tokens)  # + EOS
         src_ids = translator._source_ids([text])[0]
-        _check_length(len(src_ids), self.max_tokens)
         src = translator._pad([src_ids])
         output = greedy_search(model, src, max_len_a=1.5, max_len_b=10)[0].tokens
         tgt_in = [model.config.bos_id] + output[:-1]
