@@ -1,6 +1,7 @@
 """Converters from other libraries: key maps plus transposes, tested for exact outputs."""
 
 from attnlab.interop.hf_gpt2 import from_hf_gpt2
+from attnlab.interop.timm_vit import from_timm_vit
 from attnlab.interop.torch_nn import TransformerStacks, from_torch_transformer
 
-__all__ = ["TransformerStacks", "from_hf_gpt2", "from_torch_transformer"]
+__all__ = ["TransformerStacks", "from_hf_gpt2", "from_timm_vit", "from_torch_transformer"]

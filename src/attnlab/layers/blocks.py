@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.attention.cache import LayerCache, StackCache
@@ -38,14 +39,22 @@ class TransformerLayer(nn.Module):
         norm_first: pre-LN if True, post-LN (the paper) if False.
         cross_attention: add encoder–decoder attention (a decoder layer).
         self_pattern: pattern of the self-attention (full for encoders, causal for decoders).
+        drop_path: stochastic depth (Huang et al. 2016): in training, each sample skips each
+            residual branch with this probability (the kept ones scaled by 1/(1-p)). Off by default.
+        layer_scale_init: LayerScale (CaiT, Touvron et al. 2021): each residual branch is
+            multiplied by a learned per-channel vector starting at this value. Off (None) by default.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
                  attention_dropout: float = 0.0, activation_dropout: float = 0.0, activation: str = "relu",
                  norm_first: bool = False, layer_norm_eps: float = 1e-5, cross_attention: bool = False,
-                 self_pattern: AttentionPattern | None = None):
+                 self_pattern: AttentionPattern | None = None, drop_path: float = 0.0,
+                 layer_scale_init: float | None = None):
         super().__init__()
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
         self.norm_first = norm_first
+        self.drop_path = drop_path
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout, pattern=self_pattern)
         self.self_attn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         if cross_attention:
@@ -56,13 +65,29 @@ class TransformerLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=activation_dropout)
         self.ffn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
+        if layer_scale_init is not None:  # one gain vector per residual branch
+            def gain():
+                return nn.Parameter(torch.full((d_model,), float(layer_scale_init)))
+            self.self_attn_scale = gain()
+            self.cross_attn_scale = gain() if cross_attention else None
+            self.ffn_scale = gain()
+        else:
+            self.self_attn_scale = self.cross_attn_scale = self.ffn_scale = None
 
-    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer) -> tuple[Tensor, Tensor | None]:
+    def _branch(self, out: Tensor, scale: Tensor | None) -> Tensor:
+        out = self.dropout(out)
+        if scale is not None:
+            out = out * scale
+        if self.drop_path and self.training:
+            out = drop_path(out, self.drop_path)
+        return out
+
+    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer, scale: Tensor | None) -> tuple[Tensor, Tensor | None]:
         if self.norm_first:
             out, weights = sublayer(norm(x))
-            return x + self.dropout(out), weights
+            return x + self._branch(out, scale), weights
         out, weights = sublayer(x)
-        return norm(x + self.dropout(out)), weights
+        return norm(x + self._branch(out, scale)), weights
 
     def forward(self, x: Tensor, *, self_mask: Tensor | None = None, memory: Tensor | None = None,
                 memory_mask: Tensor | None = None, cache: LayerCache | None = None,
@@ -77,14 +102,21 @@ class TransformerLayer(nn.Module):
             cache: this layer's :class:`LayerCache` for incremental decoding.
         """
         x, self_weights = self._residual(x, self.self_attn_norm, lambda h: self.self_attn(
-            h, mask=self_mask, cache=None if cache is None else cache.self_attn, need_weights=need_weights))
+            h, mask=self_mask, cache=None if cache is None else cache.self_attn, need_weights=need_weights), self.self_attn_scale)
         cross_weights = None
         if self.cross_attn is not None:
             x, cross_weights = self._residual(x, self.cross_attn_norm, lambda h: self.cross_attn(
                 h, memory, mask=memory_mask, cache=None if cache is None else cache.cross_attn,
-                need_weights=need_weights))
-        x, _ = self._residual(x, self.ffn_norm, lambda h: (self.ffn(h), None))
+                need_weights=need_weights), self.cross_attn_scale)
+        x, _ = self._residual(x, self.ffn_norm, lambda h: (self.ffn(h), None), self.ffn_scale)
         return x, (LayerAttention(self_weights, cross_weights) if need_weights else None)
+
+
+def drop_path(x: Tensor, p: float) -> Tensor:
+    """Zero whole samples of ``x`` (B, ...) with probability ``p`` and scale the rest by
+    1/(1-p), so the expectation is unchanged (stochastic depth on a residual branch)."""
+    keep = torch.empty((x.shape[0],) + (1,) * (x.dim() - 1), dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
+    return x * keep / (1.0 - p)
 
 
 class EncoderLayer(TransformerLayer):

@@ -4,6 +4,8 @@ from attnlab.models.base import AttnlabModel, ModelConfig
 from attnlab.models.registry import create_model, get_preset, list_presets, load_model, register_family, register_preset
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
+from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
-           "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig"]
+           "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
+           "VisionTransformer", "VisionTransformerConfig"]
