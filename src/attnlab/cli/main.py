@@ -20,6 +20,9 @@ VERBS = {
     "attention": "attnlab.cli.attention",
     "average": "attnlab.cli.average",
     "generate": "attnlab.cli.generate",
+    "classify": "attnlab.cli.classify",
+    "evaluate-vit": "attnlab.cli.evaluate_vit",
+    "vit-figures": "attnlab.cli.vit_figures",
 }
 
 

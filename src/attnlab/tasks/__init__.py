@@ -1,0 +1,1 @@
+"""Tasks: what a model family is trained on (data -> batches -> loss -> Trainer -> model directory)."""
