@@ -135,6 +135,8 @@ def run(args) -> int:
                       valid_batches=evaluation_batches(valid), model_files=[classes_file])
     started = time.perf_counter()
     last = trainer.train(resume=args.resume)
+    if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
+        return 0
     model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})
     evaluation = evaluate_classifier(model, test)
     write_evaluation(evaluation, out / "evaluation", test)
