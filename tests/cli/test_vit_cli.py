@@ -92,3 +92,6 @@ def test_bad_inputs_are_clear_errors(folder, trained, tmp_path, capsys):
     assert "neither a named image set" in capsys.readouterr().err
     assert main(["classify", "--model", str(tmp_path), str(broken)]) == 2
     assert "config.json" in capsys.readouterr().err
+    classes = (trained / "classes.json").read_bytes()
+    assert main(["train", "vit", "--data", str(folder), "--max-steps", "9", "--out", str(trained), *TINY]) == 2
+    assert "--resume" in capsys.readouterr().err and (trained / "classes.json").read_bytes() == classes

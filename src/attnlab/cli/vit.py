@@ -89,6 +89,7 @@ def run(args) -> int:
     from attnlab.data.images import describe, load_images
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
                                               evaluation_batches, save_confusion_matrix)
+    from attnlab.training.checkpoint import latest_checkpoint
     from attnlab.training.trainer import TrainConfig, Trainer
 
     _check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
@@ -119,6 +120,9 @@ def run(args) -> int:
     say(f"model: {args.preset} {overrides}, {model.num_parameters():,d} parameters, device {device}")
 
     out = Path(args.out)
+    if not args.resume and latest_checkpoint(out / "checkpoints") is not None:  # before writing anything there
+        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
+                         "or choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     classes_bytes = (json.dumps({"classes": train.classes, "data": str(args.data),
                                  "input": "(pixel / 255 - 0.5) / 0.5"}, indent=2) + "\n").encode()
