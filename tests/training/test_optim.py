@@ -145,5 +145,5 @@ def test_trainer_adamw_step_matches_torch(tmp_path):
     for (name, a), b in zip(model.named_parameters(), reference.parameters()):
         # The gradients differ by rounding (the trainer scales after backward), but a first
         # Adam step is lr * g / (|g| + eps), nearly blind to that: a few ulps of the parameter.
-        torch.testing.assert_close(a, b, rtol=0, atol=4 * torch.finfo(torch.float32).eps * float(b.abs().max()),
+        torch.testing.assert_close(a, b, rtol=0, atol=4 * torch.finfo(torch.float32).eps * float(b.detach().abs().max()),
                                    msg=name)

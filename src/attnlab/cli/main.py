@@ -28,6 +28,9 @@ VERBS = {
     "positions": "attnlab.cli.positions",
     "export-onnx": "attnlab.cli.export_onnx",
     "complexity": "attnlab.cli.complexity",
+    "classify": "attnlab.cli.classify",
+    "evaluate-vit": "attnlab.cli.evaluate_vit",
+    "vit-figures": "attnlab.cli.vit_figures",
 }
 
 

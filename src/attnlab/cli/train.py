@@ -11,7 +11,7 @@ tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoi
 ``OUT/metrics.jsonl`` the training log.
 """
 
-HELP = "train a model (tasks: translation, lm) and write a loadable model directory to OUT/model"
+HELP = "train a model (tasks: translation, lm, vit) and write a loadable model directory to OUT/model"
 
 
 def add_arguments(parser) -> None:
@@ -25,6 +25,11 @@ def add_arguments(parser) -> None:
     lm = tasks.add_parser("lm", help=train_lm.HELP, description=train_lm.HELP)
     train_lm.add_arguments(lm)
     lm.set_defaults(run=train_lm.run)
+    from attnlab.cli import vit
+
+    vit_parser = tasks.add_parser("vit", help=vit.HELP, description=vit.HELP)
+    vit.add_arguments(vit_parser)
+    vit_parser.set_defaults(run=vit.run)
 
 
 def _add_translation_arguments(parser) -> None:

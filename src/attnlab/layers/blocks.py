@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -42,14 +43,22 @@ class TransformerLayer(nn.Module):
         cross_attention: add encoder–decoder attention (a decoder layer).
         self_pattern: pattern of the self-attention, an object or a registry spec
             (``"full"`` for encoders, ``"causal"`` for decoders, ...).
+        drop_path: stochastic depth (Huang et al. 2016): in training, each sample skips each
+            residual branch with this probability (the kept ones scaled by 1/(1-p)). Off by default.
+        layer_scale_init: LayerScale (CaiT, Touvron et al. 2021): each residual branch is
+            multiplied by a learned per-channel vector starting at this value. Off (None) by default.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
                  attention_dropout: float = 0.0, activation_dropout: float = 0.0, activation: str = "relu",
                  norm_first: bool = False, layer_norm_eps: float = 1e-5, cross_attention: bool = False,
-                 self_pattern: AttentionPattern | str | dict[str, Any] | None = None):
+                 self_pattern: AttentionPattern | str | dict[str, Any] | None = None, drop_path: float = 0.0,
+                 layer_scale_init: float | None = None):
         super().__init__()
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
         self.norm_first = norm_first
+        self.drop_path = drop_path
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout,
                                             pattern=build_pattern(self_pattern or "full"))
         self.self_attn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
@@ -61,14 +70,27 @@ class TransformerLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=activation_dropout)
         self.ffn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
+        if layer_scale_init is not None:  # one gain vector per residual branch
+            def gain():
+                return nn.Parameter(torch.full((d_model,), float(layer_scale_init)))
+            self.self_attn_scale = gain()
+            self.cross_attn_scale = gain() if cross_attention else None
+            self.ffn_scale = gain()
+        else:
+            self.self_attn_scale = self.cross_attn_scale = self.ffn_scale = None
 
-    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer, *args, **kwargs) -> tuple[Tensor, Tensor | None]:
+    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer, *args, scale: Tensor | None = None,
+                  **kwargs) -> tuple[Tensor, Tensor | None]:
         # Called once per sub-layer per decode step too, so it avoids module calls that do
         # nothing (dropout in eval mode) and calls the norm's function directly.
         pre = self.norm_first
         out, weights = sublayer(_layer_norm(x, norm) if pre else x, *args, **kwargs)
         if self.training and self.dropout.p > 0:
             out = self.dropout(out)
+        if scale is not None:  # LayerScale
+            out = out * scale
+        if self.drop_path and self.training:
+            out = drop_path(out, self.drop_path)
         return (x + out if pre else _layer_norm(x + out, norm)), weights
 
     def _ffn(self, h: Tensor) -> tuple[Tensor, None]:
@@ -90,27 +112,35 @@ class TransformerLayer(nn.Module):
         """
         x, self_weights = self._residual(x, self.self_attn_norm, self.self_attn, mask=self_mask,
                                          cache=None if cache is None else cache.self_attn,
-                                         need_weights=need_weights, geometry=geometry)
+                                         need_weights=need_weights, geometry=geometry, scale=self.self_attn_scale)
         cross_weights = None
         if self.cross_attn is not None:
             x, cross_weights = self._residual(x, self.cross_attn_norm, self.cross_attn, memory, mask=memory_mask,
                                               cache=None if cache is None else cache.cross_attn,
-                                              need_weights=need_weights)
-        x, _ = self._residual(x, self.ffn_norm, self._ffn)
+                                              need_weights=need_weights, scale=self.cross_attn_scale)
+        x, _ = self._residual(x, self.ffn_norm, self._ffn, scale=self.ffn_scale)
         return x, (LayerAttention(self_weights, cross_weights) if need_weights else None)
 
     def step(self, x: Tensor, cache, memory_mask: Tensor | None = None) -> Tensor:
         """:meth:`forward` for a decode step: the same sub-layers and residuals through the
         attention's step path (eval mode; the cross-attention cache must be filled)."""
-        x, _ = self._residual(x, self.self_attn_norm, self.self_attn.step, cache.self_attn)
+        x, _ = self._residual(x, self.self_attn_norm, self.self_attn.step, cache.self_attn, scale=self.self_attn_scale)
         if self.cross_attn is not None:
-            x, _ = self._residual(x, self.cross_attn_norm, self.cross_attn.step, cache.cross_attn, memory_mask)
-        x, _ = self._residual(x, self.ffn_norm, self._ffn)
+            x, _ = self._residual(x, self.cross_attn_norm, self.cross_attn.step, cache.cross_attn, memory_mask,
+                                  scale=self.cross_attn_scale)
+        x, _ = self._residual(x, self.ffn_norm, self._ffn, scale=self.ffn_scale)
         return x
 
 
 def _layer_norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
     return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def drop_path(x: Tensor, p: float) -> Tensor:
+    """Zero whole samples of ``x`` (B, ...) with probability ``p`` and scale the rest by
+    1/(1-p), so the expectation is unchanged (stochastic depth on a residual branch)."""
+    keep = torch.empty((x.shape[0],) + (1,) * (x.dim() - 1), dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
+    return x * keep / (1.0 - p)
 
 
 class EncoderLayer(TransformerLayer):

@@ -5,7 +5,8 @@ from attnlab.models.registry import create_model, get_preset, list_presets, load
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 from attnlab.models.bert import BertConfig, BertEncoder
+from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
            "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
-           "BertConfig", "BertEncoder"]
+           "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig"]

@@ -1,0 +1,195 @@
+"""``attnlab train vit``: a Vision Transformer on an image set with the shared Trainer.
+
+    attnlab train vit --data mnist --out runs/vit-mnist                  # vit_tiny_patch4_28
+    attnlab train vit --data fashion-mnist --max-minutes 20 --out runs/vit-fashion
+    attnlab train vit --data photos/ --preset vit_tiny_patch4_28 --image-size 32 --channels 3 --out runs/mine
+
+AdamW (decoupled weight decay, none on biases, norms, position embedding and class
+token), linear warm-up then cosine decay, label smoothing, random shifts of up to
+``--shift`` pixels, checkpoints and exact ``--resume``. At the end the test split is
+scored. Writes ``OUT/model`` (config.json, model.safetensors, classes.json),
+``OUT/checkpoints``, ``OUT/metrics.jsonl`` (``valid_correct`` is the validation accuracy)
+and ``OUT/evaluation`` (accuracy, per-class accuracy, confusion-matrix PNG).
+
+Also here: helpers shared by ``attnlab classify``, ``attnlab evaluate-vit`` and
+``attnlab vit-figures``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HELP = "train a Vision Transformer on mnist, fashion-mnist, digits or a folder of class sub-folders"
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def add_device_argument(parser) -> None:
+    parser.add_argument("--device", default="auto", choices=DEVICES,
+                        help="where to run: auto (a GPU when there is one), cpu or cuda (default: auto)")
+
+
+def resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA GPU is available here (torch.cuda.is_available() is false); "
+                         "use --device cpu")
+    return torch.device(name)
+
+
+def add_arguments(parser) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", required=True,
+                      help="mnist, fashion-mnist, digits, or DIR with DIR/class_name/*.png (or DIR/train, DIR/test)")
+    data.add_argument("--image-size", type=int, help="DIR images are resized to this square (default: the first's)")
+    data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
+    data.add_argument("--shift", type=int, default=2,
+                      help="random shift of up to this many pixels (augmentation; 0 = off; default: 2)")
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument("--preset", default="vit_tiny_patch4_28", help="model preset (default: vit_tiny_patch4_28)")
+    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a preset field, e.g. --set drop_path=0.1 (repeatable)")
+    model.add_argument("--batch-size", type=int, default=128, help="images per update (default: 128)")
+    model.add_argument("--max-steps", type=int, default=4000, help="optimizer updates (default: 4000)")
+    model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
+    model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
+    model.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (default: 0.05)")
+    model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
+    model.add_argument("--max-minutes", type=float,
+                       help="wall-clock budget: stop (and checkpoint) after the update that passes it")
+    run_group = parser.add_argument_group("run")
+    run_group.add_argument("--val-every", type=int, default=500, help="validate every N updates (default: 500)")
+    run_group.add_argument("--save-every", type=int, default=500, help="checkpoint every N updates (default: 500)")
+    run_group.add_argument("--threads", type=int, help="torch CPU threads")
+    run_group.add_argument("--seed", type=int, default=0)
+    run_group.add_argument("--out", required=True, help="output directory")
+    run_group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
+    run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_argument(parser)
+
+
+def _check_positive(args, names) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
+
+
+def run(args) -> int:
+    import time
+
+    import torch
+
+    import attnlab
+    from attnlab.cli.options import parse_overrides
+    from attnlab.data.images import describe, load_images
+    from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
+                                              evaluation_batches, save_confusion_matrix)
+    from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.trainer import TrainConfig, Trainer
+
+    _check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
+    if not 0.0 <= args.label_smoothing < 1.0:
+        raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
+    if args.shift < 0:
+        raise ValueError(f"--shift={args.shift} must be >= 0")
+    if args.preset not in attnlab.list_presets() or attnlab.get_preset(args.preset).family != "vit":
+        vits = [name for name in attnlab.list_presets() if attnlab.get_preset(name).family == "vit"]
+        raise ValueError(f"--preset {args.preset!r} is not a ViT preset; choose one of {', '.join(vits)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    warmup = min(args.warmup, max(1, args.max_steps // 10)) if args.warmup > args.max_steps else args.warmup
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+
+    train = load_images(args.data, "train", image_size=args.image_size, channels=args.channels)
+    kwargs = dict(image_size=train.image_size, channels=train.channels)
+    valid, test = (load_images(args.data, split, **kwargs) for split in ("valid", "test"))
+    overrides = {"num_classes": len(train.classes), "in_channels": train.channels, **parse_overrides(args.set)}
+    preset = attnlab.get_preset(args.preset, **overrides)
+    if train.image_size != preset.image_size and "image_size" not in overrides:
+        overrides["image_size"] = train.image_size  # the images decide; the patch size must divide them
+    torch.manual_seed(args.seed)
+    model = attnlab.create_model(args.preset, **overrides).to(device)
+    for part in (train, valid, test):
+        say(describe(part))
+    say(f"model: {args.preset} {overrides}, {model.num_parameters():,d} parameters, device {device}")
+
+    out = Path(args.out)
+    if not args.resume and latest_checkpoint(out / "checkpoints") is not None:  # before writing anything there
+        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
+                         "or choose another directory")
+    out.mkdir(parents=True, exist_ok=True)
+    classes_bytes = (json.dumps({"classes": train.classes, "data": str(args.data),
+                                 "input": "(pixel / 255 - 0.5) / 0.5"}, indent=2) + "\n").encode()
+    classes_file = out / CLASSES_FILE
+    classes_file.write_bytes(classes_bytes)
+    config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                         min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.999), eps=1e-8,
+                         optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
+                         validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
+                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes)
+    smoothing = args.label_smoothing
+    trainer = Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
+                      ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift), config,
+                      valid_batches=evaluation_batches(valid), model_files=[classes_file])
+    started = time.perf_counter()
+    last = trainer.train(resume=args.resume)
+    if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
+        return 0
+    model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})
+    evaluation = evaluate_classifier(model, test)
+    write_evaluation(evaluation, out / "evaluation", test)
+    say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s; "
+        + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_correct") if k in last))
+    say(f"test {evaluation.summary()}")
+    print(model_dir)
+    return 0
+
+
+def write_evaluation(evaluation, directory: Path, data) -> None:
+    """``results.json`` (accuracy, per-class accuracy, confusion matrix) and ``confusion_matrix.png``."""
+    from attnlab.models.base import _atomic_write
+    from attnlab.tasks.classification import save_confusion_matrix
+
+    directory.mkdir(parents=True, exist_ok=True)
+    results = {"data": data.name, "split": data.split, "images": len(data), "accuracy": evaluation.accuracy,
+               "per_class_accuracy": dict(zip(evaluation.classes, evaluation.per_class)),
+               "confusion_matrix": evaluation.confusion.tolist(), "classes": evaluation.classes}
+    text = (json.dumps(results, indent=2) + "\n").encode()
+    _atomic_write(directory / "results.json", lambda path: Path(path).write_bytes(text))
+    save_confusion_matrix(evaluation, directory / "confusion_matrix.png",
+                          title=f"{data.name} {data.split}: accuracy {100 * evaluation.accuracy:.2f}%")
+
+
+def load_classifier(directory: str, device):
+    """A saved ViT and its class names (``classes.json``); ValueError for anything else."""
+    import attnlab
+    from attnlab.models.vit import VisionTransformer
+    from attnlab.tasks.classification import CLASSES_FILE
+
+    model = attnlab.load_model(directory, device=str(device))
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"{directory}: holds a {model.config.family} model, not a Vision Transformer")
+    path = Path(directory) / CLASSES_FILE
+    classes = [str(i) for i in range(model.config.num_classes)]
+    if path.is_file():
+        try:
+            classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not a valid class list ({error})") from None
+        if not isinstance(classes, list) or len(classes) != model.config.num_classes:
+            raise ValueError(f"{path}: expected {model.config.num_classes} class names")
+    return model, [str(name) for name in classes]
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="attnlab train vit", description=HELP)
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))
