@@ -214,7 +214,7 @@ def test_drop_path_skips_whole_samples_and_scales_the_kept_ones():
     # One sub-layer at a time: the FFN branch of each sample is skipped or doubled (1/(1-p)).
     with torch.no_grad():
         branch = reference.ffn(reference.ffn_norm(x))
-        out, _ = layer._residual(x, layer.ffn_norm, lambda h: (layer.ffn(h), None), None)
+        out, _ = layer._residual(x, layer.ffn_norm, lambda h: (layer.ffn(h), None))
     kept = torch.isclose(out, x + 2 * branch, atol=1e-6).all(dim=(1, 2))
     skipped = torch.equal(out[~kept], x[~kept])
     assert skipped and 50 < int(kept.sum()) < 150
