@@ -48,7 +48,8 @@ def test_auto_is_cuda_only_when_available_and_cuda_without_it_says_so(monkeypatc
 
 
 @pytest.mark.parametrize("verb", [["train", "translation"], ["train", "lm"], ["translate"], ["evaluate"],
-                                  ["attention"], ["generate"], ["demo"]])
+                                  ["attention"], ["generate"], ["demo"], ["train", "vit"], ["classify"],
+                                  ["evaluate-vit"], ["vit-figures"], ["embed"], ["explore"]])
 def test_every_verb_that_runs_a_model_has_a_device_option_defaulting_to_auto(verb, capsys):
     from attnlab.cli.main import main
 

@@ -5,20 +5,7 @@ printed as vectors or as the matrix of cosine similarities."""
 HELP = "sentence embeddings (mean-pooled, unit length) or their cosine similarities from a BERT model directory"
 
 
-def add_device_argument(parser) -> None:
-    """``--device auto|cpu|cuda`` for the BERT and explorer verbs."""
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                        help="where the model runs: auto (a CUDA GPU when available, else the CPU; default), cpu, cuda")
-
-
-def resolve_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available here; use --device cpu or auto")
-    return name
+from attnlab.cli.options import add_device_argument, resolve_device  # noqa: F401 (explore imports them here)
 
 
 def add_arguments(parser) -> None:

@@ -22,23 +22,16 @@ import sys
 from pathlib import Path
 
 HELP = "train a Vision Transformer on mnist, fashion-mnist, digits or a folder of class sub-folders"
-DEVICES = ("auto", "cpu", "cuda")
-
-
-def add_device_argument(parser) -> None:
-    parser.add_argument("--device", default="auto", choices=DEVICES,
-                        help="where to run: auto (a GPU when there is one), cpu or cuda (default: auto)")
+from attnlab.cli.options import add_device_argument  # noqa: F401 (classify, evaluate-vit, vit-figures use it)
 
 
 def resolve_device(name: str):
+    """``--device`` as a ``torch.device`` (the shared rule: auto = CUDA when available)."""
     import torch
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA GPU is available here (torch.cuda.is_available() is false); "
-                         "use --device cpu")
-    return torch.device(name)
+    from attnlab.cli.options import resolve_device as resolve
+
+    return torch.device(resolve(name))
 
 
 def add_arguments(parser) -> None:
