@@ -15,6 +15,7 @@ step: no argument checks, no host syncs, a preallocated cache) both call the sta
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache, StaticKVCache
@@ -50,7 +51,7 @@ class _Embedder(nn.Module):
     def embed_tokens(self, ids: Tensor, positions: Tensor, *, checked: bool = True) -> Tensor:
         """``(B, L)`` ids at ``positions`` (``(L,)`` or ``(B, L)``) -> ``(B, L, d_model)``;
         ``checked=False`` skips the position range check (and its host sync)."""
-        x = self.embed(ids)
+        x = self.embed.forward(ids)
         if self.positions is not None:
             x = x + (self.positions(positions) if checked else self.positions.lookup(positions))
         return self.embed_dropout(x) if self.training else x
@@ -135,7 +136,7 @@ class TokenDecoder(_Embedder):
         The caller keeps the cache within its capacity and the positions within the table.
         """
         positions = cache.positions
-        x = self.embed_tokens(tokens[:, None], positions[:, None], checked=False)  # (B, 1, d_model)
+        x = self.embed_tokens(tokens.unsqueeze(1), positions.unsqueeze(1), checked=False)  # (B, 1, d_model)
         hidden = self.stack.step(x, cache, memory_mask)
         positions += 1
-        return self.head.forward(hidden[:, 0])  # (B, V)
+        return F.linear(hidden.squeeze(1), self.head.weight)  # (B, V); the head has no bias
