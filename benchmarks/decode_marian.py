@@ -80,7 +80,7 @@ def decoder_bytes_per_step(model) -> int:
     output projection in full."""
     d = model.config.d_model
     total = 0
-    for name, parameter in model.decoder.named_parameters():
+    for name, parameter in model.decoder.stack.named_parameters():
         if ".cross_attn.qkv_proj." in name:
             parameter = parameter[:d]  # only the query rows are read every step
         total += parameter.numel() * parameter.element_size()

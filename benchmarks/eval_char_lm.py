@@ -38,7 +38,7 @@ def main() -> None:
         context = int(sys.argv[2])
         short = DecoderLM(model.config.replace(max_positions=context))
         state = model.state_dict()
-        state["positions.weight"] = state["positions.weight"][:context]
+        state["decoder.positions.weight"] = state["decoder.positions.weight"][:context]
         short.load_state_dict(state)
         model = short.eval()
     train, valid = shakespeare_text("train"), shakespeare_text("valid")

@@ -19,7 +19,7 @@ from typing import Any
 from attnlab.attention.cache import LayerCache, StackCache, StaticKVCache
 from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.attention.patterns import AttentionPattern, FullAttention, build_pattern
-from attnlab.layers.feedforward import FeedForward
+from attnlab.layers.feedforward import ACTIVATIONS, FeedForward
 
 
 @dataclass
@@ -122,14 +122,40 @@ class TransformerLayer(nn.Module):
         return x, (LayerAttention(self_weights, cross_weights) if need_weights else None)
 
     def step(self, x: Tensor, cache, memory_mask: Tensor | None = None) -> Tensor:
-        """:meth:`forward` for a decode step: the same sub-layers and residuals through the
-        attention's step path (eval mode; the cross-attention cache must be filled)."""
-        x, _ = self._residual(x, self.self_attn_norm, self.self_attn.step, cache.self_attn, scale=self.self_attn_scale)
+        """:meth:`forward` for a decode step: the same sub-layers (the attention's step path,
+        the same pattern and activation) and the same residual + LayerNorm placement, on
+        tensors gathered by :meth:`prepare_step`; eval mode, no dropout, no weights."""
+        plan = self._step_plan
+        if plan is None:
+            plan = self.prepare_step()
+        pre, shape, eps, norms, self_attn, cross_attn, ffn, scales = plan
+        x = _residual_step(x, pre, shape, eps, norms[0], self_attn.step(
+            F.layer_norm(x, shape, *norms[0], eps) if pre else x, cache.self_attn)[0], scales[0])
+        if cross_attn is not None:
+            x = _residual_step(x, pre, shape, eps, norms[1], cross_attn.step(
+                F.layer_norm(x, shape, *norms[1], eps) if pre else x, cache.cross_attn, memory_mask)[0], scales[1])
+        fc1_weight, fc1_bias, activation, fc2_weight, fc2_bias = ffn
+        h = F.layer_norm(x, shape, *norms[2], eps) if pre else x
+        return _residual_step(x, pre, shape, eps, norms[2],
+                              F.linear(activation(F.linear(h, fc1_weight, fc1_bias)), fc2_weight, fc2_bias), scales[2])
+
+    _step_plan = None
+
+    def prepare_step(self):
+        """Gather the tensors :meth:`step` reads (see MultiHeadAttention.prepare_step)."""
+        norms = [(n.weight, n.bias) for n in (self.self_attn_norm, self.cross_attn_norm if self.cross_attn is not None
+                                               else None, self.ffn_norm) if n is not None]
+        if self.cross_attn is None:
+            norms.insert(1, None)
+        self.self_attn.prepare_step()
         if self.cross_attn is not None:
-            x, _ = self._residual(x, self.cross_attn_norm, self.cross_attn.step, cache.cross_attn, memory_mask,
-                                  scale=self.cross_attn_scale)
-        x, _ = self._residual(x, self.ffn_norm, self._ffn, scale=self.ffn_scale)
-        return x
+            self.cross_attn.prepare_step()
+        ffn = self.ffn
+        self._step_plan = (self.norm_first, self.ffn_norm.normalized_shape, self.ffn_norm.eps, norms, self.self_attn,
+                           self.cross_attn, (ffn.linear1.weight, ffn.linear1.bias, ACTIVATIONS[ffn.activation],
+                                             ffn.linear2.weight, ffn.linear2.bias),
+                           (self.self_attn_scale, self.cross_attn_scale, self.ffn_scale))
+        return self._step_plan
 
 
 def _layer_norm(x: Tensor, norm: nn.LayerNorm) -> Tensor:
@@ -141,6 +167,14 @@ def drop_path(x: Tensor, p: float) -> Tensor:
     1/(1-p), so the expectation is unchanged (stochastic depth on a residual branch)."""
     keep = torch.empty((x.shape[0],) + (1,) * (x.dim() - 1), dtype=x.dtype, device=x.device).bernoulli_(1.0 - p)
     return x * keep / (1.0 - p)
+
+
+def _residual_step(x: Tensor, pre: bool, shape, eps: float, norm: tuple[Tensor, Tensor], out: Tensor,
+                   scale: Tensor | None = None) -> Tensor:
+    # TransformerLayer._residual's placement, for the step path (no dropout, no drop-path).
+    if scale is not None:  # LayerScale
+        out = out * scale
+    return x + out if pre else F.layer_norm(x + out, shape, norm[0], norm[1], eps)
 
 
 class EncoderLayer(TransformerLayer):
@@ -189,6 +223,7 @@ class TransformerStack(nn.Module):
                          device=None) -> StaticKVCache:
         """An empty preallocated cache of ``capacity`` positions for ``batch`` rows."""
         self._check_causal()
+        self.prepare_step()
         attention = self.layers[0].self_attn
         return StaticKVCache(len(self.layers), batch, attention.num_heads, capacity, attention.head_dim,
                              cross_attention=self.has_cross_attention, fixed_shape=fixed_shape,
@@ -223,7 +258,22 @@ class TransformerStack(nn.Module):
 
     def step(self, x: Tensor, cache, memory_mask: Tensor | None = None) -> Tensor:
         """:meth:`forward` for a decode step with a cache (see :meth:`TransformerLayer.step`)."""
-        for layer, layer_cache in zip(self.layers, cache.layers):
-            x = layer.step(x, layer_cache, memory_mask)
+        plan = self._step_plan
+        if plan is None:
+            plan = self.prepare_step()
+        steps, final = plan
+        for step, layer_cache in zip(steps, cache.layers):
+            x = step(x, layer_cache, memory_mask)
         cache.advance(x.shape[1])
-        return x if self.final_norm is None else _layer_norm(x, self.final_norm)
+        return x if final is None else F.layer_norm(x, final[0], final[1], final[2], final[3])
+
+    _step_plan = None
+
+    def prepare_step(self):
+        """Gather what :meth:`step` reads, for every layer (called by :meth:`new_static_cache`)."""
+        for layer in self.layers:
+            layer.prepare_step()
+        norm = self.final_norm
+        self._step_plan = ([layer.step for layer in self.layers],
+                           None if norm is None else (norm.normalized_shape, norm.weight, norm.bias, norm.eps))
+        return self._step_plan

@@ -15,6 +15,7 @@ step: no argument checks, no host syncs, a preallocated cache) both call the sta
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache, StaticKVCache
@@ -52,7 +53,7 @@ class _Embedder(nn.Module):
         """``(B, L)`` ids at ``positions`` (``(L,)`` or ``(B, L)``) -> ``(B, L, d_model)``;
         ``checked=False`` skips the position range check (and its host sync); ``bound``, a
         number the caller knows every position is below, checks that instead (no sync)."""
-        x = self.embed(ids)
+        x = self.embed.forward(ids)
         if self.positions is not None:
             if bound is not None:
                 self.positions.ensure_length(bound)
@@ -143,7 +144,7 @@ class TokenDecoder(_Embedder):
         The caller keeps the cache within its capacity and the positions within the table.
         """
         positions = cache.positions
-        x = self.embed_tokens(tokens[:, None], positions[:, None], checked=False)  # (B, 1, d_model)
+        x = self.embed_tokens(tokens.unsqueeze(1), positions.unsqueeze(1), checked=False)  # (B, 1, d_model)
         hidden = self.stack.step(x, cache, memory_mask)
         positions += 1
-        return self.head.forward(hidden[:, 0])  # (B, V)
+        return F.linear(hidden.squeeze(1), self.head.weight)  # (B, V); the head has no bias
