@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../.."
 . .venv/bin/activate
 DATA="${DATA:-mnist}"
 PRESET="${PRESET:-vit_tiny_patch7_28}"
-STEPS="${STEPS:-9000}"
+STEPS="${STEPS:-14000}"
 OUT="${OUT:-runs/vit_${DATA//-/_}}"
 
 start=$(date +%s)
