@@ -280,7 +280,8 @@ def list_checkpoints(root: str | os.PathLike) -> list[Path]:
     found = []
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
-        if match and child.is_dir() and (child / STATE_JSON_FILE).is_file():
+        # A symlink is never one of ours: rotation must not reach through it into another directory.
+        if match and child.is_dir() and not child.is_symlink() and (child / STATE_JSON_FILE).is_file():
             found.append((int(match.group(1)), child))
     return [path for _, path in sorted(found)]
 
