@@ -110,3 +110,20 @@ def test_precision_auto_is_bf16_only_on_a_gpu_that_has_it(monkeypatch):
     assert resolve_precision(parser.parse_args(["--bf16"]), "cpu")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     assert not resolve_precision(auto, "cuda")
+
+
+def test_evaluate_routing_leaves_translation_and_unreadable_models_alone(tmp_path):
+    from attnlab.cli.evaluate import routed_argv
+
+    argv = ["evaluate", "--model", str(tmp_path / "missing"), "--data", "multi30k"]
+    assert routed_argv(argv) == argv                      # no config.json: the verb itself reports it
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("[1, 2")
+    assert routed_argv(["evaluate", f"--model={tmp_path / 'bad'}"])[0] == "evaluate"
+    (tmp_path / "tr").mkdir()
+    (tmp_path / "tr" / "config.json").write_text('{"family": "transformer"}')
+    assert routed_argv(["evaluate", "--model", str(tmp_path / "tr")])[0] == "evaluate"
+    (tmp_path / "vit").mkdir()
+    (tmp_path / "vit" / "config.json").write_text('{"family": "vit"}')
+    assert routed_argv(["evaluate", "--model", str(tmp_path / "vit"), "--out", "x"]) == [
+        "evaluate-vit", "--model", str(tmp_path / "vit"), "--out", "x"]

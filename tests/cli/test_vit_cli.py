@@ -71,6 +71,14 @@ def test_evaluate_and_figures(folder, trained, tmp_path, capsys):
         ["embedding_filters.png", "position_similarity.png", "attention_distance.png", "attention_maps.png"])
 
 
+def test_evaluate_routes_a_vit_model_to_its_evaluator(folder, trained, tmp_path, capsys):
+    # `attnlab evaluate` reads the model's family and runs evaluate-vit with the same arguments
+    assert main(["evaluate", "--model", str(trained / "model"), "--data", str(folder), "--split", "test",
+                 "--device", "cpu", "--out", str(tmp_path / "eval")]) == 0
+    assert "accuracy" in capsys.readouterr().out
+    assert (tmp_path / "eval" / "results.json").is_file()
+
+
 def test_mean_pool_model_without_class_token(folder, tmp_path):
     out = tmp_path / "gap"
     assert main(["train", "vit", "--data", str(folder), "--max-steps", "2", "--out", str(out), *TINY,

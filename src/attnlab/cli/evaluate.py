@@ -3,11 +3,44 @@ lower-cased tokenized BLEU), each with its sacrebleu signature."""
 
 from attnlab.cli.translate import add_decoding_arguments, decoding_options, set_threads
 
-HELP = "translate a test set with a model directory and print sacreBLEU (with signature), chrF and lower-cased BLEU"
+HELP = ("score a model directory: a translation model translates a test set (sacreBLEU with signature, chrF, "
+        "lower-cased BLEU); other families go to their own evaluator (see --model)")
+
+# A model directory's family (config.json "family") -> the verb that evaluates it. Translation
+# models are evaluated here; ``attnlab evaluate --model DIR ...`` for any other family runs that
+# verb with the same arguments (main.py asks :func:`routed_argv` before parsing).
+FAMILY_EVALUATORS = {
+    "vit": "evaluate-vit",
+}
+
+
+def routed_argv(argv: list[str]) -> list[str]:
+    """``argv`` (starting with "evaluate") with the verb replaced by the evaluator of the
+    model's family, when ``--model DIR`` names a directory whose config.json gives a family
+    with its own evaluator; otherwise unchanged (errors are left to the verb that runs)."""
+    import json
+    from pathlib import Path
+
+    model = None
+    for i, arg in enumerate(argv):
+        if arg == "--model" and i + 1 < len(argv):
+            model = argv[i + 1]
+        elif arg.startswith("--model="):
+            model = arg.split("=", 1)[1]
+    if model is None:
+        return argv
+    try:
+        family = json.loads((Path(model) / "config.json").read_text(encoding="utf-8")).get("family")
+    except (OSError, ValueError, AttributeError):
+        return argv
+    verb = FAMILY_EVALUATORS.get(family) if isinstance(family, str) else None
+    return [verb, *argv[1:]] if verb else argv
 
 
 def add_arguments(parser) -> None:
     add_decoding_arguments(parser)
+    parser.epilog = ("--model DIR of another family runs its evaluator with these arguments: "
+                     + ", ".join(f"{family} -> attnlab {verb}" for family, verb in FAMILY_EVALUATORS.items()))
     parser.add_argument("--data", help="named data set (multi30k, trans-de-en)")
     parser.add_argument("--data-root", help="where the named data set lives (overrides its default location)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")

@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted after the verb too: attnlab translate ... --debug
     argv = [arg for arg in argv if arg != "--debug"]
+    if argv and argv[0] == "evaluate":  # evaluate routes by the model directory's family
+        from attnlab.cli.evaluate import routed_argv
+
+        argv = routed_argv(argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
