@@ -194,3 +194,21 @@ def test_attention_empty_sentence_and_bad_suffix(trained_model, tmp_path, capsys
     assert main(["attention", "--model", str(trained_model), "  ", "-o", str(tmp_path / "a.png")]) == 2
     assert "empty" in _error(capsys)
     assert main(["attention", "--model", str(trained_model), "Ein Hund.", "-o", str(tmp_path / "a.jpg")]) == 2
+
+
+def test_train_translation_options_are_declared_once():
+    """The argparse dests of `train translation` are TranslationTrainOptions' field names and
+    its defaults are the dataclass's, so the options are one list, not three."""
+    import dataclasses
+
+    from attnlab.cli.main import build_parser
+    from attnlab.tasks.translation import TranslationTrainOptions
+
+    args = build_parser().parse_args(["train", "translation", "--out", "x"])
+    converted = {"bf16", "device", "val_every", "save_every", "progress_bar", "model_overrides"}
+    for field in dataclasses.fields(TranslationTrainOptions):
+        if field.name in converted:
+            continue
+        assert hasattr(args, field.name), f"no argument has dest {field.name!r}"
+        if field.default is not dataclasses.MISSING:
+            assert getattr(args, field.name) == field.default, field.name

@@ -41,11 +41,10 @@ def add_arguments(parser) -> None:
     add_decoding_arguments(parser)
     parser.epilog = ("--model DIR of another family runs its evaluator with these arguments: "
                      + ", ".join(f"{family} -> attnlab {verb}" for family, verb in FAMILY_EVALUATORS.items()))
-    parser.add_argument("--data", help="named data set (multi30k, trans-de-en)")
-    parser.add_argument("--data-root", help="where the named data set lives (overrides its default location)")
+    from attnlab.cli.options import add_named_data_arguments
+
+    add_named_data_arguments(parser)
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
-    parser.add_argument("--src", help="source language (default: the one the model was trained on)")
-    parser.add_argument("--tgt", help="target language (default: the one the model was trained on)")
     parser.add_argument("--src-file", help="your source sentences, one a line")
     parser.add_argument("--ref-file", help="reference translations aligned with --src-file")
     parser.add_argument("--limit", type=int, help="score only the first N sentences")
@@ -71,8 +70,8 @@ def run(args) -> int:
     device = resolve_device(args.device)
     translator = Translator.load(args.model, device=device)
     if args.data is not None:
-        src_lang = args.src or translator.info.get("src_lang")
-        tgt_lang = args.tgt or translator.info.get("tgt_lang")
+        src_lang = args.src_lang or translator.info.get("src_lang")
+        tgt_lang = args.tgt_lang or translator.info.get("tgt_lang")
         if not (src_lang and tgt_lang):
             raise ValueError(f"{args.model} does not record its languages: pass --src and --tgt")
         try:

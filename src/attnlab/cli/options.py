@@ -98,3 +98,25 @@ def resolve_precision(args, device: str) -> bool:
 
         return device.startswith("cuda") and torch.cuda.is_bf16_supported()
     return precision == "bf16"
+
+
+def add_named_data_arguments(group, *, src_default: str | None = None, tgt_default: str | None = None,
+                             what: str = "named data set: multi30k or trans-de-en") -> None:
+    """``--data NAME --data-root DIR --src LANG --tgt LANG`` (dests ``data``, ``data_root``,
+    ``src_lang``, ``tgt_lang``): the named parallel data set a translation verb reads."""
+    group.add_argument("--data", help=what)
+    group.add_argument("--data-root", help="where the named data set lives (overrides its default location)")
+    for flag, side, default in (("--src", "source", src_default), ("--tgt", "target", tgt_default)):
+        fallback = f"default: {default}" if default else "default: the one the model was trained on"
+        group.add_argument(flag, dest=f"{flag[2:]}_lang", default=default, help=f"{side} language code ({fallback})")
+
+
+def options_from_args(options_class, args, **given):
+    """An options dataclass built from parsed arguments: each field whose name is an
+    argument's ``dest`` is taken from ``args``; ``given`` supplies the fields whose values
+    need converting (and wins). One list of options (the dataclass), not three."""
+    import dataclasses
+
+    parsed = vars(args)
+    values = {f.name: parsed[f.name] for f in dataclasses.fields(options_class) if f.name in parsed}
+    return options_class(**{**values, **given})

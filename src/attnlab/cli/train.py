@@ -33,13 +33,12 @@ def add_arguments(parser) -> None:
 
 
 def _add_translation_arguments(parser) -> None:
-    from attnlab.cli.options import DEVICE_HELP, add_device_argument, add_precision_argument
+    from attnlab.cli.options import DEVICE_HELP, add_device_argument, add_named_data_arguments, add_precision_argument
 
+    # The argument dests are TranslationTrainOptions' field names (run() builds it from them);
+    # tests/cli/test_translation_cli.py checks that the defaults here are the dataclass's.
     data = parser.add_argument_group("data (a named data set, or your own aligned files)")
-    data.add_argument("--data", help="named data set: multi30k or trans-de-en")
-    data.add_argument("--data-root", help="where the named data set lives (overrides its default location)")
-    data.add_argument("--src", default="de", help="source language code (default: de)")
-    data.add_argument("--tgt", default="en", help="target language code (default: en)")
+    add_named_data_arguments(data, src_default="de", tgt_default="en")
     data.add_argument("--train-src", help="your training source file (one sentence a line, plain or .gz)")
     data.add_argument("--train-tgt", help="your training target file, aligned with --train-src")
     data.add_argument("--valid-src", help="validation source file (optional)")
@@ -82,22 +81,16 @@ def _add_translation_arguments(parser) -> None:
 def run(args) -> int:
     import os
 
-    from attnlab.cli.options import parse_overrides, resolve_device, resolve_precision
+    from attnlab.cli.options import options_from_args, parse_overrides, resolve_device, resolve_precision
     from attnlab.cli.translate import set_threads
     from attnlab.translation import TranslationTrainOptions, train_translation
 
     set_threads(args.threads)
     device = resolve_device(args.device)
-    options = TranslationTrainOptions(
-        out=args.out, src_lang=args.src, tgt_lang=args.tgt, data=args.data, data_root=args.data_root,
-        train_src=args.train_src, train_tgt=args.train_tgt, valid_src=args.valid_src, valid_tgt=args.valid_tgt,
-        max_train_pairs=args.max_train_pairs, preset=args.preset, vocab_size=args.vocab_size,
-        tokenizer_type=args.tokenizer_type, max_length=args.max_length, max_tokens=args.max_tokens,
-        max_steps=args.max_steps, warmup=args.warmup, lr_scale=args.lr_scale, label_smoothing=args.label_smoothing,
-        grad_accum=args.grad_accum, clip=args.clip, bf16=resolve_precision(args, device), compile=args.compile, val_every=args.val_every or None,
-        save_every=args.save_every or None, keep=args.keep, average_last=args.average_last,
-        log_every=args.log_every, resume=args.resume, seed=args.seed, device=device,
-        progress_bar=not args.no_progress, max_minutes=args.max_minutes, model_overrides=parse_overrides(args.set),
+    options = options_from_args(
+        TranslationTrainOptions, args, bf16=resolve_precision(args, device), device=device,
+        val_every=args.val_every or None, save_every=args.save_every or None, progress_bar=not args.no_progress,
+        model_overrides=parse_overrides(args.set),
     )
     model_dir = train_translation(options)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, one line, not one per process
