@@ -81,18 +81,18 @@ def _field_range_problem(name: str, value: Any) -> str | None:
     return None
 
 
+def require_positive(config, *names: str) -> None:
+    """Raise ValueError naming the first of ``names`` whose value in ``config`` is below 1."""
+    for name in names:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name}={getattr(config, name)} must be >= 1")
+
+
 @dataclasses.dataclass(frozen=True)
-class StackConfig(ModelConfig):
-    """The fields every Transformer stack shares, declared and validated once; a family
-    adds its own (layer counts, vocabulary, its attention pattern fields) and lists its
-    pattern fields in ``pattern_fields`` (with whether each must be causal).
-
-    ``positional`` is one of :data:`attnlab.layers.positional.POSITIONAL_KINDS`; "none"
-    (NoPE) is valid only when every pattern is causal. Patterns are registry specs
-    (:func:`attnlab.attention.build_pattern`): a name or ``{"name": ..., **parameters}``.
-    """
-
-    pattern_fields: ClassVar[dict[str, bool]] = {}  # field name -> must be causal
+class LayerConfig(ModelConfig):
+    """The fields of the shared Transformer layer (attention + feed-forward + residual/norm),
+    declared and validated once. Every family's config derives from this one (token stacks
+    through :class:`StackConfig`); a family changes only defaults and adds its own fields."""
 
     d_model: int = 512
     num_heads: int = 8
@@ -102,17 +102,11 @@ class StackConfig(ModelConfig):
     activation: str = "relu"
     norm_first: bool = False
     layer_norm_eps: float = 1e-5
-    positional: str = "sinusoidal"
-    max_positions: int = 1024
 
     def __post_init__(self):
-        from attnlab.attention.patterns import build_pattern
         from attnlab.layers.feedforward import ACTIVATIONS
-        from attnlab.layers.positional import check_positional
 
-        for name in ("d_model", "num_heads", "d_ff", "max_positions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        require_positive(self, "d_model", "num_heads", "d_ff")
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         for name in ("dropout", "attention_dropout"):
@@ -120,6 +114,30 @@ class StackConfig(ModelConfig):
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r}; choose one of {sorted(ACTIVATIONS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StackConfig(LayerConfig):
+    """A stack over a token sequence: the layer fields plus positions and attention patterns;
+    a family adds its own (layer counts, vocabulary, its attention pattern fields) and lists
+    its pattern fields in ``pattern_fields`` (with whether each must be causal).
+
+    ``positional`` is one of :data:`attnlab.layers.positional.POSITIONAL_KINDS`; "none"
+    (NoPE) is valid only when every pattern is causal. Patterns are registry specs
+    (:func:`attnlab.attention.build_pattern`): a name or ``{"name": ..., **parameters}``.
+    """
+
+    pattern_fields: ClassVar[dict[str, bool]] = {}  # field name -> must be causal
+
+    positional: str = "sinusoidal"
+    max_positions: int = 1024
+
+    def __post_init__(self):
+        from attnlab.attention.patterns import build_pattern
+        from attnlab.layers.positional import check_positional
+
+        super().__post_init__()
+        require_positive(self, "max_positions")
         check_positional(self.positional)
         for name, must_be_causal in self.pattern_fields.items():
             spec = getattr(self, name)

@@ -24,12 +24,12 @@ from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.feedforward import ACTIVATIONS
 from attnlab.layers.positional import LearnedPositionalEmbedding
 from attnlab.linear import Linear
-from attnlab.models.base import AttnlabModel, ModelConfig, check_token_ids
+from attnlab.models.base import AttnlabModel, LayerConfig, check_token_ids, require_positive
 from attnlab.models.registry import register_family, register_preset
 
 
 @dataclass(frozen=True)
-class BertConfig(ModelConfig):
+class BertConfig(LayerConfig):
     """Configuration of a :class:`BertEncoder` (defaults: BERT-base, uncased vocabulary).
 
     ``pooler`` adds the [CLS] pooler (``BertModel``); ``mlm_head`` the masked-LM head
@@ -47,7 +47,6 @@ class BertConfig(ModelConfig):
     max_positions: int = 512
     type_vocab_size: int = 2
     activation: str = "gelu"
-    dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     pad_id: int = 0
@@ -55,13 +54,10 @@ class BertConfig(ModelConfig):
     mlm_head: bool = False
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_positions", "type_vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r}; choose one of {sorted(ACTIVATIONS)}")
+        super().__post_init__()
+        require_positive(self, "vocab_size", "num_layers", "max_positions", "type_vocab_size")
+        if self.norm_first:
+            raise ValueError("norm_first=True: BERT is post-LN (LayerNorm after each residual sum)")
         if not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})")
 

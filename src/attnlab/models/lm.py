@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from attnlab.attention.cache import StaticKVCache
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
-from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids
+from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids, require_positive
 from attnlab.models.parts import TokenDecoder, build_stack
 from attnlab.models.registry import register_family, register_preset
 
@@ -65,9 +65,7 @@ class DecoderLMConfig(StackConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("vocab_size", "num_layers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        require_positive(self, "vocab_size", "num_layers")
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:

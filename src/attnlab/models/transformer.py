@@ -15,7 +15,7 @@ from attnlab.layers.blocks import LayerAttention
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
 from attnlab.linear import Linear
-from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids
+from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids, require_positive
 from attnlab.models.parts import TokenDecoder, TokenEncoder, build_stack
 from attnlab.models.registry import register_family, register_preset
 
@@ -52,9 +52,7 @@ class TransformerConfig(StackConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("vocab_size", "num_encoder_layers", "num_decoder_layers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        require_positive(self, "vocab_size", "num_encoder_layers", "num_decoder_layers")
         if self.tgt_vocab_size is not None and self.tgt_vocab_size < 1:
             raise ValueError(f"tgt_vocab_size={self.tgt_vocab_size} must be >= 1")
         if self.share_embeddings and self.tgt_vocab_size not in (None, self.vocab_size):

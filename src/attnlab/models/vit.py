@@ -30,7 +30,7 @@ from attnlab.layers.patch import (
     sincos_position_embedding_2d,
     square_grid,
 )
-from attnlab.models.base import AttnlabModel, ModelConfig
+from attnlab.models.base import AttnlabModel, LayerConfig, require_positive
 from attnlab.models.registry import register_family, register_preset
 
 POOLS = ("token", "mean")
@@ -38,7 +38,7 @@ POSITION_EMBEDDINGS = ("learned", "sincos")
 
 
 @dataclass(frozen=True)
-class VisionTransformerConfig(ModelConfig):
+class VisionTransformerConfig(LayerConfig):
     """Configuration of a :class:`VisionTransformer` (defaults: ViT-B/16 at 224x224).
 
     ``pool="token"`` classifies the class token's final state (the paper); ``"mean"``
@@ -62,21 +62,19 @@ class VisionTransformerConfig(ModelConfig):
     pool: str = "token"
     position_embedding: str = "learned"
     dropout: float = 0.0
-    attention_dropout: float = 0.0
+    activation: str = "gelu"
+    norm_first: bool = True
     drop_path: float = 0.0
     layer_scale_init: float | None = None
     layer_norm_eps: float = 1e-6
 
     def __post_init__(self):
-        for name in ("image_size", "patch_size", "in_channels", "d_model", "num_layers", "num_heads", "d_ff"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        super().__post_init__()
+        require_positive(self, "image_size", "patch_size", "in_channels", "num_layers")
         if self.num_classes < 0:
             raise ValueError(f"num_classes={self.num_classes} must be >= 0 (0 = no head)")
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size={self.image_size} is not divisible by patch_size={self.patch_size}")
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
         if self.pool not in POOLS:
             raise ValueError(f"pool={self.pool!r}; choose one of {POOLS}")
         if self.pool == "token" and not self.class_token:
@@ -85,9 +83,8 @@ class VisionTransformerConfig(ModelConfig):
             raise ValueError(f"position_embedding={self.position_embedding!r}; choose one of {POSITION_EMBEDDINGS}")
         if self.position_embedding == "sincos" and self.d_model % 4:
             raise ValueError(f"position_embedding='sincos' needs d_model divisible by 4, got {self.d_model}")
-        for name in ("dropout", "attention_dropout", "drop_path"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
+        if not 0.0 <= self.drop_path < 1.0:
+            raise ValueError(f"drop_path={self.drop_path} must be in [0, 1)")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -126,7 +123,8 @@ class VisionTransformer(AttnlabModel):
         rates = [config.drop_path * (i / last if config.num_layers > 1 else 1.0) for i in range(config.num_layers)]
         layers = [
             TransformerLayer(d, config.num_heads, config.d_ff, dropout=config.dropout,
-                             attention_dropout=config.attention_dropout, activation="gelu", norm_first=True,
+                             attention_dropout=config.attention_dropout, activation=config.activation,
+                             norm_first=config.norm_first,
                              layer_norm_eps=config.layer_norm_eps, self_pattern=FullAttention(),
                              drop_path=rate, layer_scale_init=config.layer_scale_init)
             for rate in rates
