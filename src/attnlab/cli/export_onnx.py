@@ -1,6 +1,9 @@
 """``attnlab export-onnx``: one ONNX graph of a model directory (BERT: ids, attention_mask,
 token_type_ids -> hidden states; LM: ids -> logits; translation: src_ids, tgt_in_ids ->
-logits) with dynamic batch and length axes, checked against onnxruntime when installed."""
+logits) with dynamic batch and length axes, checked against onnxruntime when installed.
+A translation model also gets its two halves for decoding outside torch, beside OUT:
+OUT.encoder.onnx (src_ids -> memory, memory_mask) and OUT.decoder.onnx (tgt_in_ids, memory,
+memory_mask -> logits); see attnlab.interop.onnx_export.onnx_greedy_translate."""
 
 HELP = "export a model directory to ONNX (dynamic batch and length) and check it with onnxruntime"
 
@@ -19,8 +22,6 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() != ".onnx":
         raise ValueError(f"-o {args.out}: give a file name ending in .onnx")
-    if out.exists() and not args.force:
-        raise ValueError(f"-o {args.out}: the file exists; pass --force to replace it")
     if not out.parent.is_dir():
         raise ValueError(f"-o {args.out}: no such directory {out.parent}")
     if not 14 <= args.opset <= 20:
@@ -35,10 +36,18 @@ def run(args) -> int:
     from attnlab.models.base import _atomic_write
     from attnlab.models.registry import load_model
 
+    from attnlab.models.transformer import Transformer
+
     model = load_hf_bert(args.model)[0] if is_hf_bert_directory(args.model) else load_model(args.model)
+    parts = [out.with_suffix(".encoder.onnx"), out.with_suffix(".decoder.onnx")] if isinstance(model, Transformer) else []
+    for path in [out, *parts]:
+        if path.exists() and not args.force:
+            raise ValueError(f"{path}: the file exists; pass --force to replace it")
     inputs = []
     _atomic_write(out, lambda path: inputs.extend(export_onnx(model, path, opset=args.opset)))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): inputs {', '.join(inputs)}; batch and length dynamic")
+    if parts:
+        _write_parts(model, parts, args.opset)
     if args.no_check:
         return 0
     try:
@@ -50,4 +59,28 @@ def run(args) -> int:
     ok = error < 1e-4
     print(f"onnxruntime vs torch on other shapes (batch 3, length 11): max |difference| {error:.2e} "
           f"-> {'OK' if ok else 'MISMATCH'}")
+    if parts:
+        from attnlab.interop.onnx_export import parts_parity
+
+        for path, part_error in zip(parts, parts_parity(model, *parts)):
+            print(f"{path.name}: onnxruntime vs torch on other shapes: max |difference| {part_error:.2e} "
+                  f"-> {'OK' if part_error < 1e-4 else 'MISMATCH'}")
+            ok = ok and part_error < 1e-4
     return 0 if ok else 1
+
+
+def _write_parts(model, parts, opset: int) -> None:
+    """Both halves written to temporary names and renamed only when both exist."""
+    import os
+
+    from attnlab.interop.onnx_export import export_translation_parts
+
+    temporary = [path.with_name(f".{path.name}.{os.getpid()}.tmp") for path in parts]
+    try:
+        export_translation_parts(model, *temporary, opset=opset)
+        for tmp, path in zip(temporary, parts):
+            os.replace(tmp, path)
+    finally:
+        for tmp in temporary:
+            tmp.unlink(missing_ok=True)
+    print(f"wrote {parts[0]} and {parts[1]}: the halves for step-by-step decoding (onnx_greedy_translate)")

@@ -2,7 +2,11 @@
 
 One graph per model: BERT ``(ids, attention_mask, token_type_ids) -> hidden``, the
 decoder-only LM ``ids -> logits``, the translation Transformer ``(src_ids, tgt_in_ids) ->
-logits`` (teacher-forced: encoder and decoder in one graph). torch's TorchScript-based
+logits`` (teacher-forced: encoder and decoder in one graph). For decoding outside torch the
+translation model is also exported in two parts (:func:`export_translation_parts`): the
+encoder ``src_ids -> (memory, memory_mask)``, run once per source, and the decoder
+``(tgt_in_ids, memory, memory_mask) -> logits``, run once per generated token over the
+prefix (no key/value cache in the graph); :func:`onnx_greedy_translate` decodes with them. torch's TorchScript-based
 exporter with ``dynamic_axes`` keeps batch and length symbolic (checked on other shapes
 than the example); Python-side input checks (token ids in range) run at export time only,
 so the graph trusts its inputs as any ONNX model does.
@@ -20,7 +24,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-__all__ = ["export_onnx", "example_inputs", "onnx_parity"]
+__all__ = ["export_onnx", "example_inputs", "onnx_parity", "export_translation_parts", "parts_parity",
+           "onnx_greedy_translate"]
 
 
 class _BertGraph(nn.Module):
@@ -39,6 +44,25 @@ class _LMGraph(nn.Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.model(ids)
+
+
+class _EncoderGraph(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
+        memory, memory_mask = self.model.encode(src_ids)  # mask (B, 1, 1, S) -> (B, S)
+        return memory, memory_mask.reshape(src_ids.shape[0], src_ids.shape[1])
+
+
+class _DecoderGraph(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tgt_in_ids: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
+        return self.model.decode(tgt_in_ids, memory, memory_mask[:, None, None, :])
 
 
 def _graph(model) -> tuple[nn.Module, list[str], list[str]]:
@@ -111,3 +135,87 @@ def onnx_parity(model, path: str | os.PathLike, *, batch: int = 3, length: int =
         expected = module(*(inputs[name] for name in names))
     got = session.run(None, {name: inputs[name].numpy() for name in names})[0]
     return float((torch.from_numpy(got) - expected).abs().max())
+
+
+def _check_translation(model):
+    from attnlab.models.transformer import Transformer
+
+    if not isinstance(model, Transformer):
+        raise ValueError(f"encoder/decoder parts are exported for a translation Transformer, not {type(model).__name__}")
+
+
+def export_translation_parts(model, encoder_path: str | os.PathLike, decoder_path: str | os.PathLike, *,
+                             opset: int = 17) -> None:
+    """Write a translation Transformer's encoder and decoder as two ONNX graphs with dynamic
+    batch and length axes: ``src_ids (B, S) -> memory (B, S, d), memory_mask (B, S) bool``
+    (True = a real source token) and ``tgt_in_ids (B, T), memory, memory_mask -> logits
+    (B, T, V)``."""
+    _check_translation(model)
+    model = model.eval()
+    example = example_inputs(model)
+    source, target = example["src_ids"], example["tgt_in_ids"]
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        memory, memory_mask = _EncoderGraph(model)(source)
+        torch.onnx.export(_EncoderGraph(model), (source,), str(encoder_path), dynamo=False, opset_version=opset,
+                          input_names=["src_ids"], output_names=["memory", "memory_mask"],
+                          dynamic_axes={"src_ids": {0: "batch", 1: "source_length"},
+                                        "memory": {0: "batch", 1: "source_length"},
+                                        "memory_mask": {0: "batch", 1: "source_length"}})
+        torch.onnx.export(_DecoderGraph(model), (target, memory, memory_mask), str(decoder_path), dynamo=False,
+                          opset_version=opset, input_names=["tgt_in_ids", "memory", "memory_mask"],
+                          output_names=["logits"],
+                          dynamic_axes={"tgt_in_ids": {0: "batch", 1: "target_length"},
+                                        "memory": {0: "batch", 1: "source_length"},
+                                        "memory_mask": {0: "batch", 1: "source_length"},
+                                        "logits": {0: "batch", 1: "target_length"}})
+
+
+def onnx_greedy_translate(encoder_path, decoder_path, src_ids, *, bos_id: int, eos_id: int,
+                          max_length: int) -> list[list[int]]:
+    """Greedy decoding with the two graphs of :func:`export_translation_parts` in
+    onnxruntime (no torch needed): ``src_ids`` ``(B, S)`` int64 array -> one token list per
+    source, without BOS, ending at EOS or after ``max_length`` tokens. Each step reruns the
+    decoder over the whole prefix (the graphs hold no cache), so it costs O(T²) in the target
+    length: fine for sentences, the torch decoder's cache is faster for long outputs."""
+    import numpy as np
+    import onnxruntime
+
+    encoder = onnxruntime.InferenceSession(str(encoder_path), providers=["CPUExecutionProvider"])
+    decoder = onnxruntime.InferenceSession(str(decoder_path), providers=["CPUExecutionProvider"])
+    src_ids = np.asarray(src_ids, dtype=np.int64)
+    memory, memory_mask = encoder.run(None, {"src_ids": src_ids})
+    batch = src_ids.shape[0]
+    prefix = np.full((batch, 1), bos_id, dtype=np.int64)
+    done = np.zeros(batch, dtype=bool)
+    for _ in range(max_length):
+        logits = decoder.run(None, {"tgt_in_ids": prefix, "memory": memory, "memory_mask": memory_mask})[0]
+        best = logits[:, -1].argmax(-1)
+        best[done] = eos_id  # finished rows only pad with EOS (dropped below)
+        prefix = np.concatenate([prefix, best[:, None]], axis=1)
+        done |= best == eos_id
+        if done.all():
+            break
+    outputs = []
+    for row in prefix[:, 1:].tolist():
+        outputs.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
+    return outputs
+
+
+def parts_parity(model, encoder_path, decoder_path, *, batch: int = 3, length: int = 11, seed: int = 1):
+    """Max |onnxruntime - torch| of the encoder's memory and of the decoder's logits, on
+    inputs of other shapes than the export's."""
+    import onnxruntime
+
+    _check_translation(model)
+    inputs = example_inputs(model.eval(), batch=batch, length=length, seed=seed)
+    with torch.no_grad():
+        memory, memory_mask = _EncoderGraph(model)(inputs["src_ids"])
+        logits = _DecoderGraph(model)(inputs["tgt_in_ids"], memory, memory_mask)
+    encoder = onnxruntime.InferenceSession(str(encoder_path), providers=["CPUExecutionProvider"])
+    decoder = onnxruntime.InferenceSession(str(decoder_path), providers=["CPUExecutionProvider"])
+    got_memory = encoder.run(None, {"src_ids": inputs["src_ids"].numpy()})[0]
+    got_logits = decoder.run(None, {"tgt_in_ids": inputs["tgt_in_ids"].numpy(), "memory": memory.numpy(),
+                                    "memory_mask": memory_mask.numpy()})[0]
+    return (float((torch.from_numpy(got_memory) - memory).abs().max()),
+            float((torch.from_numpy(got_logits) - logits).abs().max()))
