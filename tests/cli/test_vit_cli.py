@@ -79,6 +79,14 @@ def test_evaluate_routes_a_vit_model_to_its_evaluator(folder, trained, tmp_path,
     assert (tmp_path / "eval" / "results.json").is_file()
 
 
+def test_bf16_autocast_is_used_and_reported(folder, tmp_path, capsys):
+    out = tmp_path / "bf16"
+    assert main(["train", "vit", "--data", str(folder), "--max-steps", "2", "--out", str(out), *TINY,
+                 "--precision", "bf16"]) == 0
+    assert "bf16 autocast" in capsys.readouterr().err
+    assert json.loads((out / "model" / "config.json").read_text())["family"] == "vit"
+
+
 def test_mean_pool_model_without_class_token(folder, tmp_path):
     out = tmp_path / "gap"
     assert main(["train", "vit", "--data", str(folder), "--max-steps", "2", "--out", str(out), *TINY,

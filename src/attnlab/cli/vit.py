@@ -54,6 +54,9 @@ def add_arguments(parser) -> None:
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
     model.add_argument("--max-minutes", type=float,
                        help="wall-clock budget: stop (and checkpoint) after the update that passes it")
+    from attnlab.cli.options import add_precision_argument
+
+    add_precision_argument(model)
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--val-every", type=int, default=500, help="validate every N updates (default: 500)")
     run_group.add_argument("--save-every", type=int, default=500, help="checkpoint every N updates (default: 500)")
@@ -78,7 +81,7 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import parse_overrides
+    from attnlab.cli.options import parse_overrides, resolve_precision
     from attnlab.data.images import describe, load_images
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
                                               evaluation_batches, save_confusion_matrix)
@@ -110,7 +113,9 @@ def run(args) -> int:
     model = attnlab.create_model(args.preset, **overrides).to(device)
     for part in (train, valid, test):
         say(describe(part))
-    say(f"model: {args.preset} {overrides}, {model.num_parameters():,d} parameters, device {device}")
+    bf16 = resolve_precision(args, str(device))
+    say(f"model: {args.preset} {overrides}, {model.num_parameters():,d} parameters, device {device}, "
+        + ("bf16 autocast" if bf16 else "float32") + (", compiled" if args.compile else ""))
 
     out = Path(args.out)
     if not args.resume and latest_checkpoint(out / "checkpoints") is not None:  # before writing anything there
@@ -125,7 +130,8 @@ def run(args) -> int:
                          min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.999), eps=1e-8,
                          optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
                          validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
-                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes)
+                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
+                         bf16=bf16, compile=args.compile)
     smoothing = args.label_smoothing
     trainer = Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
                       ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift), config,
