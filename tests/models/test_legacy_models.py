@@ -25,3 +25,26 @@ def test_old_model_directory_loads_with_the_same_outputs(name):
     reference = torch.tensor(expected["logits"], dtype=torch.float64)
     # float32 outputs of a d_model=8 model: rounding differences between CPUs stay far below this.
     torch.testing.assert_close(logits.double(), reference, atol=1e-5 * reference.abs().max().item(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["lm", "transformer"])
+def test_average_of_old_and_new_names(name, tmp_path):
+    """A run resumed across the rename keeps checkpoints with old and new parameter names;
+    averaging them renames the old ones (averaging a model with itself gives the model)."""
+    import shutil
+
+    from attnlab.models.registry import load_model
+    from attnlab.training.checkpoint import average_checkpoints_to_directory
+
+    old = FIXTURES / name
+    new = tmp_path / "new"
+    load_model(old).save_pretrained(new)
+    averaged = average_checkpoints_to_directory([old, new], tmp_path / "avg")
+    reference = load_model(new)
+    model = load_model(averaged)
+    for (key, value), (ref_key, ref_value) in zip(model.state_dict().items(), reference.state_dict().items()):
+        assert key == ref_key and torch.equal(value, ref_value), key
+    copied = tmp_path / "copied.safetensors"  # a bare file outside a model directory: names as written
+    shutil.copy(old / "model.safetensors", copied)
+    with pytest.raises(ValueError, match="tensor names differ"):
+        average_checkpoints_to_directory([new, copied], tmp_path / "avg2")

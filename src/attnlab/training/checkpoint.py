@@ -402,11 +402,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
     if not paths:
         raise ValueError("paths: need at least one checkpoint to average")
     files = [_model_file(path) for path in paths]
-    first = _read_safetensors(files[0])
+    first = _current_names(_read_safetensors(files[0]), files[0])
     _refuse_non_finite(first, files[0])
     sums = {key: t.double() if t.is_floating_point() else t for key, t in first.items()}
     for file in files[1:]:
-        tensors = _read_safetensors(file)
+        tensors = _current_names(_read_safetensors(file), file)
         _refuse_non_finite(tensors, file)
         if tensors.keys() != first.keys():
             difference = sorted(tensors.keys() ^ first.keys())
@@ -423,6 +423,28 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
         key: (total / len(files)).to(first[key].dtype) if first[key].is_floating_point() else total
         for key, total in sums.items()
     }
+
+
+def _current_names(tensors: dict[str, torch.Tensor], file: Path) -> dict[str, torch.Tensor]:
+    """The weights of an attnlab model directory under today's parameter names: a run that
+    was resumed across a version that renamed parameters keeps checkpoints with both the old
+    and the new names, and their average must not fail on it. Files outside a model
+    directory (a bare .safetensors) are taken as they are."""
+    directory = file.parent
+    if not (directory / CONFIG_FILE).is_file() or not _is_attnlab_model(directory):
+        return tensors
+    from attnlab.models.registry import load_config, model_class_for
+
+    try:
+        config = load_config(directory)
+    except ValueError:
+        return tensors  # a config attnlab cannot read: compare the names as written
+    model_class = model_class_for(config)
+    if not model_class.legacy_names:
+        return tensors
+    with torch.device("meta"):
+        model = model_class(config)
+    return model.upgrade_state_dict(tensors)
 
 
 def _refuse_non_finite(tensors: Mapping[str, torch.Tensor], file: Path) -> None:
