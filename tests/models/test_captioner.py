@@ -33,8 +33,10 @@ def test_cached_decoding_equals_full_recomputation(encoder):
     forward = model(images, tokens)
     banned = torch.tensor([0, 1, 3])
     assert torch.isinf(full[..., banned]).all() and torch.isfinite(forward).all()
+    assert torch.isinf(full[:, 0, 2]).all() and torch.isfinite(full[:, 1:, 2]).all()  # EOS never first
     keep = torch.tensor([2] + list(range(4, 64)))
-    torch.testing.assert_close(forward[..., keep], full[..., keep], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(forward[:, 1:, keep], full[:, 1:, keep], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(forward[:, :1, 4:], full[:, :1, 4:], rtol=1e-12, atol=1e-12)
 
 
 def test_decoder_is_causal_and_depends_on_the_image():
@@ -73,11 +75,16 @@ def test_a_model_that_never_ends_still_stops():
         assert len(beams) == 1 and len(beams[0].tokens) == model.config.max_positions
 
 
-def test_no_empty_beams_when_the_beam_is_wider_than_the_vocabulary():
+def test_no_empty_beams_or_captions_even_when_the_model_wants_to_stop_at_once():
     model = _model(vocab_size=6).float()  # 2 words + EOS may be emitted
-    beams = beam_search(model, torch.randn(3, 3, 32, 32), beam_size=8, max_len_a=0, max_len_b=5, nbest=8)
-    assert all(len(b) >= 1 for b in beams)
-    assert all(set(h.tokens) <= {2, 4, 5} for b in beams for h in b)
+    bias = torch.zeros(6)
+    bias[2] = 100.0  # EOS is by far the likeliest token everywhere
+    model.decoder.head.bias = torch.nn.Parameter(bias)
+    images = torch.randn(3, 3, 32, 32)
+    beams = beam_search(model, images, beam_size=8, max_len_a=0, max_len_b=5, nbest=8)
+    assert all(len(b) >= 1 for b in beams)  # a beam wider than the vocabulary
+    assert all(set(h.tokens) <= {2, 4, 5} and h.tokens[0] != 2 for b in beams for h in b)
+    assert [h.tokens[1:] for h in greedy_search(model, images, max_len_a=0, max_len_b=5)] == [[2]] * 3
 
 
 def test_save_and_load_round_trip(tmp_path):

@@ -31,6 +31,8 @@ VERBS = {
     "classify": "attnlab.cli.classify",
     "evaluate-vit": "attnlab.cli.evaluate_vit",
     "vit-figures": "attnlab.cli.vit_figures",
+    "caption": "attnlab.cli.caption",
+    "evaluate-caption": "attnlab.cli.evaluate_caption",
 }
 
 

@@ -12,9 +12,9 @@
 Training is teacher-forced (``model(images, tgt_in)``); generation goes through
 :mod:`attnlab.generation` (greedy, beam search) by the EncoderDecoder protocol
 (``encode`` / ``decode`` / ``new_cache`` / ``max_output_length``). ``decode`` -- the
-road search takes -- never proposes PAD, BOS or UNK (their logits are -inf there; the
-teacher-forced ``forward`` is not masked), so a caption cannot come out as ``[UNK]``
-tokens or padding; every caption is cut at ``max_positions`` tokens, so a model that never
+road search takes -- never proposes PAD, BOS or UNK, nor EOS as the first word (their
+logits are -inf there; the teacher-forced ``forward`` is not masked), so a caption cannot
+come out empty, as ``[UNK]`` tokens or as padding; every caption is cut at ``max_positions`` tokens, so a model that never
 emits EOS still stops.
 """
 
@@ -190,13 +190,17 @@ class Captioner(AttnlabModel):
 
     def decode(self, tgt_ids: Tensor, memory: Tensor | None, memory_mask: Tensor | None = None, *, cache=None,
                need_weights: bool = False):
-        """Next-word logits ``(B, T, V)`` for generation: PAD, BOS and UNK get -inf. With a
-        ``cache`` the ids continue the cached ones (``memory`` may then be None)."""
+        """Next-word logits ``(B, T, V)`` for generation: PAD, BOS and UNK get -inf, and EOS at
+        the first position (no empty caption). With a ``cache`` the ids continue the cached
+        ones (``memory`` may then be None)."""
         if memory_mask is not None:
             raise ValueError("a captioner's memory has no padding; memory_mask must be None")
+        first = cache is None or cache.length == 0
         out = self._decode(tgt_ids, memory, cache, need_weights)
         logits = out[0] if need_weights else out
         logits = logits.masked_fill(self.banned, float("-inf"))
+        if first and logits.shape[1]:  # no empty caption: EOS cannot come first
+            logits[:, 0, self.config.eos_id] = float("-inf")
         return (logits, out[1]) if need_weights else logits
 
     def forward(self, images: Tensor, tgt_in_ids: Tensor) -> Tensor:

@@ -22,8 +22,10 @@ Pixels go in as ``(x / 255 - 0.5) / 0.5`` (:func:`attnlab.tasks.classification.n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,8 +36,11 @@ from attnlab.tasks.classification import normalize
 from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
-__all__ = ["CaptionBatches", "CaptionedImage", "caption_loss", "caption_scores", "generate_captions",
-           "grounding_hit", "grounding_score", "object_references", "train_caption_tokenizer"]
+__all__ = ["CAPTION_FILE", "CaptionBatches", "CaptionTrainOptions", "CaptionedImage", "caption_loss", "caption_scores",
+           "evaluate_captioner", "generate_captions", "grounding_hit", "grounding_score", "load_caption_split",
+           "load_captioner", "object_references", "train_caption_tokenizer", "train_captioner"]
+
+CAPTION_FILE = "caption.json"
 
 IGNORE = -100
 
@@ -201,6 +206,19 @@ def object_references(words: Sequence[str], objects) -> list[tuple[int, int]]:
     return found
 
 
+@torch.no_grad()
+def word_attention(model, image: Tensor, tokens: list[int]) -> Tensor:
+    """Where each output position of a caption looked: the last decoder layer's
+    cross-attention, mean over heads, ``(n, h, w)`` over the encoder's grid, teacher-forced
+    on ``tokens`` (uint8 ``image`` ``(C, H, W)``). Row i is the step that emitted
+    ``tokens[i]``; the last row, when the caption has room for it, the step that emitted EOS."""
+    config = model.config
+    device = next(model.parameters()).device
+    tgt_in = torch.tensor([([config.bos_id] + list(tokens))[:config.max_positions]], device=device)
+    _, cross = model.cross_attention(normalize(image[None]).to(device), tgt_in)
+    return cross[-1][0].float().mean(0).cpu().view(tgt_in.shape[1], *config.grid)
+
+
 def _word_starts(tokenizer: Tokenizer, tokens: list[int]) -> list[int]:
     """Index of the first token of each word (pieces starting with "▁")."""
     pieces = tokenizer.pieces(tokens)
@@ -216,8 +234,6 @@ def grounding_score(model, tokenizer: Tokenizer, scenes, captions: Sequence[Capt
     token. Returns ``{"grounding": mean, "object_words": n, "unmatched": shape words naming
     no object of the scene}``."""
     model.eval()
-    device = next(model.parameters()).device
-    grid = model.config.grid
     indices = range(len(captions)) if indices is None else indices
     hits, unmatched = [], 0
     for index in indices:
@@ -232,10 +248,163 @@ def grounding_score(model, tokenizer: Tokenizer, scenes, captions: Sequence[Capt
         unmatched += sum(w in ("circle", "square", "triangle") for w in words) - len(references)
         if not references:
             continue
-        tgt_in = torch.tensor([[model.config.bos_id] + caption.tokens], device=device)
-        _, cross = model.cross_attention(normalize(scenes.images[index:index + 1]).to(device), tgt_in)
-        attention = cross[-1][0].float().mean(0).cpu()  # (T + 1, N)
+        attention = word_attention(model, scenes.images[index], caption.tokens)
         for word, obj in references:
-            hits.append(grounding_hit(attention[starts[word]].view(grid), scenes.masks[index][obj]))
-    return {"grounding": sum(hits) / len(hits) if hits else float("nan"), "object_words": len(hits),
+            hits.append(grounding_hit(attention[starts[word]], scenes.masks[index][obj]))
+    return {"grounding": sum(hits) / len(hits) if hits else None, "object_words": len(hits),
             "unmatched": unmatched}
+
+
+# -- data, training, evaluation -----------------------------------------------------------
+def load_caption_split(spec: str, split: str, *, image_size: int = 32, count: int | None = None):
+    """``scenes`` (32x32) / ``scenes64`` -> a :class:`~attnlab.data.scenes.SceneSet` (``count``
+    images, default the split's); ``coco:DIR`` / ``flickr:DIR`` -> a
+    :class:`~attnlab.data.captions.CaptionSet` at ``image_size``."""
+    if spec in ("scenes", "scenes64"):
+        from attnlab.data.scenes import load_scenes
+
+        return load_scenes(split, size=64 if spec == "scenes64" else 32, count=count)
+    from attnlab.data.captions import load_caption_data
+
+    if ":" not in spec:
+        raise ValueError(f"--data {spec!r}: expected scenes, scenes64, coco:DIR or flickr:DIR")
+    return load_caption_data(spec, split, image_size=image_size)
+
+
+@dataclass
+class CaptionTrainOptions:
+    """What ``attnlab train caption`` accepts, as plain data (see :func:`train_captioner`)."""
+
+    out: str
+    data: str = "scenes"
+    train_images: int | None = None
+    image_size: int = 32
+    preset: str = "captioner_scenes"
+    model_overrides: dict = field(default_factory=dict)
+    vocab_size: int = 1000
+    batch_size: int = 64
+    max_steps: int = 4000
+    lr: float = 1e-3
+    warmup: int = 200
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    beam_size: int = 3
+    val_every: int | None = 500
+    save_every: int | None = 500
+    max_minutes: float | None = None
+    seed: int = 0
+    device: str = "cpu"
+    resume: bool = False
+    progress_bar: bool = True
+    log: Callable[[str], None] = print
+
+
+def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
+    """Vocabulary from the training captions, a Captioner, the shared Trainer (AdamW, warm-up +
+    cosine, label smoothing); then the final model in ``OUT/model`` (config, weights,
+    ``tokenizer.model``, ``caption.json``) and its test scores in ``OUT/evaluation/results.json``.
+    Returns ``(model directory, results)``."""
+    from attnlab.files import atomic_write_json
+    from attnlab.models.registry import create_model, get_preset
+    from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.trainer import TrainConfig, Trainer
+
+    o = options
+    if get_preset(o.preset).family != "captioner":
+        raise ValueError(f"--preset {o.preset!r} is not a captioner preset")
+    out = Path(o.out)
+    if not o.resume and latest_checkpoint(out / "checkpoints") is not None:
+        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
+                         "or choose another directory")
+    image_size = 64 if o.data == "scenes64" else o.image_size
+    train = load_caption_split(o.data, "train", image_size=image_size, count=o.train_images)
+    valid = load_caption_split(o.data, "valid", image_size=image_size)
+    test = load_caption_split(o.data, "test", image_size=image_size)
+    tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
+    overrides = {"vocab_size": tokenizer.vocab_size, "image_size": int(train.images.shape[-1]),
+                 "in_channels": int(train.images.shape[1]), **o.model_overrides}
+    torch.manual_seed(o.seed)
+    model = create_model(o.preset, **overrides).to(o.device)
+    config = model.config
+    ids = (config.bos_id, config.eos_id, config.pad_id)
+    pairs = encode_captions(tokenizer, train.captions, config.max_positions)
+    o.log(f"{o.data}: {len(train)} training images, {len(pairs)} captions, vocabulary {tokenizer.vocab_size}; "
+          f"{len(valid)} valid, {len(test)} test images")
+    o.log(f"model: {o.preset} {overrides}, {model.num_parameters():,d} parameters, device {o.device}")
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer_file = tokenizer.save(out)
+    info = {"data": o.data, "image_size": config.image_size, "input": "(pixel / 255 - 0.5) / 0.5"}
+    info_file = atomic_write_json(out / CAPTION_FILE, info)
+    valid_pairs = encode_captions(tokenizer, [c[:2] for c in valid.captions], config.max_positions)
+    valid_batches = [collate(valid.images, valid_pairs[i:i + 256], *ids) for i in range(0, len(valid_pairs), 256)]
+    warmup = min(o.warmup, max(1, o.max_steps // 10))
+    train_config = TrainConfig(out_dir=str(out), max_steps=o.max_steps, schedule="cosine", peak_lr=o.lr,
+                               min_lr=o.lr / 100, warmup_steps=warmup, betas=(0.9, 0.98), eps=1e-9,
+                               optimizer="adamw", weight_decay=o.weight_decay, clip_grad_norm=1.0, log_every=50,
+                               validate_every=o.val_every, checkpoint_every=o.save_every, seed=o.seed,
+                               progress_bar=o.progress_bar, max_minutes=o.max_minutes)
+    smoothing = o.label_smoothing
+    trainer = Trainer(model, lambda m, b: caption_loss(m, b, label_smoothing=smoothing),
+                      CaptionBatches(train.images, pairs, o.batch_size, bos_id=ids[0], eos_id=ids[1], pad_id=ids[2],
+                                     seed=o.seed),
+                      train_config, valid_batches=valid_batches, model_files=[tokenizer_file, info_file])
+    started = time.perf_counter()
+    last = trainer.train(resume=o.resume)
+    seconds = time.perf_counter() - started
+    model_dir = model.save_pretrained(out / "model", extra_files={
+        "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()})
+    o.log(f"trained {trainer.step} updates in {seconds:.0f} s; "
+          + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_ppl") if k in last))
+    results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size)
+    results.update(updates=trainer.step, train_seconds=round(seconds, 1))
+    (out / "evaluation").mkdir(exist_ok=True)
+    atomic_write_json(out / "evaluation" / "results.json", results, indent=2)
+    return model_dir, results
+
+
+def load_captioner(directory: str | Path, device: str = "cpu"):
+    """A saved Captioner, its tokenizer and its ``caption.json`` (ValueError for anything else)."""
+    import json
+
+    from attnlab.models.captioner import Captioner
+    from attnlab.models.registry import load_model
+
+    model = load_model(directory, device=str(device))
+    if not isinstance(model, Captioner):
+        raise ValueError(f"{directory}: holds a {model.config.family} model, not a captioner")
+    tokenizer = Tokenizer.load(directory)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(f"{Path(directory) / 'tokenizer.model'}: {tokenizer.vocab_size} pieces, but the model has a "
+                         f"vocabulary of {model.config.vocab_size}")
+    info = {}
+    path = Path(directory) / CAPTION_FILE
+    if path.is_file():
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from None
+    return model, tokenizer, info if isinstance(info, dict) else {}
+
+
+def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3) -> tuple[dict, list[CaptionedImage]]:
+    """BLEU-4 and CIDEr of beam-search captions of ``data`` against its captions; for scenes
+    also the grounding score, and everything again on the seen and unseen compositions.
+    Returns ``(results, captions)``."""
+    captions = generate_captions(model, tokenizer, data.images, beam_size=beam_size)
+    texts = [c.text for c in captions]
+    results: dict[str, Any] = {"data": getattr(data, "name", "?"), "split": getattr(data, "split", "?"),
+                               "images": len(data), "beam_size": beam_size,
+                               "empty_captions": sum(not t for t in texts),
+                               **caption_scores(texts, data.captions)}
+    unseen = getattr(data, "unseen", None)
+    if unseen is not None and getattr(data, "masks", None) is not None:
+        results.update(grounding_score(model, tokenizer, data, captions))
+        for name, flag in (("seen", False), ("unseen", True)):
+            chosen = [i for i, u in enumerate(unseen) if u == flag]
+            if chosen:
+                part = caption_scores([texts[i] for i in chosen], [data.captions[i] for i in chosen])
+                part.update(grounding_score(model, tokenizer, data, captions, chosen), images=len(chosen))
+                results[name] = part
+    results["examples"] = [{"caption": texts[i], "references": list(data.captions[i][:3])}
+                           for i in range(min(5, len(texts)))]
+    return results, captions
