@@ -7,8 +7,9 @@ from attnlab.models.lm import DecoderLM, DecoderLMConfig
 from attnlab.models.bert import BertConfig, BertEncoder
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 from attnlab.models.captioner import Captioner, CaptionerConfig
+from attnlab.models.vqvae import VQVAE, VQVAEConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
            "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
            "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig",
-           "Captioner", "CaptionerConfig"]
+           "Captioner", "CaptionerConfig", "VQVAE", "VQVAEConfig"]
