@@ -31,7 +31,7 @@ from attnlab.attention.cache import StackCache
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.patch import sincos_position_embedding_2d
 from attnlab.layers.positional import build_positional
-from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids
+from attnlab.models.base import AttnlabModel, StackConfig, check_images, check_token_ids
 from attnlab.models.parts import TokenDecoder, build_stack
 from attnlab.models.registry import register_family, register_preset
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
@@ -156,13 +156,7 @@ class Captioner(AttnlabModel):
 
     # -- the image side -------------------------------------------------------------------
     def check_images(self, images: Tensor) -> None:
-        c = self.config
-        expected = (c.in_channels, c.image_size, c.image_size)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"images must be (batch, {', '.join(map(str, expected))}) floats, "
-                             f"got shape {tuple(images.shape)}")
-        if not images.is_floating_point():
-            raise ValueError(f"images must be floating point (pixels scaled to [-1, 1]), got {images.dtype}")
+        check_images(images, self.config.in_channels, self.config.image_size)
 
     def encode(self, images: Tensor) -> tuple[Tensor, None]:
         """``(B, C, H, W)`` -> ``(memory (B, N, d), None)``: one vector per image cell, none padded."""

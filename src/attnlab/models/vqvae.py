@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.models.base import AttnlabModel, ModelConfig
+from attnlab.models.base import AttnlabModel, ModelConfig, check_images
 from attnlab.models.registry import register_family, register_preset
 
 
@@ -113,13 +113,7 @@ class VQVAE(AttnlabModel):
 
     # ------------------------------------------------------------------ #
     def check_images(self, images: Tensor) -> None:
-        c = self.config
-        expected = (c.in_channels, c.image_size, c.image_size)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"images must be (batch, {', '.join(map(str, expected))}) floats in [-1, 1], "
-                             f"got shape {tuple(images.shape)}")
-        if not images.is_floating_point():
-            raise ValueError(f"images must be floating point (pixels scaled to [-1, 1]), got {images.dtype}")
+        check_images(images, self.config.in_channels, self.config.image_size)
 
     def nearest_codes(self, z: Tensor) -> Tensor:
         """``(B, D, h, w)`` encoder outputs -> ``(B, h, w)`` ids of the nearest codebook vectors."""
