@@ -33,6 +33,7 @@ VERBS = {
     "vit-figures": "attnlab.cli.vit_figures",
     "caption": "attnlab.cli.caption",
     "evaluate-caption": "attnlab.cli.evaluate_caption",
+    "imagine": "attnlab.cli.imagine",
 }
 
 
