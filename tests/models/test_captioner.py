@@ -114,3 +114,26 @@ def test_bad_inputs():
                        ({"unk_id": 64}, "outside the vocabulary")):
         with pytest.raises(ValueError, match=match):
             attnlab.get_preset("captioner_tiny", **bad)
+
+
+@pytest.mark.parametrize("encoder", ["vit", "cnn"])
+def test_attention_maps_for_the_explorer(encoder):
+    from attnlab.viz.explorer.maps import attention_maps
+
+    model = _model(encoder)
+    images, tokens = torch.randn(1, 3, 32, 32, dtype=torch.float64), torch.randint(4, 64, (1, 6))
+    groups = attention_maps(model, images=images, tgt_in_ids=tokens)
+    expected = {"decoder self": (2, 4, 6, 6), "cross": (2, 4, 6, 64)}
+    if encoder == "vit":
+        expected["image encoder self"] = (1, 4, 64, 64)
+    assert {name: tuple(w.shape) for name, w in groups.items()} == expected
+    for weights in groups.values():
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    # the cross-attention shown is the one the grounding score and the figures read
+    from attnlab.tasks.caption import word_attention
+
+    pixels = ((images[0].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    ours = word_attention(model, pixels, tokens[0, 1:].tolist())
+    tgt_in = torch.cat([torch.tensor([[model.config.bos_id]]), tokens[:, 1:]], 1)
+    shown = attention_maps(model, images=(pixels[None].double() / 127.5 - 1), tgt_in_ids=tgt_in)["cross"]
+    torch.testing.assert_close(ours, shown[-1].mean(0).view(6, 8, 8), rtol=1e-5, atol=1e-6)

@@ -116,3 +116,13 @@ def test_save_and_load(tmp_path):
     assert loaded.config == model.config
     text, codes = _batch(model)
     torch.testing.assert_close(loaded(text, codes), model(text, codes))
+
+
+def test_attention_maps_for_the_explorer():
+    from attnlab.viz.explorer.maps import attention_maps
+
+    model = _model()
+    text, codes = _batch(model, 1)
+    groups = attention_maps(model, text_ids=text, codes=codes)
+    assert list(groups) == ["self"] and groups["self"].shape == (2, 4, 23, 23)
+    assert torch.equal(groups["self"].triu(1), torch.zeros_like(groups["self"]))

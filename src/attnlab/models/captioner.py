@@ -202,6 +202,22 @@ class Captioner(AttnlabModel):
         memory, _ = self.encode(images)
         return self._decode(tgt_in_ids, memory, None, False)
 
+    def attention_maps(self, images: Tensor, tgt_in_ids: Tensor) -> dict[str, list[Tensor]]:
+        """Every layer's attention, by group: "image encoder self" (the ViT trunk's patches;
+        none for the CNN), "decoder self" and "cross", each a list of ``(B, H, Lq, Lk)``."""
+        self.check_images(images)
+        groups: dict[str, list[Tensor]] = {}
+        if isinstance(self.image_encoder, VisionTransformer):
+            states, weights = self.image_encoder.encode(images, need_weights=True)
+            memory = self.image_encoder.norm(states)
+            groups["image encoder self"] = [w.self_attn for w in weights]
+        else:
+            memory = self.image_encoder(images)
+        _, weights = self._decode(tgt_in_ids, memory, None, True)
+        groups["decoder self"] = [w.self_attn for w in weights]
+        groups["cross"] = [w.cross_attn for w in weights]
+        return groups
+
     def cross_attention(self, images: Tensor, tgt_in_ids: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Teacher-forced logits and each decoder layer's cross-attention ``(B, H, T, N)``:
         row t is where the word at output position t looked (N image cells, row-major)."""

@@ -213,9 +213,9 @@ def word_attention(model, image: Tensor, tokens: list[int]) -> Tensor:
     on ``tokens`` (uint8 ``image`` ``(C, H, W)``). Row i is the step that emitted
     ``tokens[i]``; the last row, when the caption has room for it, the step that emitted EOS."""
     config = model.config
-    device = next(model.parameters()).device
-    tgt_in = torch.tensor([([config.bos_id] + list(tokens))[:config.max_positions]], device=device)
-    _, cross = model.cross_attention(normalize(image[None]).to(device), tgt_in)
+    parameter = next(model.parameters())
+    tgt_in = torch.tensor([([config.bos_id] + list(tokens))[:config.max_positions]], device=parameter.device)
+    _, cross = model.cross_attention(normalize(image[None]).to(parameter), tgt_in)
     return cross[-1][0].float().mean(0).cpu().view(tgt_in.shape[1], *config.grid)
 
 
