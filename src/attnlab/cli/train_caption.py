@@ -85,7 +85,8 @@ def format_results(results: dict) -> str:
     def line(name, r):
         text = f"{name}: BLEU-4 {100 * r['bleu4']:.2f}, CIDEr {r['cider']:.3f}"
         if r.get("grounding") is not None:
-            text += f", grounding {r['grounding']:.3f} over {r['object_words']} object words"
+            text += (f", grounding {r['grounding']:.3f} over {r['object_words']} object words "
+                     f"(uniform attention: {r['grounding_uniform']:.3f})")
         return text + (f" ({r['images']} images)" if "images" in r else "")
 
     lines = [line(f"{results.get('data')} {results.get('split')}", results)]

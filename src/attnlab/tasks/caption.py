@@ -231,11 +231,12 @@ def grounding_score(model, tokenizer: Tokenizer, scenes, captions: Sequence[Capt
     """Mean :func:`grounding_hit` over the object words of the generated ``captions`` of the
     scene set (images ``indices``, default all). The attention is the last decoder layer's
     cross-attention, averaged over heads, of the position that emits the word's first
-    token. Returns ``{"grounding": mean, "object_words": n, "unmatched": shape words naming
-    no object of the scene}``."""
+    token. Returns ``{"grounding": mean, "grounding_uniform": what uniform attention would
+    score on the same words (the mean area fraction of their objects), "object_words": n,
+    "unmatched": shape words naming no object of the scene}``."""
     model.eval()
     indices = range(len(captions)) if indices is None else indices
-    hits, unmatched = [], 0
+    hits, chance, unmatched = [], [], 0
     for index in indices:
         caption = captions[index]
         if not caption.tokens:
@@ -251,7 +252,9 @@ def grounding_score(model, tokenizer: Tokenizer, scenes, captions: Sequence[Capt
         attention = word_attention(model, scenes.images[index], caption.tokens)
         for word, obj in references:
             hits.append(grounding_hit(attention[starts[word]], scenes.masks[index][obj]))
-    return {"grounding": sum(hits) / len(hits) if hits else None, "object_words": len(hits),
+            chance.append(float(scenes.masks[index][obj].double().mean()))
+    return {"grounding": sum(hits) / len(hits) if hits else None,
+            "grounding_uniform": sum(chance) / len(chance) if chance else None, "object_words": len(hits),
             "unmatched": unmatched}
 
 
