@@ -48,6 +48,23 @@ def test_imagine_writes_a_grid(trained, tmp_path):
         assert image.size == (3 * 34 + 2, 2 * 34 + 2)
 
 
+def test_imagine_reranks_with_a_captioner(trained, tmp_path):
+    import attnlab
+    from attnlab.data.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(trained / "model")
+    captioner = attnlab.create_model("captioner_tiny", vocab_size=tokenizer.vocab_size)
+    captioner.save_pretrained(tmp_path / "captioner")
+    tokenizer.save(tmp_path / "captioner")
+    grid = tmp_path / "grid.png"
+    assert main(["imagine", "--model", str(trained / "model"), "a red circle", "--n", "2", "--candidates", "3",
+                 "--rerank", str(tmp_path / "captioner"), "--out", str(grid), "--scale", "1"]) == 0
+    with Image.open(grid) as image:
+        assert image.size == (2 * 34 + 2, 34 + 2)
+    assert main(["imagine", "--model", str(trained / "model"), "a red circle", "--rerank", str(trained / "model"),
+                 "--out", str(grid)]) == 2  # not a captioner
+
+
 def test_imagine_bad_prompts_are_one_line_errors(trained, tmp_path, capsys):
     grid = tmp_path / "grid.png"
     long = " and ".join(["a small red circle"] * 8)

@@ -105,3 +105,27 @@ def test_tiny_model_learns_to_draw_a_few_captions(tokenizer):
         optimizer.step()
     drawn = torch.tensor(generate(model, text, max_new_tokens=16, greedy=True)) - model.config.text_vocab_size
     assert torch.equal(drawn.view(4, 4, 4), codes)  # the text decides which image comes out
+
+
+def test_caption_likelihood_reranking_keeps_the_captioners_favourites(tokenizer):
+    from attnlab.tasks.text_to_image import caption_log_likelihood, imagine
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("text_to_image_tiny", text_vocab_size=tokenizer.vocab_size, text_length=16,
+                                 grid=8).eval()
+    vqvae = attnlab.create_model("vqvae_tiny", codebook_size=16).eval()
+    captioner = attnlab.create_model("captioner_tiny", vocab_size=tokenizer.vocab_size).eval()
+    prompts = ["a small red circle", "a large blue square"]
+    every = imagine(model, vqvae, tokenizer, prompts, n=6, seed=3)
+    kept = imagine(model, vqvae, tokenizer, prompts, n=2, candidates=3, seed=3, rerank=(captioner, tokenizer))
+    assert kept.shape == (4, 3, 32, 32)
+    for k, prompt in enumerate(prompts):
+        scores = caption_log_likelihood(captioner, tokenizer, every[6 * k:6 * k + 6], prompt)
+        best = every[6 * k:6 * k + 6][scores.argsort(descending=True)[:2]]
+        assert torch.equal(kept[2 * k:2 * k + 2], best)
+    # the score is the teacher-forced log-likelihood: it equals the sum over the caption's tokens
+    ids = tokenizer.encode(prompts[0])
+    with torch.no_grad():
+        logits = captioner(((every[:1].float() / 127.5) - 1), torch.tensor([[1] + ids])).log_softmax(-1)[0]
+    expected = sum(float(logits[t, token]) for t, token in enumerate(ids + [2]))
+    assert float(caption_log_likelihood(captioner, tokenizer, every[:1], prompts[0])[0]) == pytest.approx(expected, rel=1e-5)

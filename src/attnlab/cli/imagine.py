@@ -3,7 +3,9 @@
     attnlab imagine --model runs/t2i/model "a red circle above a green triangle" --n 8 --out grid.png
 
 Samples ``--n`` images per prompt (temperature, top-k) through the model's cached decoding
-and writes them as one grid PNG (a row per prompt). A prompt longer than the model's text
+and writes them as one grid PNG (a row per prompt). ``--rerank CAPTIONER_DIR`` draws
+``--candidates`` times as many and keeps those a trained captioner scores likeliest to be
+described by the prompt (best first). A prompt longer than the model's text
 context, or with characters its vocabulary does not know, is refused with a message.
 """
 
@@ -23,6 +25,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, default=32, help="(default: 32; 0: the whole codebook)")
     parser.add_argument("--scale", type=int, default=4, help="pixels per image pixel in the PNG (default: 4)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rerank", metavar="CAPTIONER_DIR",
+                        help="draw --candidates times as many images and keep the --n that this trained captioner "
+                             "finds likeliest to be described by the prompt (CLIP-style re-ranking)")
+    parser.add_argument("--candidates", type=int, default=4, help="with --rerank: images drawn per kept one (default: 4)")
     add_device_argument(parser)
 
 
@@ -39,9 +45,18 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {out}: the grid is written as PNG; give a .png name")
-    model, vqvae, tokenizer = load_text_to_image(args.model, resolve_device(args.device))
+    if args.candidates < 1:
+        raise ValueError(f"--candidates={args.candidates} must be at least 1")
+    device = resolve_device(args.device)
+    model, vqvae, tokenizer = load_text_to_image(args.model, device)
+    rerank = None
+    if args.rerank:
+        from attnlab.tasks.caption import load_captioner
+
+        captioner, caption_tokenizer, _ = load_captioner(args.rerank, device)
+        rerank = (captioner, caption_tokenizer)
     images = imagine(model, vqvae, tokenizer, args.prompts, n=args.n, temperature=args.temperature,
-                     top_k=args.top_k or None, seed=args.seed)
+                     top_k=args.top_k or None, seed=args.seed, rerank=rerank, candidates=args.candidates)
     save_grid(images, out, columns=args.n, scale=args.scale)
     print(out)
     return 0

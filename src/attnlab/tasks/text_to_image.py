@@ -38,7 +38,7 @@ from attnlab.tasks.classification import normalize
 from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
-__all__ = ["TensorBatches", "TextToImageTrainOptions", "attribute_loss", "attribute_targets", "encode_prompt",
+__all__ = ["TensorBatches", "caption_log_likelihood", "TextToImageTrainOptions", "attribute_loss", "attribute_targets", "encode_prompt",
            "fidelity", "imagine", "load_text_to_image", "prompt_objects", "save_grid", "text_to_image_loss",
            "train_text_to_image", "vqvae_loss"]
 
@@ -154,14 +154,46 @@ def encode_prompt(tokenizer: Tokenizer, text: str, text_length: int) -> list[int
 
 
 @torch.no_grad()
+def caption_log_likelihood(captioner, caption_tokenizer: Tokenizer, images: Tensor, prompt: str) -> Tensor:
+    """log p(prompt | image) under a trained captioner (teacher-forced, EOS included), one
+    number per uint8 image ``(N, 3, S, S)``: the CLIP-style re-ranking score."""
+    config = captioner.config
+    if tuple(images.shape[1:]) != (config.in_channels, config.image_size, config.image_size):
+        raise ValueError(f"the captioner reads {config.image_size}x{config.image_size} images, these are "
+                         f"{tuple(images.shape[1:])}")
+    ids = caption_tokenizer.encode(prompt)[: config.max_positions - 1]
+    if caption_tokenizer.unk_id in ids:
+        raise ValueError(f"prompt {prompt!r} has characters the captioner's vocabulary does not know")
+    parameter = next(captioner.parameters())
+    tgt_in = torch.tensor([[config.bos_id] + ids] * len(images), device=parameter.device)
+    target = torch.tensor(ids + [config.eos_id], device=parameter.device)
+    captioner.eval()
+    logits = captioner(normalize(images).to(parameter), tgt_in).float()
+    return logits.log_softmax(-1).gather(-1, target.expand(len(images), -1)[..., None])[..., 0].sum(-1).cpu()
+
+
+@torch.no_grad()
 def imagine(model, vqvae, tokenizer: Tokenizer, prompts: Sequence[str], *, n: int = 1, temperature: float = 1.0,
-            top_k: int | None = None, seed: int | None = 0, batch_size: int = 64) -> Tensor:
+            top_k: int | None = None, seed: int | None = 0, batch_size: int = 64, rerank=None,
+            candidates: int = 4) -> Tensor:
     """``n`` images per prompt, uint8 ``(len(prompts) · n, 3, S, S)`` (prompt-major): image
-    tokens sampled with :func:`attnlab.generation.sampling.generate`, decoded by the VQ-VAE."""
+    tokens sampled with :func:`attnlab.generation.sampling.generate`, decoded by the VQ-VAE.
+    With ``rerank=(captioner, its tokenizer)``, ``n · candidates`` images are drawn per prompt
+    and the ``n`` the captioner finds likeliest to be described by the prompt are kept (best
+    first; :func:`caption_log_likelihood`)."""
     from attnlab.generation.sampling import generate
 
-    if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
+    if n < 1 or candidates < 1:
+        raise ValueError(f"n={n} and candidates={candidates} must be >= 1")
+    if rerank is not None:
+        drawn = imagine(model, vqvae, tokenizer, prompts, n=n * candidates, temperature=temperature, top_k=top_k,
+                        seed=seed, batch_size=batch_size)
+        kept = []
+        for k, prompt in enumerate(prompts):
+            group = drawn[k * n * candidates:(k + 1) * n * candidates]
+            scores = caption_log_likelihood(*rerank, group, prompt)
+            kept.append(group[scores.argsort(descending=True)[:n]])
+        return torch.cat(kept)
     config = model.config
     rows = [encode_prompt(tokenizer, p, config.text_length) for p in prompts for _ in range(n)]
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed or 0)
