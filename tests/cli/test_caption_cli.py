@@ -57,6 +57,12 @@ def test_caption_and_attention_figures(trained, coco, tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split("\t")[0] for line in lines] == images and all(line.split("\t")[1] for line in lines)
     assert sorted(p.name for p in figures.iterdir()) == ["000.png", "001.png"]
+    assert main(["caption", "--model", str(trained / "model"), *images, "--sample", "--temperature", "0.7",
+                 "--top-k", "5", "--seed", "3"]) == 0
+    sampled = capsys.readouterr().out
+    assert main(["caption", "--model", str(trained / "model"), *images, "--sample", "--temperature", "0.7",
+                 "--top-k", "5", "--seed", "3"]) == 0
+    assert capsys.readouterr().out == sampled and len(sampled.strip().splitlines()) == 2
 
 
 def test_evaluate_on_scenes_reports_grounding(trained, tmp_path, capsys):

@@ -137,3 +137,20 @@ def test_attention_maps_for_the_explorer(encoder):
     tgt_in = torch.cat([torch.tensor([[model.config.bos_id]]), tokens[:, 1:]], 1)
     shown = attention_maps(model, images=(pixels[None].double() / 127.5 - 1), tgt_in_ids=tgt_in)["cross"]
     torch.testing.assert_close(ours, shown[-1].mean(0).view(6, 8, 8), rtol=1e-5, atol=1e-6)
+
+
+def test_sampled_captions_follow_the_protocol():
+    from attnlab.data.tokenizer import Tokenizer
+    from attnlab.tasks.caption import sample_captions
+
+    tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
+    model = _model().float()
+    images = (torch.rand(3, 3, 32, 32) * 255).to(torch.uint8)
+    from attnlab.tasks.classification import normalize
+
+    top1 = sample_captions(model, tokenizer, images, top_k=1)  # top-1 sampling is greedy search
+    greedy = greedy_search(model, normalize(images), max_len_a=0, max_len_b=model.config.max_positions)
+    assert [c.tokens for c in top1] == [[t for t in h.tokens if t != 2] for h in greedy]
+    a = sample_captions(model, tokenizer, images, temperature=1.5, seed=1)
+    assert [c.tokens for c in a] == [c.tokens for c in sample_captions(model, tokenizer, images, temperature=1.5, seed=1)]
+    assert all(c.tokens and not {0, 1, 2, 3} & set(c.tokens) and len(c.tokens) <= 32 for c in a)

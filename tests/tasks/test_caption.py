@@ -110,3 +110,12 @@ def test_word_attention_of_a_caption_that_fills_the_context():
     assert attention.shape == (model.config.max_positions, 8, 8)
     torch.testing.assert_close(attention.sum((1, 2)), torch.ones(model.config.max_positions))
     assert word_attention(model, image, full[:5]).shape == (6, 8, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("java") is None, reason="METEOR needs Java")
+def test_meteor_where_java_is_present(scenes):
+    refs = scenes.captions[:3]
+    scores = caption_scores([refs[0][0], "", "a blue thing"], refs, meteor=True)
+    perfect = caption_scores([r[0] for r in refs], refs, meteor=True)
+    assert 0.0 <= scores["meteor"] < perfect["meteor"] <= 1.0 and perfect["meteor"] > 0.9

@@ -7,7 +7,8 @@
 Captions the split (default: the test split of the data the model was trained on) by beam
 search and scores them with pycocoevalcap's BLEU-4 and CIDEr-D; on scenes also the
 grounding score (share of object words whose peak cross-attention falls in the object's
-mask), and each again on the seen and unseen compositions. ``--figures DIR`` writes the
+mask), and each again on the seen and unseen compositions; ``--meteor`` adds METEOR
+(Java). SPICE is not offered: it downloads Stanford CoreNLP on first use. ``--figures DIR`` writes the
 first N images' word-by-word attention PNGs; ``--json FILE`` the results.
 """
 
@@ -27,6 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--figures", help="write attention PNGs of the first --figures-count images into this folder")
     parser.add_argument("--figures-count", type=int, default=8, help="(default: 8)")
     parser.add_argument("--json", help="write the results as JSON to this file")
+    parser.add_argument("--meteor", action="store_true", help="also METEOR 1.5 (pycocoevalcap's; needs Java)")
     add_device_argument(parser)
 
 
@@ -49,7 +51,7 @@ def run(args) -> int:
     data = load_caption_split(spec, args.split, image_size=model.config.image_size)
     if args.limit:
         data = _first(data, args.limit)
-    results, captions = evaluate_captioner(model, tokenizer, data, beam_size=args.beam)
+    results, captions = evaluate_captioner(model, tokenizer, data, beam_size=args.beam, meteor=args.meteor)
     if args.figures:
         from attnlab.viz.caption import write_caption_figures
 

@@ -84,6 +84,8 @@ def format_results(results: dict) -> str:
     """A few lines: BLEU-4, CIDEr (and grounding), overall and on seen/unseen compositions."""
     def line(name, r):
         text = f"{name}: BLEU-4 {100 * r['bleu4']:.2f}, CIDEr {r['cider']:.3f}"
+        if "meteor" in r:
+            text += f", METEOR {100 * r['meteor']:.2f}"
         if r.get("grounding") is not None:
             text += (f", grounding {r['grounding']:.3f} over {r['object_words']} object words "
                      f"(uniform attention: {r['grounding_uniform']:.3f})")

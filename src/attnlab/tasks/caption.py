@@ -38,7 +38,7 @@ from attnlab.training.losses import label_smoothed_cross_entropy
 
 __all__ = ["CAPTION_FILE", "CaptionBatches", "CaptionTrainOptions", "CaptionedImage", "caption_loss", "caption_scores",
            "evaluate_captioner", "generate_captions", "grounding_hit", "grounding_score", "load_caption_split",
-           "load_captioner", "object_references", "train_caption_tokenizer", "train_captioner"]
+           "load_captioner", "object_references", "sample_captions", "train_caption_tokenizer", "train_captioner"]
 
 CAPTION_FILE = "caption.json"
 
@@ -151,15 +151,55 @@ def generate_captions(model, tokenizer: Tokenizer, images: Tensor, *, beam_size:
     return out
 
 
+@torch.no_grad()
+def sample_captions(model, tokenizer: Tokenizer, images: Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+                    top_p: float | None = None, seed: int = 0) -> list[CaptionedImage]:
+    """One sampled caption per uint8 image: each next word drawn with
+    :func:`attnlab.generation.sampling.choose_next` (temperature, top-k, nucleus) from the
+    model's ``decode`` with its cache (the protocol search uses); at most ``max_positions``
+    tokens."""
+    from attnlab.generation.sampling import choose_next
+
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature} must be > 0")
+    config = model.config
+    was_training = model.training
+    model.eval()
+    parameter = next(model.parameters())
+    generator = torch.Generator(device=parameter.device).manual_seed(seed)
+    try:
+        memory, memory_mask = model.encode(normalize(images).to(parameter))
+        cache = model.new_cache(capacity=config.max_positions + 1)
+        step_input = torch.full((len(images), 1), config.bos_id, dtype=torch.long, device=parameter.device)
+        produced, done = [[] for _ in range(len(images))], [False] * len(images)
+        for step in range(config.max_positions):
+            logits = model.decode(step_input, memory if step == 0 else None, memory_mask, cache=cache)[:, -1]
+            chosen = choose_next(logits, greedy=False, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 generator=generator)
+            for row, token in enumerate(chosen.tolist()):
+                if not done[row]:
+                    produced[row].append(token)
+                    done[row] = token == config.eos_id
+            if all(done):
+                break
+            step_input = chosen[:, None]
+    finally:
+        model.train(was_training)
+    tokens = [[t for t in row if t != config.eos_id] for row in produced]
+    return [CaptionedImage(tokenizer.decode(row), row) for row in tokens]
+
+
 def _words(text: str) -> list[str]:
     return re.sub(r"[^\w\s]", " ", text.lower()).split()
 
 
-def caption_scores(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
+def caption_scores(hypotheses: Sequence[str], references: Sequence[Sequence[str]], *,
+                   meteor: bool = False) -> dict[str, float]:
     """Corpus BLEU-4 and CIDEr-D (pycocoevalcap's scorers, as the COCO evaluation server
-    reports them) of ``hypotheses`` against their ``references``. Text is lower-cased and
-    split at non-word characters (the COCO server's PTB tokenizer needs Java; on captions
-    without quotes or contractions the two agree)."""
+    reports them) of ``hypotheses`` against their ``references``; with ``meteor`` also
+    METEOR 1.5 (pycocoevalcap's, which runs Java). Text is lower-cased and split at non-word
+    characters (the COCO server's PTB tokenizer needs Java too; on captions without quotes
+    or contractions the two agree)."""
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
 
@@ -169,7 +209,29 @@ def caption_scores(hypotheses: Sequence[str], references: Sequence[Sequence[str]
     gts = {i: [" ".join(_words(r)) for r in refs] for i, refs in enumerate(references)}
     bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
     cider, _ = Cider().compute_score(gts, res)
-    return {"bleu4": float(bleu[3]), "cider": float(cider)}
+    scores = {"bleu4": float(bleu[3]), "cider": float(cider)}
+    if meteor:
+        scores["meteor"] = _meteor(gts, res)
+    return scores
+
+
+def _meteor(gts, res) -> float:
+    import shutil
+
+    if shutil.which("java") is None:
+        raise ValueError("METEOR needs Java (a `java` command on PATH); install a JRE or leave out --meteor")
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    res = {i: [h or "-"] for i, (h,) in res.items()}  # METEOR's Java side cannot take an empty line
+    scorer = Meteor()
+    try:
+        score, _ = scorer.compute_score(gts, res)
+    finally:
+        process = scorer.meteor_p
+        process.stdin.close()
+        process.kill()
+        process.wait()
+    return float(score)
 
 
 # -- grounding --------------------------------------------------------------------------
@@ -389,23 +451,24 @@ def load_captioner(directory: str | Path, device: str = "cpu"):
     return model, tokenizer, info if isinstance(info, dict) else {}
 
 
-def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3) -> tuple[dict, list[CaptionedImage]]:
+def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3,
+                       meteor: bool = False) -> tuple[dict, list[CaptionedImage]]:
     """BLEU-4 and CIDEr of beam-search captions of ``data`` against its captions; for scenes
-    also the grounding score, and everything again on the seen and unseen compositions.
-    Returns ``(results, captions)``."""
+    also the grounding score, and everything again on the seen and unseen compositions;
+    ``meteor``: METEOR too (Java). Returns ``(results, captions)``."""
     captions = generate_captions(model, tokenizer, data.images, beam_size=beam_size)
     texts = [c.text for c in captions]
     results: dict[str, Any] = {"data": getattr(data, "name", "?"), "split": getattr(data, "split", "?"),
                                "images": len(data), "beam_size": beam_size,
                                "empty_captions": sum(not t for t in texts),
-                               **caption_scores(texts, data.captions)}
+                               **caption_scores(texts, data.captions, meteor=meteor)}
     unseen = getattr(data, "unseen", None)
     if unseen is not None and getattr(data, "masks", None) is not None:
         results.update(grounding_score(model, tokenizer, data, captions))
         for name, flag in (("seen", False), ("unseen", True)):
             chosen = [i for i, u in enumerate(unseen) if u == flag]
             if chosen:
-                part = caption_scores([texts[i] for i in chosen], [data.captions[i] for i in chosen])
+                part = caption_scores([texts[i] for i in chosen], [data.captions[i] for i in chosen], meteor=meteor)
                 part.update(grounding_score(model, tokenizer, data, captions, chosen), images=len(chosen))
                 results[name] = part
     results["examples"] = [{"caption": texts[i], "references": list(data.captions[i][:3])}
