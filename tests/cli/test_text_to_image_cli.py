@@ -32,6 +32,18 @@ def test_train_writes_the_model_with_its_vqvae_and_the_scores(trained):
         assert "objects" in results["fidelity"][part]["real_test_images"]
 
 
+def test_evaluate_verb(trained, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["evaluate-text-to-image", "--model", str(trained / "model"), "--prompts", "4", "--json", str(out),
+                 "--grid", str(tmp_path / "g.png")]) == 0
+    results = json.loads(out.read_text())
+    assert results["fidelity"]["unseen"]["generated"]["prompts"] == 2 and results["vqvae"]["codebook_size"] == 32
+    assert (tmp_path / "g.png").is_file() and "fidelity (unseen" in capsys.readouterr().out
+    assert main(["evaluate-text-to-image", "--model", str(trained / "model"), "--classifier",
+                 str(trained / "vqvae" / "model")]) == 2
+    assert "not an attribute reader" in capsys.readouterr().err
+
+
 def test_a_given_vqvae_and_classifier_are_reused(trained, tmp_path):
     out = tmp_path / "again"
     assert main(["train", "text-to-image", "--out", str(out), *TINY, "--vqvae", str(trained / "vqvae" / "model"),

@@ -40,6 +40,8 @@ def test_held_out_pairs_only_in_test(splits):
         assert {c for c, _ in pairs} == set(COLOURS) and {s for _, s in pairs} == set(SHAPES)
     test = splits["test"]
     assert 0.4 < sum(test.unseen) / len(test) < 0.6
+    reader = load_scenes("reader", count=300)  # the judges' split: every pair
+    assert {(o.colour, o.shape) for scene in reader.objects for o in scene} == {(c, s) for c in COLOURS for s in SHAPES}
     for scene, unseen in zip(test.objects, test.unseen):
         assert unseen == any((o.colour, o.shape) in HELD_OUT_PAIRS for o in scene)
 

@@ -34,6 +34,7 @@ VERBS = {
     "caption": "attnlab.cli.caption",
     "evaluate-caption": "attnlab.cli.evaluate_caption",
     "imagine": "attnlab.cli.imagine",
+    "evaluate-text-to-image": "attnlab.cli.evaluate_text_to_image",
 }
 
 

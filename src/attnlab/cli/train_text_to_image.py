@@ -4,7 +4,8 @@
     attnlab train text-to-image --data scenes --vqvae runs/t2i/vqvae/model --out runs/t2i-2
 
 Trains the VQ-VAE image tokenizer first (or takes ``--vqvae DIR``), the attribute reader
-that scores fidelity (or ``--classifier DIR``), then the text-to-image Transformer; then
+that scores fidelity on the scenes' reader split, which has every colour-shape pair (or
+``--classifier DIR``), then the text-to-image Transformer; then
 samples one image per held-out test prompt and reports the VQ-VAE's test PSNR and codebook
 usage and the fidelity (objects, colours, shapes, relations; seen and unseen compositions
 apart; real test images as the ceiling) in ``OUT/evaluation/results.json``. The model
@@ -80,14 +81,22 @@ def run(args) -> int:
         top_k=args.top_k, seed=args.seed, device=resolve_device(args.device), progress_bar=not args.no_progress,
         log=say)
     model_dir, results = train_text_to_image(options)
-    say(f"VQ-VAE test PSNR {results['vqvae']['psnr_test']:.2f} dB")
-    for part, scores in results["fidelity"].items():
-        g, r = scores["generated"], scores["real_test_images"]
-        say(f"fidelity ({part} compositions, {g['prompts']} prompts): objects {_pct(g['objects'])} "
-            f"(real {_pct(r['objects'])}), relations {_pct(g['relations'])} (real {_pct(r['relations'])}), "
-            f"all {_pct(g['all'])} (real {_pct(r['all'])})")
+    say(report(results))
     print(model_dir)
     return 0
+
+
+def report(results: dict) -> str:
+    """The VQ-VAE's PSNR and a fidelity line per composition kind (generated vs real)."""
+    lines = [f"VQ-VAE test PSNR {results['vqvae']['psnr_test']:.2f} dB, "
+             f"{results['vqvae']['codes_used']} of {results['vqvae']['codebook_size']} codes used"]
+    for part, scores in results["fidelity"].items():
+        g, r = scores["generated"], scores["real_test_images"]
+        lines.append(f"fidelity ({part} compositions, {g['prompts']} prompts): objects {_pct(g['objects'])} "
+                     f"(real {_pct(r['objects'])}), colours {_pct(g['colours'])} (real {_pct(r['colours'])}), "
+                     f"shapes {_pct(g['shapes'])} (real {_pct(r['shapes'])}), relations {_pct(g['relations'])} "
+                     f"(real {_pct(r['relations'])}), all {_pct(g['all'])} (real {_pct(r['all'])})")
+    return "\n".join(lines)
 
 
 def _pct(value) -> str:

@@ -26,6 +26,11 @@ separate seeds. **Unseen combinations:** the (colour, shape) pairs in
 never occur in ``train`` or ``valid``; every colour and every shape still does. Half of
 the ``test`` images hold at least one held-out pair (``unseen[i]`` is True), the other
 half only seen pairs, so seen and unseen compositions are measured separately.
+
+A fourth split, ``reader`` (4000 images, every pair), is for models that *judge* generated
+images (the attribute reader of the text-to-image fidelity score): a judge that never saw
+a blue circle could not tell whether a "blue circle" prompt was drawn. Nothing that is
+scored on unseen compositions may train on it.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 90, 230), 
            "purple": (160, 60, 200)}
 SIZES = {"small": 0.11, "large": 0.18}  # radius as a fraction of the image side
 HELD_OUT_PAIRS = frozenset({("blue", "circle"), ("green", "square"), ("yellow", "triangle"), ("purple", "circle")})
-SCENE_SPLITS = {"train": (8000, 11), "valid": (500, 22), "test": (1000, 33)}  # images, seed
+SCENE_SPLITS = {"train": (8000, 11), "valid": (500, 22), "test": (1000, 33), "reader": (4000, 44)}  # images, seed
 RELATIONS = ("to the left of", "to the right of", "above", "below")
 
 
@@ -185,8 +190,8 @@ def load_scenes(split: str, *, size: int = 32, count: int | None = None, seed: i
             held = sorted(HELD_OUT_PAIRS)[int(rng.integers(len(HELD_OUT_PAIRS)))]
             attributes = (_attributes(rng, [held], 1)
                           + _attributes(rng, [p for p in every_pair if p != held], k - 1))
-        else:
-            attributes = _attributes(rng, seen_pairs, k)
+        else:  # the reader split (for judges of generated images) draws from every pair
+            attributes = _attributes(rng, every_pair if split == "reader" else seen_pairs, k)
         scene = _place(rng, size, attributes)
         image, scene_masks = render_scene(scene, size, rng)
         images.append(image)

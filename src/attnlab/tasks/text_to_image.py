@@ -5,7 +5,8 @@
 1. the VQ-VAE (:mod:`attnlab.models.vqvae`) learns 32x32 -> 8x8 codes (or ``vqvae`` names
    a trained one); its reconstruction PSNR and codebook usage on the test split are reported;
 2. the attribute reader (:mod:`attnlab.models.scene_attributes`) learns which (colour,
-   shape) pairs an image holds and where (or ``classifier`` names a trained one);
+   shape) pairs an image holds and where, on the scenes' ``reader`` split, which has every
+   pair (or ``classifier`` names a trained one);
 3. the training images become codes; every caption + its image's codes is one example;
    :class:`~attnlab.models.text_to_image.TextToImage` learns the image tokens by next-token
    prediction (label smoothing, AdamW, the shared Trainer);
@@ -39,8 +40,8 @@ from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
 __all__ = ["TensorBatches", "caption_log_likelihood", "TextToImageTrainOptions", "attribute_loss", "attribute_targets", "encode_prompt",
-           "fidelity", "imagine", "load_text_to_image", "prompt_objects", "save_grid", "text_to_image_loss",
-           "train_text_to_image", "vqvae_loss"]
+           "evaluate_text_to_image", "fidelity", "imagine", "load_text_to_image", "prompt_objects", "save_grid",
+           "text_to_image_loss", "train_attribute_reader", "train_text_to_image", "vqvae_loss"]
 
 TASK_FILE = "text_to_image.json"
 VQVAE_SUBDIR = "vqvae"
@@ -326,6 +327,51 @@ def _train_part(model, loss_fn, batches, out: Path, *, steps: int, lr: float, se
     return out
 
 
+def train_attribute_reader(out: str | Path, *, steps: int = 1000, batch_size: int = 64, seed: int = 0,
+                           device: str = "cpu", progress: bool = True):
+    """The attribute reader, trained on the scenes' ``reader`` split (every colour-shape
+    pair, so it can judge unseen compositions too) -> ``out/model``; returns the model."""
+    from attnlab.data.scenes import load_scenes
+    from attnlab.models.registry import create_model
+
+    torch.manual_seed(seed)
+    classifier = create_model("scene_attributes").to(device)
+    out = Path(out)
+    _train_part(classifier, attribute_loss, TensorBatches(attribute_targets(load_scenes("reader")), batch_size,
+                                                          seed=seed, transform=_pixels),
+                out, steps=steps, lr=2e-3, seed=seed, progress=progress)
+    classifier.save_pretrained(out / "model")
+    return classifier.eval()
+
+
+@torch.no_grad()
+def evaluate_text_to_image(model, vqvae, tokenizer: Tokenizer, classifier, test, *, prompts: int = 400,
+                           temperature: float = 1.0, top_k: int | None = 32, seed: int = 0) -> dict[str, Any]:
+    """VQ-VAE test PSNR and codebook use, and the fidelity of one image sampled for each of
+    ``prompts`` held-out prompts (the first caption of test scenes; half seen, half unseen
+    compositions) next to the same reading of the real test images (the ceiling)."""
+    from attnlab.models.vqvae import psnr
+
+    model.eval()
+    vqvae.eval()
+    device = next(vqvae.parameters()).device
+    pixels = normalize(test.images).to(device)
+    codes = torch.cat([vqvae.encode(pixels[i:i + 500]) for i in range(0, len(pixels), 500)])
+    reconstruction = torch.cat([vqvae.decode_codes(codes[i:i + 500]) for i in range(0, len(codes), 500)])
+    results: dict[str, Any] = {"vqvae": {"psnr_test": psnr(reconstruction.cpu(), pixels.cpu()),
+                                         **vqvae.codebook_usage(codes), "codebook_size": vqvae.config.codebook_size},
+                               "fidelity": {}}
+    text_length = model.config.text_length
+    for name, flag in (("seen", False), ("unseen", True)):
+        chosen = [i for i, u in enumerate(test.unseen) if u == flag
+                  and len(tokenizer.encode(test.captions[i][0])) + 2 <= text_length][: prompts // 2]
+        texts = [test.captions[i][0] for i in chosen]
+        generated = imagine(model, vqvae, tokenizer, texts, temperature=temperature, top_k=top_k, seed=seed)
+        results["fidelity"][name] = {"generated": fidelity(classifier, generated, texts),
+                                     "real_test_images": fidelity(classifier, test.images[chosen], texts)}
+    return results
+
+
 def load_text_to_image(directory: str | Path, device: str = "cpu"):
     """A saved TextToImage, its VQ-VAE (``DIR/vqvae``) and its tokenizer."""
     from attnlab.models.registry import load_model
@@ -351,7 +397,6 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     from attnlab.data.scenes import load_scenes
     from attnlab.files import atomic_write_json
     from attnlab.models.registry import create_model, get_preset, load_model
-    from attnlab.models.vqvae import psnr
     from attnlab.tasks.caption import train_caption_tokenizer
 
     o = options
@@ -380,23 +425,13 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
                     part, steps=o.vqvae_steps, lr=2e-3, seed=o.seed, progress=o.progress_bar)
         vqvae.save_pretrained(part / "model")
     vqvae.eval()
-    test_pixels = normalize(test.images).to(o.device)
-    test_codes = vqvae.encode(test_pixels)
-    results["vqvae"] = {"psnr_test": psnr(vqvae.decode_codes(test_codes).cpu(), test_pixels.cpu()),
-                        **vqvae.codebook_usage(test_codes), "codebook_size": vqvae.config.codebook_size}
-    o.log(f"VQ-VAE test PSNR {results['vqvae']['psnr_test']:.2f} dB, {results['vqvae']['codes_used']} codes used")
 
-    # 2. the attribute reader
+    # 2. the attribute reader (trained on the reader split: every colour-shape pair)
     if o.classifier:
         classifier = load_model(o.classifier, device=o.device)
     else:
-        torch.manual_seed(o.seed)
-        classifier = create_model("scene_attributes").to(o.device)
-        part = out / "attributes"
-        _train_part(classifier, attribute_loss, TensorBatches(attribute_targets(train), o.batch_size, seed=o.seed,
-                                                              transform=_pixels),
-                    part, steps=o.classifier_steps, lr=2e-3, seed=o.seed, progress=o.progress_bar)
-        classifier.save_pretrained(part / "model")
+        classifier = train_attribute_reader(out / "attributes", steps=o.classifier_steps, batch_size=o.batch_size,
+                                            seed=o.seed, device=o.device, progress=o.progress_bar)
 
     # 3. the text-to-image model
     tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
@@ -436,15 +471,8 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     results["train_seconds"] = round(time.perf_counter() - started, 1)
 
     # 4. fidelity on held-out prompts (the first caption of test images), and the ceiling
-    results["fidelity"] = {}
-    model.eval()
-    for name, flag in (("seen", False), ("unseen", True)):
-        chosen = [i for i, u in enumerate(test.unseen) if u == flag
-                  and len(tokenizer.encode(test.captions[i][0])) + 2 <= text_length][: o.eval_prompts // 2]
-        prompts = [test.captions[i][0] for i in chosen]
-        generated = imagine(model, vqvae, tokenizer, prompts, temperature=o.temperature, top_k=o.top_k, seed=o.seed)
-        results["fidelity"][name] = {"generated": fidelity(classifier, generated, prompts),
-                                     "real_test_images": fidelity(classifier, test.images[chosen], prompts)}
+    results.update(evaluate_text_to_image(model, vqvae, tokenizer, classifier, test, prompts=o.eval_prompts,
+                                          temperature=o.temperature, top_k=o.top_k, seed=o.seed))
     (out / "evaluation").mkdir(exist_ok=True)
     atomic_write_json(out / "evaluation" / "results.json", results, indent=2)
     return model_dir, results
