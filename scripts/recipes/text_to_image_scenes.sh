@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 OUT="${OUT:-runs/text_to_image_scenes}"
 
 start=$(date +%s)
-attnlab train text-to-image --data scenes --vqvae-steps 3000 --classifier-steps 1500 \
+attnlab train text-to-image --data scenes --vqvae-steps 3000 --classifier-steps 2500 \
   --preset text_to_image_scenes --batch-size 64 --max-steps 6000 --lr 1e-3 --warmup 300 --label-smoothing 0.1 \
   --max-minutes 40 --eval-prompts 400 --temperature 1.0 --top-k 32 --out "$OUT" "$@"
 attnlab imagine --model "$OUT/model" "a red circle above a green triangle" "a large blue square" \

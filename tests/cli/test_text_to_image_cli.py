@@ -8,6 +8,7 @@ from PIL import Image
 from attnlab.cli.main import main
 
 TINY = ["--train-images", "100", "--vqvae-preset", "vqvae_tiny", "--vqvae-steps", "4", "--classifier-steps", "4",
+        "--reader-images", "50",
         "--preset", "text_to_image_tiny", "--set", "grid=8", "--set", "text_length=24", "--max-steps", "4",
         "--eval-prompts", "4", "--no-progress", "--device", "cpu"]
 

@@ -32,7 +32,9 @@ def add_arguments(parser) -> None:
     parts.add_argument("--vqvae-preset", default="vqvae_scenes", help="(default: vqvae_scenes)")
     parts.add_argument("--vqvae-steps", type=int, default=1500, help="VQ-VAE updates (default: 1500)")
     parts.add_argument("--classifier", help="a trained attribute reader model directory (default: train one)")
-    parts.add_argument("--classifier-steps", type=int, default=1000, help="attribute reader updates (default: 1000)")
+    parts.add_argument("--reader-images", type=int,
+                       help="train the attribute reader on this many scenes of the reader split (default: 20000)")
+    parts.add_argument("--classifier-steps", type=int, default=2000, help="attribute reader updates (default: 2000)")
     model = parser.add_argument_group("text-to-image model")
     model.add_argument("--preset", default="text_to_image_scenes", help="(default: text_to_image_scenes)")
     model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -61,7 +63,7 @@ def run(args) -> int:
     from attnlab.cli.options import parse_overrides, resolve_device
     from attnlab.tasks.text_to_image import TextToImageTrainOptions, train_text_to_image
 
-    for name in ("train_images", "vocab_size", "vqvae_steps", "classifier_steps", "batch_size", "max_steps",
+    for name in ("train_images", "reader_images", "vocab_size", "vqvae_steps", "classifier_steps", "batch_size", "max_steps",
                  "eval_prompts", "top_k", "threads"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -74,6 +76,7 @@ def run(args) -> int:
     options = TextToImageTrainOptions(
         out=args.out, data=args.data, train_images=args.train_images, vqvae=args.vqvae, vqvae_preset=args.vqvae_preset,
         vqvae_steps=args.vqvae_steps, classifier=args.classifier, classifier_steps=args.classifier_steps,
+        reader_images=args.reader_images,
         preset=args.preset, model_overrides=parse_overrides(args.set), vocab_size=args.vocab_size,
         batch_size=args.batch_size, max_steps=args.max_steps, lr=args.lr, warmup=args.warmup,
         label_smoothing=args.label_smoothing,

@@ -27,7 +27,7 @@ never occur in ``train`` or ``valid``; every colour and every shape still does. 
 the ``test`` images hold at least one held-out pair (``unseen[i]`` is True), the other
 half only seen pairs, so seen and unseen compositions are measured separately.
 
-A fourth split, ``reader`` (4000 images, every pair), is for models that *judge* generated
+A fourth split, ``reader`` (20,000 images, every pair), is for models that *judge* generated
 images (the attribute reader of the text-to-image fidelity score): a judge that never saw
 a blue circle could not tell whether a "blue circle" prompt was drawn. Nothing that is
 scored on unseen compositions may train on it.
@@ -51,7 +51,7 @@ COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 90, 230), 
            "purple": (160, 60, 200)}
 SIZES = {"small": 0.11, "large": 0.18}  # radius as a fraction of the image side
 HELD_OUT_PAIRS = frozenset({("blue", "circle"), ("green", "square"), ("yellow", "triangle"), ("purple", "circle")})
-SCENE_SPLITS = {"train": (8000, 11), "valid": (500, 22), "test": (1000, 33), "reader": (4000, 44)}  # images, seed
+SCENE_SPLITS = {"train": (8000, 11), "valid": (500, 22), "test": (1000, 33), "reader": (20000, 44)}  # images, seed
 RELATIONS = ("to the left of", "to the right of", "above", "below")
 
 

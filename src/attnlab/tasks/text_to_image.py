@@ -293,7 +293,8 @@ class TextToImageTrainOptions:
     vqvae_steps: int = 1500
     vqvae_preset: str = "vqvae_scenes"
     classifier: str | None = None
-    classifier_steps: int = 1000
+    classifier_steps: int = 2000
+    reader_images: int | None = None
     preset: str = "text_to_image_scenes"
     model_overrides: dict | None = None
     vocab_size: int = 1000
@@ -327,17 +328,18 @@ def _train_part(model, loss_fn, batches, out: Path, *, steps: int, lr: float, se
     return out
 
 
-def train_attribute_reader(out: str | Path, *, steps: int = 1000, batch_size: int = 64, seed: int = 0,
-                           device: str = "cpu", progress: bool = True):
+def train_attribute_reader(out: str | Path, *, steps: int = 2000, batch_size: int = 64, seed: int = 0,
+                           device: str = "cpu", progress: bool = True, images: int | None = None):
     """The attribute reader, trained on the scenes' ``reader`` split (every colour-shape
-    pair, so it can judge unseen compositions too) -> ``out/model``; returns the model."""
+    pair, so it can judge unseen compositions too; ``images`` of it, default all 20,000)
+    -> ``out/model``; returns the model."""
     from attnlab.data.scenes import load_scenes
     from attnlab.models.registry import create_model
 
     torch.manual_seed(seed)
     classifier = create_model("scene_attributes").to(device)
     out = Path(out)
-    _train_part(classifier, attribute_loss, TensorBatches(attribute_targets(load_scenes("reader")), batch_size,
+    _train_part(classifier, attribute_loss, TensorBatches(attribute_targets(load_scenes("reader", count=images)), batch_size,
                                                           seed=seed, transform=_pixels),
                 out, steps=steps, lr=2e-3, seed=seed, progress=progress)
     classifier.save_pretrained(out / "model")
@@ -431,7 +433,8 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
         classifier = load_model(o.classifier, device=o.device)
     else:
         classifier = train_attribute_reader(out / "attributes", steps=o.classifier_steps, batch_size=o.batch_size,
-                                            seed=o.seed, device=o.device, progress=o.progress_bar)
+                                            seed=o.seed, device=o.device, progress=o.progress_bar,
+                                            images=o.reader_images)
 
     # 3. the text-to-image model
     tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
