@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decoder-only text-to-image on the synthetic scenes (issue 15), within an hour on 2 CPU
 # cores: the VQ-VAE (32x32 -> 8x8 tokens of a 512 codebook, ~8 min), the attribute reader
-# that scores fidelity (~3 min), then the TextToImage Transformer (--max-minutes 40), and the
+# that scores fidelity (on the 20,000-image reader split, ~6 min), then the TextToImage Transformer (--max-minutes 40), and the
 # evaluation: VQ-VAE test PSNR and codebook use, fidelity of one sample per held-out prompt
 # (400 prompts, half with unseen colour-shape pairs) against real test images (the ceiling),
 # and a sample grid.
