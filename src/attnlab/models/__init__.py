@@ -6,7 +6,13 @@ from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 from attnlab.models.bert import BertConfig, BertEncoder
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
+from attnlab.models.captioner import Captioner, CaptionerConfig
+from attnlab.models.vqvae import VQVAE, VQVAEConfig
+from attnlab.models.text_to_image import TextToImage, TextToImageConfig
+from attnlab.models.scene_attributes import SceneAttributeClassifier, SceneAttributeConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
            "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
-           "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig"]
+           "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig",
+           "Captioner", "CaptionerConfig", "VQVAE", "VQVAEConfig",
+           "TextToImage", "TextToImageConfig", "SceneAttributeClassifier", "SceneAttributeConfig"]

@@ -190,6 +190,17 @@ def check_token_ids(ids, vocab_size: int, name: str) -> None:
             raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
 
 
+def check_images(images, channels: int, size: int) -> None:
+    """Raise ValueError unless ``images`` is a float ``(batch, channels, size, size)`` tensor
+    (pixels scaled to [-1, 1], the input of the image models)."""
+    expected = (channels, size, size)
+    if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+        raise ValueError(f"images must be (batch, {', '.join(map(str, expected))}) floats in [-1, 1], "
+                         f"got shape {tuple(images.shape)}")
+    if not images.is_floating_point():
+        raise ValueError(f"images must be floating point (pixels scaled to [-1, 1]), got {images.dtype}")
+
+
 class AttnlabModel(nn.Module):
     """Base class of attnlab models: holds ``config`` and saves itself."""
 

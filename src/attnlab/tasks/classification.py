@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.data.images import ImageSet
+from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
 CLASSES_FILE = "classes.json"
@@ -46,7 +47,7 @@ def random_shift(images: Tensor, max_shift: int, generator: torch.Generator) -> 
     return torch.stack([padded[i, :, dy:dy + height, dx:dx + width] for i, (dy, dx) in enumerate(offsets)])
 
 
-class ImageBatches:
+class ImageBatches(EpochPosition):
     """Shuffled mini-batches ``{"images": float (B, C, H, W), "labels": (B,)}`` of an image set,
     with optional random shifts; resumable (``state_dict`` = epoch and position)."""
 
@@ -82,15 +83,6 @@ class ImageBatches:
                 images = random_shift(images, self.max_shift, generator)
             self.position += 1
             yield {"images": normalize(images), "labels": self.data.labels[index]}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        epoch, position = state.get("epoch"), state.get("position")
-        if not isinstance(epoch, int) or not isinstance(position, int) or not 0 <= position <= len(self):
-            raise ValueError(f"state: expected epoch and position in [0, {len(self)}], got {state!r}")
-        self.epoch, self.position = epoch, position
 
 
 def evaluation_batches(data: ImageSet, batch_size: int = 500) -> list[dict[str, Tensor]]:

@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Batch", "BatchSource", "ListBatchSource"]
+__all__ = ["Batch", "BatchSource", "EpochPosition", "ListBatchSource"]
 
 Batch = dict[str, Any]
 """One (micro-)batch: named tensors, e.g. ``{"src": (B, S), "tgt": (B, T)}``."""
@@ -91,4 +91,21 @@ class ListBatchSource:
         epoch, position = state.get("epoch"), state.get("position")
         if not isinstance(epoch, int) or not isinstance(position, int) or not 0 <= position <= len(self.batches):
             raise ValueError(f"state: expected epoch and position in [0, {len(self.batches)}], got {state!r}")
+        self.epoch, self.position = epoch, position
+
+
+class EpochPosition:
+    """Resumable state of a batch source that walks a fresh order each epoch: ``epoch``
+    and ``position`` (batches of that epoch already given); the source has ``__len__``."""
+
+    epoch: int = 0
+    position: int = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        epoch, position = state.get("epoch"), state.get("position")
+        if not isinstance(epoch, int) or not isinstance(position, int) or not 0 <= position <= len(self):
+            raise ValueError(f"state: expected epoch and position in [0, {len(self)}], got {state!r}")
         self.epoch, self.position = epoch, position

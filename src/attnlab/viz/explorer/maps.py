@@ -95,6 +95,17 @@ def _register_builtin_maps() -> None:
         hidden, weights = lm_hidden_and_attention(model, ids)
         return {"self": [w.self_attn for w in weights]}
 
+    from attnlab.models.captioner import Captioner
+    from attnlab.models.text_to_image import TextToImage
+
+    @register_attention_maps(Captioner)
+    def _captioner(model, images: Tensor, tgt_in_ids: Tensor):
+        return model.attention_maps(images, tgt_in_ids)
+
+    @register_attention_maps(TextToImage)
+    def _text_to_image(model, text_ids: Tensor, codes: Tensor):
+        return {"self": [w.self_attn for w in model(text_ids, codes, need_weights=True)[1]]}
+
 
 def lm_hidden_and_attention(model, ids: Tensor):
     """A DecoderLM's final hidden states ``(B, L, d)`` and per-layer attention of unpadded ``ids``."""

@@ -1,0 +1,76 @@
+"""``attnlab evaluate-caption --model DIR``: BLEU-4, CIDEr and grounding of a captioner.
+
+    attnlab evaluate-caption --model runs/caption-scenes/model
+    attnlab evaluate-caption --model runs/coco/model --data coco:path/to/coco --split valid
+    attnlab evaluate-caption --model runs/caption-scenes/model --figures figs/ --figures-count 8
+
+Captions the split (default: the test split of the data the model was trained on) by beam
+search and scores them with pycocoevalcap's BLEU-4 and CIDEr-D; on scenes also the
+grounding score (share of object words whose peak cross-attention falls in the object's
+mask), and each again on the seen and unseen compositions; ``--meteor`` adds METEOR
+(Java). SPICE is not offered: it downloads Stanford CoreNLP on first use. ``--figures DIR`` writes the
+first N images' word-by-word attention PNGs; ``--json FILE`` the results.
+"""
+
+from __future__ import annotations
+
+HELP = "score a captioner: BLEU-4, CIDEr (pycocoevalcap) and, on scenes, the grounding score"
+
+
+def add_arguments(parser) -> None:
+    from attnlab.cli.options import add_device_argument
+
+    parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
+    parser.add_argument("--data", help="scenes, scenes64, coco:DIR or flickr:DIR (default: what the model was trained on)")
+    parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
+    parser.add_argument("--limit", type=int, help="only the first N images")
+    parser.add_argument("--beam", type=int, default=3, help="beam size (default: 3)")
+    parser.add_argument("--figures", help="write attention PNGs of the first --figures-count images into this folder")
+    parser.add_argument("--figures-count", type=int, default=8, help="(default: 8)")
+    parser.add_argument("--json", help="write the results as JSON to this file")
+    parser.add_argument("--meteor", action="store_true", help="also METEOR 1.5 (pycocoevalcap's; needs Java)")
+    add_device_argument(parser)
+
+
+def run(args) -> int:
+    import sys
+
+    from attnlab.cli.options import resolve_device
+    from attnlab.cli.train_caption import format_results
+    from attnlab.files import atomic_write_json
+    from attnlab.tasks.caption import evaluate_captioner, load_caption_split, load_captioner
+
+    for name in ("limit", "beam", "figures_count"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
+    model, tokenizer, info = load_captioner(args.model, resolve_device(args.device))
+    spec = args.data or info.get("data")
+    if not spec:
+        raise ValueError(f"{args.model}: no caption.json naming the training data; pass --data")
+    data = load_caption_split(spec, args.split, image_size=model.config.image_size)
+    if args.limit:
+        data = _first(data, args.limit)
+    results, captions = evaluate_captioner(model, tokenizer, data, beam_size=args.beam, meteor=args.meteor)
+    if args.figures:
+        from attnlab.viz.caption import write_caption_figures
+
+        count = min(args.figures_count, len(data))
+        write_caption_figures(model, tokenizer, data.images[:count], captions[:count], args.figures)
+    if args.json:
+        atomic_write_json(args.json, results, indent=2)
+    print(format_results(results))
+    for example in results["examples"]:
+        print(f"  {example['caption']!r}  (reference: {example['references'][0]!r})", file=sys.stderr)
+    return 0
+
+
+def _first(data, count: int):
+    """The first ``count`` images of a scene or caption set (every per-image list cut alike)."""
+    import dataclasses
+
+    cut = {}
+    for field in dataclasses.fields(data):
+        value = getattr(data, field.name)
+        cut[field.name] = value[:count] if hasattr(value, "__getitem__") and not isinstance(value, str) else value
+    return type(data)(**cut)
