@@ -11,6 +11,8 @@ HELP = ("score a model directory: a translation model translates a test set (sac
 # verb with the same arguments (main.py asks :func:`routed_argv` before parsing).
 FAMILY_EVALUATORS = {
     "vit": "evaluate-vit",
+    "captioner": "evaluate-caption",
+    "text_to_image": "evaluate-text-to-image",
 }
 
 
