@@ -31,6 +31,10 @@ VERBS = {
     "classify": "attnlab.cli.classify",
     "evaluate-vit": "attnlab.cli.evaluate_vit",
     "vit-figures": "attnlab.cli.vit_figures",
+    "sample-images": "attnlab.cli.sample_images",
+    "complete-image": "attnlab.cli.complete_image",
+    "super-resolve": "attnlab.cli.super_resolve",
+    "evaluate-image": "attnlab.cli.evaluate_image",
 }
 
 
