@@ -175,3 +175,15 @@ def test_save_load_and_presets(tmp_path):
         with torch.device("meta"):
             assert attnlab.create_model(name).config.sequence_length in (784, 3072)
     assert math.isclose(bits_per_dim(math.log(256)), 8.0)
+
+
+def test_attention_maps_for_the_explorer_are_local():
+    from attnlab.viz.explorer.maps import attention_maps
+    from reference.local_patterns import local_2d_mask
+
+    model = tiny(LOCAL_2D, dtype=torch.float32, low_resolution=3, num_encoder_layers=1)
+    maps = attention_maps(model, images=images(model, 1), low_res=images(model, 1, low=True))
+    assert maps["self"].shape == (2, 2, 36, 36) and maps["cross"].shape == (2, 2, 36, 9)
+    allowed = local_2d_mask(36, 6, (2, 3), (1, 2), masked=True)
+    assert (maps["self"][..., ~allowed] == 0).all()
+    torch.testing.assert_close(maps["self"].sum(-1), torch.ones(2, 2, 36))

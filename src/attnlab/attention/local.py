@@ -119,19 +119,21 @@ class _BlockedLocal(AttentionPattern):
         memory = index.shape[1]
         real = (index >= 0) & (index < length)
         gather = torch.where(real, index, 0).flatten()
-        keys = k.index_select(2, gather).view(batch, heads * blocks, memory, width)  # (B, H·N, M, D)
-        values = v.index_select(2, gather).view(batch, heads * blocks, memory, v.shape[-1])
-        queries = torch.nn.functional.pad(q, (0, 0, 0, padded - length)).reshape(batch, heads * blocks, size, width)
+        # Blocks as the "heads" of a (B·H, N, ...) call: one (N, Q, M) mask then serves every
+        # batch row and head by broadcasting (no copy unless key padding varies by row).
+        keys = k.index_select(2, gather).view(batch * heads, blocks, memory, width)  # (B·H, N, M, D)
+        values = v.index_select(2, gather).view(batch * heads, blocks, memory, v.shape[-1])
+        queries = torch.nn.functional.pad(q, (0, 0, 0, padded - length)).reshape(batch * heads, blocks, size, width)
         mask = real[:, None, :]  # (N, 1, M)
         if self.masked:
             query_positions = torch.arange(padded, device=q.device).view(blocks, size, 1)
             mask = mask & (index[:, None, :] <= query_positions)  # (N, Q, M)
-        mask = mask.expand(blocks, size, memory)[None, None]  # (1, 1, N, Q, M)
+        mask = mask.expand(blocks, size, memory)
         if ctx.mask is not None:  # key padding, broadcastable to (B, H, 1, L)
             key_mask = ctx.mask.reshape((1,) * (4 - ctx.mask.dim()) + tuple(ctx.mask.shape))[:, :, 0, :]
             key_mask = key_mask.expand(*key_mask.shape[:2], length).index_select(2, gather)
-            mask = mask & key_mask.view(*key_mask.shape[:2], blocks, 1, memory)
-        mask = mask.expand(mask.shape[0], heads, blocks, size, memory).reshape(-1, heads * blocks, size, memory)
+            mask = mask & key_mask.view(*key_mask.shape[:2], blocks, 1, memory)  # (B|1, H|1, N, Q, M)
+            mask = mask.expand(batch, heads, blocks, size, memory).reshape(batch * heads, blocks, size, memory)
         out, weights = attend_unchecked(queries, keys, values, mask=mask, dropout_p=ctx.dropout_p,
                                         need_weights=ctx.need_weights)
         out = out.view(batch, heads, padded, -1)[:, :, :length]
