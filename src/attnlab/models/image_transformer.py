@@ -184,9 +184,10 @@ class _ImageEmbedder(nn.Module):
         input is zeros and ``values[:, 0]`` is not read."""
         batch, count = values.shape
         first = start - 1 if shift else start
-        channels = self.channel[max(first, 0):first + count]
-        if first < 0:
-            channels = torch.cat([channels[:1], channels])
+        if first < 0:  # entry 0 stands for "before the first sub-pixel": any channel, it is replaced by zeros
+            channels = torch.cat([self.channel[:1], self.channel[:count - 1]])
+        else:
+            channels = self.channel[first:first + count]
         x = self.embed(values + INTENSITIES * channels)
         if first < 0:
             x = torch.cat([x.new_zeros(batch, 1, x.shape[-1]), x[:, 1:]], dim=1)
