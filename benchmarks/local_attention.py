@@ -5,8 +5,9 @@
 
 ``attention``: one attention call (the pattern on projected q, k, v; B=1, h=4 heads of 64,
 i.e. d_model 256), forward + backward (the sum of the output), float32, for
-``local_1d`` (blocks of 256), ``local_2d`` (query blocks 8×16, flange 8×16, over a square
-raster of side √L) and full causal ``scaled_dot_product_attention(is_causal=True)``.
+``local_1d`` (blocks of 256 as tensor2tensor's CIFAR-10 setting, and 128), ``local_2d``
+(query blocks 8×16 with flange 8×16 as tensor2tensor's default, and 8×8 with 4×8, over a
+square raster of side √L) and full causal ``scaled_dot_product_attention(is_causal=True)``.
 Time: the median of interleaved repeats in this process. Peak memory: each case runs
 once more in a fresh subprocess, and the figure is its peak resident set (VmHWM, reset
 through /proc/self/clear_refs just before) minus the resident set just before the call (inputs allocated, torch warmed up on a tiny
@@ -55,7 +56,7 @@ def attention_case(name: str, length: int):
         def forward():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     else:
-        pattern = Local1D(256) if name.startswith("local_1d") else Local2D((8, 16), (8, 16), width=side)
+        pattern = PATTERNS[name](side)
         ctx = AttentionContext()
 
         def forward():
@@ -69,7 +70,13 @@ def attention_case(name: str, length: int):
     return run
 
 
-CASES = ("local_1d b=256", "local_2d 8x16 / 8x16", "full causal (SDPA)")
+PATTERNS = {  # name -> pattern for a square raster of side √L
+    "local_1d b=256": lambda side: Local1D(256),
+    "local_1d b=128": lambda side: Local1D(128),
+    "local_2d 8x16 / 8x16": lambda side: Local2D((8, 16), (8, 16), width=side),
+    "local_2d 8x8 / 4x8": lambda side: Local2D((8, 8), (4, 8), width=side),
+}
+CASES = (*PATTERNS, "full causal (SDPA)")
 
 
 def peak_memory(name: str, length: int) -> int:

@@ -174,6 +174,21 @@ class Local1D(_BlockedLocal):
     def block_size(self, ctx):
         return self.block_length
 
+    def forward(self, q, k, v, ctx):
+        query_len, key_len = q.shape[-2], k.shape[-2]
+        if (self.masked and query_len == 1 and not ctx.need_weights and ctx.queries_are_last(1, key_len)
+                and (ctx.mask is None or (ctx.mask.dim() >= 2 and ctx.mask.shape[-2] == 1))):
+            # A decode step: the keys it attends are one contiguous run, from the start of the
+            # previous block to itself; narrow to them instead of masking (no mask at all).
+            position = ctx.key_offset + key_len - 1
+            first = max((position // self.block_length - 1) * self.block_length - ctx.key_offset, 0)
+            mask = ctx.mask
+            if mask is not None and mask.shape[-1] != 1:
+                mask = mask.narrow(-1, first, key_len - first)
+            return attend_unchecked(q, k.narrow(2, first, key_len - first), v.narrow(2, first, key_len - first),
+                                    mask=mask, dropout_p=ctx.dropout_p, need_weights=ctx.need_weights)
+        return super().forward(q, k, v, ctx)
+
     def memory_index(self, num_blocks, ctx, device):
         b = self.block_length
         span = 2 * b if self.masked else 3 * b

@@ -343,7 +343,11 @@ class ImageTransformer(AttnlabModel):
         if values.numel() and (int(values.min()) < 0 or int(values.max()) > 255):
             raise ValueError("given sub-pixels must be intensities 0..255")
         extra = self._conditioning(labels, batch)
-        cache.image_extra = extra
+        # What every step adds to its token embedding, computed once: positions (+ class).
+        added = self.embedder.position_vectors(0, length)
+        if added is None:
+            added = self.head.weight.new_zeros(length, self.config.d_model)
+        cache.image_added = added if extra is None else added + extra[:, None, :]  # (L, d) or (B, L, d)
         inputs = torch.cat([values.new_zeros(batch, 1), values], 1).long()  # the first is not read
         x = self.embedder(inputs, shift=True, extra=extra)
         hidden, _ = self.stack(x, memory=self.encode(low_res, batch), cache=cache)
@@ -353,7 +357,9 @@ class ImageTransformer(AttnlabModel):
     def step(self, values: Tensor, cache: StaticKVCache) -> Tensor:
         """The sub-pixel just generated ``(B,)`` (for position ``cache.length - 1``) ->
         logits ``(B, 256)`` of the next one, extending ``cache`` (the stack's step path)."""
-        x = self.embedder(values.long()[:, None], shift=True, extra=cache.image_extra, start=cache.length)
+        position, embedder = cache.length, self.embedder
+        x = embedder.embed(values.long()[:, None] + INTENSITIES * embedder.channel[position - 1])
+        x = x + cache.image_added[..., position:position + 1, :]  # (the same sum as forward's)
         return self.head(self.stack.step(x, cache)[:, 0])
 
 
