@@ -32,12 +32,16 @@ class BandedCausal(AttentionPattern):
 
 
 def causal_specs() -> list:
-    """Every registered pattern that can run causally, with parameters for the toy one."""
+    """Every registered pattern that can run causally, with small parameters where it takes some."""
     from attnlab.attention import build_pattern, list_patterns
 
+    # Small blocks so that a 13-token test sequence crosses several; local_2d gets a
+    # raster width (a model of images passes its own).
+    parameters = {"banded_causal": {"width": 2}, "local_1d": {"block_length": 3},
+                  "local_2d": {"query_shape": [2, 2], "memory_flange": [1, 1], "width": 4}}
     specs = []
     for name in list_patterns():
-        spec = {"name": name, "width": 2} if name == "banded_causal" else name
+        spec = {"name": name, **parameters[name]} if name in parameters else name
         if build_pattern(spec).causal:
             specs.append(spec)
     return specs

@@ -119,3 +119,19 @@ def test_meteor_where_java_is_present(scenes):
     scores = caption_scores([refs[0][0], "", "a blue thing"], refs, meteor=True)
     perfect = caption_scores([r[0] for r in refs], refs, meteor=True)
     assert 0.0 <= scores["meteor"] < perfect["meteor"] <= 1.0 and perfect["meteor"] > 0.9
+
+
+def test_twemoji_captioned_by_their_names(tmp_path):
+    """`--data emoji:DIR`: each emoji is one image with its Unicode name as the caption."""
+    from reference.emoji_package import fake_package
+
+    from attnlab.data.emoji import load_emoji
+    from attnlab.tasks.caption import load_caption_split
+
+    root = fake_package(tmp_path)
+    for split in ("train", "valid", "test"):
+        emoji = load_emoji(root, size=16, split=split)
+        data = load_caption_split(f"emoji:{root}", split, image_size=16)
+        assert data.images.shape == (len(emoji), 3, 16, 16)
+        assert data.captions == [[name] for name in emoji.names] and data.files == emoji.files
+        assert torch.equal(data.images, emoji.images.permute(0, 3, 1, 2))

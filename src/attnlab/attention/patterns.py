@@ -8,7 +8,7 @@ variants can be written as patterns alone. :class:`~attnlab.attention.multihead.
 MultiHeadAttention` owns projections and caches and does not know which pattern it holds.
 
 Patterns are named in model configs (``attention="causal"``, or a dict spec such as
-``{"name": "local1d", "block": 256}``), built by :func:`build_pattern` and listed by
+``{"name": "local_1d", "block_length": 256}``), built by :func:`build_pattern` and listed by
 :func:`list_patterns`. A new variant is one class::
 
     @register_pattern("banded_causal")

@@ -13,6 +13,7 @@ FAMILY_EVALUATORS = {
     "vit": "evaluate-vit",
     "captioner": "evaluate-caption",
     "text_to_image": "evaluate-text-to-image",
+    "image_transformer": "evaluate-image",
 }
 
 

@@ -21,7 +21,7 @@ def add_arguments(parser) -> None:
     from attnlab.cli.options import add_device_argument
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
-    parser.add_argument("--data", help="scenes, scenes64, coco:DIR or flickr:DIR (default: what the model was trained on)")
+    parser.add_argument("--data", help="scenes, scenes64, emoji[:DIR], coco:DIR or flickr:DIR (default: what the model was trained on)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
     parser.add_argument("--limit", type=int, help="only the first N images")
     parser.add_argument("--beam", type=int, default=3, help="beam size (default: 3)")

@@ -35,6 +35,10 @@ VERBS = {
     "evaluate-caption": "attnlab.cli.evaluate_caption",
     "imagine": "attnlab.cli.imagine",
     "evaluate-text-to-image": "attnlab.cli.evaluate_text_to_image",
+    "sample-images": "attnlab.cli.sample_images",
+    "complete-image": "attnlab.cli.complete_image",
+    "super-resolve": "attnlab.cli.super_resolve",
+    "evaluate-image": "attnlab.cli.evaluate_image",
 }
 
 

@@ -11,35 +11,34 @@ tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoi
 ``OUT/metrics.jsonl`` the training log.
 """
 
-HELP = "train a model (tasks: translation, lm, vit, caption, text-to-image) and write a loadable model directory to OUT/model"
+HELP = ("train a model (tasks: translation, lm, vit, image, caption, text-to-image) and write a loadable model "
+        "directory to OUT/model")
+
+
+# task name -> the module under attnlab.cli that trains it (HELP, add_arguments, run);
+# translation's arguments live in this module.
+TASKS = {
+    "lm": "attnlab.cli.train_lm",
+    "vit": "attnlab.cli.vit",
+    "image": "attnlab.cli.image",
+    "caption": "attnlab.cli.train_caption",
+    "text-to-image": "attnlab.cli.train_text_to_image",
+}
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli import train_lm
+    import importlib
 
     tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
     translation = tasks.add_parser("translation", help="encoder-decoder Transformer on parallel text",
                                    description=__doc__.split("\n\n")[0])
     _add_translation_arguments(translation)
     translation.set_defaults(run=run)
-    lm = tasks.add_parser("lm", help=train_lm.HELP, description=train_lm.HELP)
-    train_lm.add_arguments(lm)
-    lm.set_defaults(run=train_lm.run)
-    from attnlab.cli import vit
-
-    vit_parser = tasks.add_parser("vit", help=vit.HELP, description=vit.HELP)
-    vit.add_arguments(vit_parser)
-    vit_parser.set_defaults(run=vit.run)
-    from attnlab.cli import train_caption
-
-    caption = tasks.add_parser("caption", help=train_caption.HELP, description=train_caption.HELP)
-    train_caption.add_arguments(caption)
-    caption.set_defaults(run=train_caption.run)
-    from attnlab.cli import train_text_to_image
-
-    t2i = tasks.add_parser("text-to-image", help=train_text_to_image.HELP, description=train_text_to_image.HELP)
-    train_text_to_image.add_arguments(t2i)
-    t2i.set_defaults(run=train_text_to_image.run)
+    for name, module_name in TASKS.items():
+        module = importlib.import_module(module_name)
+        task = tasks.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(task)
+        task.set_defaults(run=module.run)
 
 
 def _add_translation_arguments(parser) -> None:

@@ -24,9 +24,10 @@ def add_arguments(parser) -> None:
 
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="scenes",
-                      help="scenes (32x32 synthetic), scenes64, coco:DIR or flickr:DIR (default: scenes)")
+                      help="scenes (32x32 synthetic), scenes64, emoji[:DIR] (Twemoji by their Unicode names), "
+                           "coco:DIR or flickr:DIR (default: scenes)")
     data.add_argument("--train-images", type=int, help="scenes: this many training images (default: 8000)")
-    data.add_argument("--image-size", type=int, default=32, help="coco/flickr: images resized to this square (default: 32)")
+    data.add_argument("--image-size", type=int, default=32, help="emoji/coco/flickr: images resized to this square (default: 32)")
     data.add_argument("--vocab-size", type=int, default=1000,
                       help="sentencepiece vocabulary, at most (fewer when the captions allow fewer; default: 1000)")
     model = parser.add_argument_group("model and optimisation")

@@ -10,9 +10,11 @@ from attnlab.models.captioner import Captioner, CaptionerConfig
 from attnlab.models.vqvae import VQVAE, VQVAEConfig
 from attnlab.models.text_to_image import TextToImage, TextToImageConfig
 from attnlab.models.scene_attributes import SceneAttributeClassifier, SceneAttributeConfig
+from attnlab.models.image_transformer import ImageTransformer, ImageTransformerConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
            "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
            "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig",
            "Captioner", "CaptionerConfig", "VQVAE", "VQVAEConfig",
-           "TextToImage", "TextToImageConfig", "SceneAttributeClassifier", "SceneAttributeConfig"]
+           "TextToImage", "TextToImageConfig", "SceneAttributeClassifier", "SceneAttributeConfig",
+           "ImageTransformer", "ImageTransformerConfig"]

@@ -323,16 +323,23 @@ def grounding_score(model, tokenizer: Tokenizer, scenes, captions: Sequence[Capt
 # -- data, training, evaluation -----------------------------------------------------------
 def load_caption_split(spec: str, split: str, *, image_size: int = 32, count: int | None = None):
     """``scenes`` (32x32) / ``scenes64`` -> a :class:`~attnlab.data.scenes.SceneSet` (``count``
-    images, default the split's); ``coco:DIR`` / ``flickr:DIR`` -> a
+    images, default the split's); ``emoji`` (npm's Twemoji set, each image captioned by its
+    Unicode name; ``emoji:DIR`` names the unpacked package), ``coco:DIR`` / ``flickr:DIR`` -> a
     :class:`~attnlab.data.captions.CaptionSet` at ``image_size``."""
     if spec in ("scenes", "scenes64"):
         from attnlab.data.scenes import load_scenes
 
         return load_scenes(split, size=64 if spec == "scenes64" else 32, count=count)
-    from attnlab.data.captions import load_caption_data
+    from attnlab.data.captions import CaptionSet, load_caption_data
 
+    if spec == "emoji" or spec.startswith("emoji:"):  # Twemoji, captioned by their Unicode names
+        from attnlab.data.emoji import load_emoji
+
+        emoji = load_emoji(spec.partition(":")[2] or None, size=image_size, split=split)
+        return CaptionSet("emoji", split, emoji.images.permute(0, 3, 1, 2).contiguous(),
+                          [[name] for name in emoji.names], emoji.files)
     if ":" not in spec:
-        raise ValueError(f"--data {spec!r}: expected scenes, scenes64, coco:DIR or flickr:DIR")
+        raise ValueError(f"--data {spec!r}: expected scenes, scenes64, emoji[:DIR], coco:DIR or flickr:DIR")
     return load_caption_data(spec, split, image_size=image_size)
 
 

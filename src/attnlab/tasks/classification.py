@@ -49,16 +49,17 @@ def random_shift(images: Tensor, max_shift: int, generator: torch.Generator) -> 
 
 class ImageBatches(EpochPosition):
     """Shuffled mini-batches ``{"images": float (B, C, H, W), "labels": (B,)}`` of an image set,
-    with optional random shifts; resumable (``state_dict`` = epoch and position)."""
+    with optional random shifts; resumable (``state_dict`` = epoch and position).
+    ``raw=True`` keeps the uint8 pixels (generative models predict them)."""
 
     def __init__(self, data: ImageSet, batch_size: int, *, seed: int = 0, shuffle: bool = True, max_shift: int = 0,
-                 drop_last: bool = True):
+                 drop_last: bool = True, raw: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if len(data) == 0:
             raise ValueError(f"{data.name} {data.split}: no images")
         self.data, self.batch_size, self.seed = data, batch_size, seed
-        self.shuffle, self.max_shift, self.drop_last = shuffle, max_shift, drop_last
+        self.shuffle, self.max_shift, self.drop_last, self.raw = shuffle, max_shift, drop_last, raw
         self.epoch, self.position = 0, 0
 
     def __len__(self) -> int:
@@ -82,7 +83,7 @@ class ImageBatches(EpochPosition):
                     (self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.position)
                 images = random_shift(images, self.max_shift, generator)
             self.position += 1
-            yield {"images": normalize(images), "labels": self.data.labels[index]}
+            yield {"images": images if self.raw else normalize(images), "labels": self.data.labels[index]}
 
 
 def evaluation_batches(data: ImageSet, batch_size: int = 500) -> list[dict[str, Tensor]]:

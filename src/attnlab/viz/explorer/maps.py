@@ -74,6 +74,7 @@ def attention_maps(model, **inputs) -> dict[str, Tensor]:
 
 def _register_builtin_maps() -> None:
     from attnlab.models.bert import BertEncoder
+    from attnlab.models.image_transformer import ImageTransformer
     from attnlab.models.lm import DecoderLM
     from attnlab.models.transformer import Transformer
 
@@ -86,6 +87,15 @@ def _register_builtin_maps() -> None:
     def _bert(model, ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
         out = model(ids, attention_mask=attention_mask, token_type_ids=token_type_ids, need_weights=True)
         return {"self": out.attentions}
+
+    @register_attention_maps(ImageTransformer)
+    def _image(model, images: Tensor, labels: Tensor | None = None, low_res: Tensor | None = None):
+        # Sub-pixels in the model's generation order (model.embedder.order maps them to the raster).
+        _, weights = model(images, labels, low_res, need_weights=True)
+        maps = {"self": [w.self_attn for w in weights]}
+        if model.config.low_resolution:
+            maps["cross"] = [w.cross_attn for w in weights]
+        return maps
 
     @register_attention_maps(DecoderLM)
     def _lm(model, ids: Tensor):

@@ -1,0 +1,49 @@
+"""The image generation task: downsampling, the loss the trainer sees, bits/dim, PSNR."""
+
+import math
+
+import pytest
+import torch
+
+import attnlab
+from attnlab.data.images import ImageSet
+from attnlab.tasks.images import bicubic_upsample, downsample, evaluate_bits_per_dim, image_loss, psnr
+
+
+def test_downsample_averages_blocks_and_rounds():
+    images = torch.tensor([[[[0, 10, 255, 255], [1, 0, 255, 254], [7, 7, 7, 7], [7, 7, 7, 8]]]], dtype=torch.uint8)
+    assert downsample(images, 2).tolist() == [[[[3, 255], [7, 7]]]]  # 11/4 = 2.75 -> 3; 1019/4 -> 255; 29/4 -> 7
+    with pytest.raises(ValueError, match="cannot be averaged down to 3×3"):
+        downsample(images, 3)
+
+
+def uniform_model(**overrides):
+    model = attnlab.create_model("imagetransformer_mnist_small", height=4, width=4, d_model=16, num_heads=2, d_ff=16,
+                                 num_layers=1, attention={"name": "local_1d", "block_length": 4}, **overrides)
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.zero_()
+    return model.eval()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"num_classes": 3}, {"low_resolution": 2, "num_encoder_layers": 1}],
+                         ids=["plain", "classes", "super-resolution"])
+def test_a_uniform_model_scores_exactly_8_bits_per_dim(overrides):
+    data = ImageSet("toy", "test", torch.randint(0, 256, (5, 1, 4, 4), dtype=torch.uint8),
+                    torch.tensor([0, 1, 2, 0, 1]), ["a", "b", "c"])
+    result = evaluate_bits_per_dim(uniform_model(**overrides), data, batch_size=2)
+    assert result["images"] == 5
+    # float32 log-softmax of 256 equal logits: ln 256 to within a few ulp.
+    assert result["bits_per_dim"] == pytest.approx(8.0, abs=1e-5)
+    nll, count, logs = image_loss(uniform_model(**overrides), {"images": data.images[:2], "labels": data.labels[:2]})
+    assert count == 32 and float(nll.detach()) == pytest.approx(32 * math.log(256), rel=1e-6)
+
+
+def test_psnr_and_bicubic():
+    a = torch.zeros(1, 1, 4, 4, dtype=torch.uint8)
+    b = a.clone()
+    b[0, 0, 0, 0] = 16  # MSE 16²/16 = 16
+    assert psnr(a, b) == pytest.approx(10 * math.log10(255 ** 2 / 16))
+    assert psnr(a, a) == math.inf
+    flat = torch.full((1, 3, 2, 2), 77, dtype=torch.uint8)
+    assert (bicubic_upsample(flat, 8) == 77).all() and bicubic_upsample(flat, 8).shape == (1, 3, 8, 8)
