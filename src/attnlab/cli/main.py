@@ -31,6 +31,8 @@ VERBS = {
     "classify": "attnlab.cli.classify",
     "evaluate-vit": "attnlab.cli.evaluate_vit",
     "vit-figures": "attnlab.cli.vit_figures",
+    "generate-music": "attnlab.cli.generate_music",
+    "evaluate-music": "attnlab.cli.evaluate_music",
 }
 
 

@@ -11,7 +11,7 @@ tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoi
 ``OUT/metrics.jsonl`` the training log.
 """
 
-HELP = "train a model (tasks: translation, lm, vit) and write a loadable model directory to OUT/model"
+HELP = "train a model (tasks: translation, lm, vit, music) and write a loadable model directory to OUT/model"
 
 
 def add_arguments(parser) -> None:
@@ -30,6 +30,11 @@ def add_arguments(parser) -> None:
     vit_parser = tasks.add_parser("vit", help=vit.HELP, description=vit.HELP)
     vit.add_arguments(vit_parser)
     vit_parser.set_defaults(run=vit.run)
+    from attnlab.cli import train_music
+
+    music_parser = tasks.add_parser("music", help=train_music.HELP, description=train_music.HELP)
+    train_music.add_arguments(music_parser)
+    music_parser.set_defaults(run=train_music.run)
 
 
 def _add_translation_arguments(parser) -> None:

@@ -6,7 +6,9 @@ from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 from attnlab.models.bert import BertConfig, BertEncoder
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
+from attnlab.models.music import MusicTransformer, MusicTransformerConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
            "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
-           "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig"]
+           "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig",
+           "MusicTransformer", "MusicTransformerConfig"]
