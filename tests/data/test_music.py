@@ -193,3 +193,11 @@ def test_bach_without_music21_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_music21)
     with pytest.raises(music.DataUnavailable, match="pip install music21"):
         music.load_bach_chorales()
+
+
+def test_bach_chorales_from_music21_are_parsed_once_and_cached(tmp_path):
+    pytest.importorskip("music21")  # optional (attnlab[music]); not installed in CI
+    pieces = music.load_bach_chorales(tmp_path, limit=2)
+    assert len(pieces) == 2 and all(len(notes) > 50 for _, notes in pieces)
+    assert len(list(tmp_path.glob("bach_chorales_*.json"))) == 1
+    assert music.load_bach_chorales(tmp_path, limit=2) == pieces  # from the cache
