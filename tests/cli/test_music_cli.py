@@ -93,6 +93,8 @@ def test_bad_inputs_give_one_clear_line(midi_folder, trained, tmp_path, capsys):
         (["generate-music", "--model", str(trained / "model"), "--out", str(tmp_path / "x.wav")], "give a .mid"),
         (["generate-music", "--model", str(trained / "model"), "--length", "9000", "--out", str(tmp_path / "x.mid")],
          "max_positions"),
+        (["generate-music", "--model", str(trained / "model"), "--sample-rate", "100", "--out",
+          str(tmp_path / "x.mid")], "--sample-rate=100"),
     ]
     for args, message in cases:
         assert main(args) != 0

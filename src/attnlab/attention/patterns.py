@@ -101,6 +101,7 @@ class AttentionPattern(nn.Module):
     """
 
     causal: bool = False
+    encodes_positions: bool = False  # the pattern itself tells positions apart (relative attention)
     name: str = ""
 
     @property

@@ -73,6 +73,8 @@ def skew(relative: Tensor, key_len: int) -> Tensor:
 class _Relative(AttentionPattern):
     """What the two relative patterns share: parameters, distances and their embedding rows."""
 
+    encodes_positions = True  # a stack may go without absolute positions, in both directions
+
     def __init__(self, max_relative_position: int = 64, causal: bool = True, shared: bool = False):
         super().__init__()
         if isinstance(max_relative_position, bool) or not isinstance(max_relative_position, int):

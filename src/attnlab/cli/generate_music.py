@@ -34,6 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
     parser.add_argument("--out", required=True, help="output MIDI file (.mid); the PNG and WAV go beside it")
     parser.add_argument("--no-audio", action="store_true", help="do not render a WAV")
+    parser.add_argument("--sample-rate", type=int, default=44100, help="WAV sample rate in Hz (default: 44100)")
     parser.add_argument("--force", action="store_true", help="replace existing output files")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     add_device_argument(parser)
@@ -54,6 +55,8 @@ def run(args) -> int:
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     if args.length < 1:
         raise ValueError(f"--length={args.length} must be at least 1")
+    if not 8000 <= args.sample_rate <= 192000:
+        raise ValueError(f"--sample-rate={args.sample_rate} must be within 8000..192000 Hz")
     if args.temperature <= 0:
         raise ValueError(f"--temperature={args.temperature} must be > 0")
     if args.top_k is not None and args.top_k < 1:
@@ -91,6 +94,6 @@ def run(args) -> int:
         if find_synthesizer() is None:
             say(SYNTH_HINT)
         else:
-            say(f"audio -> {render_wav(out, out.with_suffix('.wav'))}")
+            say(f"audio -> {render_wav(out, out.with_suffix('.wav'), sample_rate=args.sample_rate)}")
     print(out)
     return 0
