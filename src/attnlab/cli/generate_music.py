@@ -87,7 +87,7 @@ def run(args) -> int:
     write_midi(notes, out)
     say(f"{len(new)} tokens generated after a primer of {len(prompt) - 1}: {describe_notes(notes)} -> {out}")
     png = piano_roll_png(notes, out.with_suffix(".png"), primer_seconds=seconds(primer_notes) if args.primer else None,
-                         title=f"{Path(args.model).name}: {len(new)} generated tokens"
+                         title=f"{_model_name(args.model)}: {len(new)} generated tokens"
                                + (f" after {args.primer}" if args.primer else ""))
     say(f"piano roll -> {png}")
     if not args.no_audio:
@@ -97,3 +97,11 @@ def run(args) -> int:
             say(f"audio -> {render_wav(out, out.with_suffix('.wav'), sample_rate=args.sample_rate)}")
     print(out)
     return 0
+
+
+def _model_name(directory: str) -> str:
+    """A run's name for titles: ``runs/jsb/model`` -> ``jsb``."""
+    from pathlib import Path
+
+    path = Path(directory).resolve()
+    return path.parent.name if path.name == "model" and path.parent.name else path.name
