@@ -78,9 +78,12 @@ def _relative(span: int) -> dict[str, Any]:
 @register_preset
 def music_jsb_baseline() -> MusicTransformerConfig:
     """The paper's JSB baseline Transformer: 5 layers, d_model 256, FFN 1024, 8 heads,
-    absolute (sinusoidal) positions."""
+    absolute (sinusoidal) positions. Token embeddings are multiplied by sqrt(d_model) as in
+    the Transformer (without it the unit-amplitude sinusoids drown the N(0, 0.02) token
+    embeddings: a first 10-minute run stayed at the unigram's 3.42 nats/token)."""
     return MusicTransformerConfig(encoding="jsb", vocab_size=ENCODING_VOCAB_SIZES["jsb"], d_model=256, d_ff=1024,
-                                  num_heads=8, num_layers=5, positional="sinusoidal", attention="causal")
+                                  num_heads=8, num_layers=5, positional="sinusoidal", attention="causal",
+                                  scale_embeddings=True)
 
 
 @register_preset
