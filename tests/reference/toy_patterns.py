@@ -31,17 +31,22 @@ class BandedCausal(AttentionPattern):
         return attend_unchecked(q, k, v, mask=mask, dropout_p=ctx.dropout_p, need_weights=ctx.need_weights)
 
 
+# Small parameters for patterns that have some, so that the decoding tests reach past them:
+# a band of 2; a relative span of 3 on sequences of 13 and more; blocks of 3 (1D) and 2x2 with
+# a flange of 1 (2D, on a raster 4 wide; a model of images passes its own width), so that a
+# 13-token test sequence crosses several.
+TEST_PARAMETERS = {"banded_causal": {"width": 2}, "relative_skew": {"max_relative_position": 3},
+                   "relative_shaw": {"max_relative_position": 3}, "local_1d": {"block_length": 3},
+                   "local_2d": {"query_shape": [2, 2], "memory_flange": [1, 1], "width": 4}}
+
+
 def causal_specs() -> list:
     """Every registered pattern that can run causally, with small parameters where it takes some."""
     from attnlab.attention import build_pattern, list_patterns
 
-    # Small blocks so that a 13-token test sequence crosses several; local_2d gets a
-    # raster width (a model of images passes its own).
-    parameters = {"banded_causal": {"width": 2}, "local_1d": {"block_length": 3},
-                  "local_2d": {"query_shape": [2, 2], "memory_flange": [1, 1], "width": 4}}
     specs = []
     for name in list_patterns():
-        spec = {"name": name, **parameters[name]} if name in parameters else name
+        spec = {"name": name, **TEST_PARAMETERS[name]} if name in TEST_PARAMETERS else name
         if build_pattern(spec).causal:
             specs.append(spec)
     return specs

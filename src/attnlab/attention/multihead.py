@@ -40,6 +40,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = d_model // num_heads
         self.dropout = dropout
         self.pattern = pattern if pattern is not None else FullAttention()
+        self.pattern.bind(num_heads, self.head_dim)  # a pattern's own parameters (relative embeddings)
         self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
         self.reset_parameters()

@@ -101,11 +101,17 @@ class AttentionPattern(nn.Module):
     """
 
     causal: bool = False
+    encodes_positions: bool = False  # the pattern itself tells positions apart (relative attention)
     name: str = ""
 
     @property
     def cache_window(self) -> int | None:
         return None
+
+    def bind(self, num_heads: int, head_dim: int) -> None:
+        """Called once by the :class:`~attnlab.attention.multihead.MultiHeadAttention` that
+        holds the pattern, with its head geometry: a pattern with parameters of its own
+        (relative embeddings) creates them here. Nothing by default."""
 
     def spec(self) -> str | dict[str, Any]:
         """What a config stores to rebuild this pattern with :func:`build_pattern`."""

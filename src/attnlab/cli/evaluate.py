@@ -14,6 +14,7 @@ FAMILY_EVALUATORS = {
     "captioner": "evaluate-caption",
     "text_to_image": "evaluate-text-to-image",
     "image_transformer": "evaluate-image",
+    "music_transformer": "evaluate-music",
 }
 
 

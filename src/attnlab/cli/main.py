@@ -39,6 +39,8 @@ VERBS = {
     "complete-image": "attnlab.cli.complete_image",
     "super-resolve": "attnlab.cli.super_resolve",
     "evaluate-image": "attnlab.cli.evaluate_image",
+    "generate-music": "attnlab.cli.generate_music",
+    "evaluate-music": "attnlab.cli.evaluate_music",
 }
 
 

@@ -11,7 +11,7 @@ tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoi
 ``OUT/metrics.jsonl`` the training log.
 """
 
-HELP = ("train a model (tasks: translation, lm, vit, image, caption, text-to-image) and write a loadable model "
+HELP = ("train a model (tasks: translation, lm, vit, music, image, caption, text-to-image) and write a loadable model "
         "directory to OUT/model")
 
 
@@ -20,6 +20,7 @@ HELP = ("train a model (tasks: translation, lm, vit, image, caption, text-to-ima
 TASKS = {
     "lm": "attnlab.cli.train_lm",
     "vit": "attnlab.cli.vit",
+    "music": "attnlab.cli.train_music",
     "image": "attnlab.cli.image",
     "caption": "attnlab.cli.train_caption",
     "text-to-image": "attnlab.cli.train_text_to_image",

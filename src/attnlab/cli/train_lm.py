@@ -34,14 +34,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--preset", default="lm_char_small", help="model preset (default: lm_char_small)")
     parser.add_argument("--context", type=int,
                         help="training window, which becomes the model's max_positions (default: the preset's)")
-    parser.add_argument("--batch-size", type=int, default=32, help="windows per update (default: 32)")
-    parser.add_argument("--max-steps", type=int, default=2000, help="optimizer updates (default: 2000)")
-    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate, cosine schedule (default: 2e-3)")
-    parser.add_argument("--warmup", type=int, default=100, help="warm-up updates (default: 100)")
+    add_run_arguments(parser, set_example="num_layers=4", batch_size=32, max_steps=2000, lr=2e-3, warmup=100)
+
+
+def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: int, lr: float, warmup: int) -> None:
+    """The options every window-trained LM verb shares (``train lm``, ``train music``):
+    batch, schedule, budget, preset overrides, validation/checkpoint cadence, device, seed, output."""
+    parser.add_argument("--batch-size", type=int, default=batch_size, help=f"windows per update (default: {batch_size})")
+    parser.add_argument("--max-steps", type=int, default=max_steps, help=f"optimizer updates (default: {max_steps})")
+    parser.add_argument("--lr", type=float, default=lr, help=f"peak learning rate, cosine schedule (default: {lr:g})")
+    parser.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
     parser.add_argument("--max-minutes", type=float,
                         help="wall-clock budget: stop (and checkpoint) after the update that passes it")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a preset field, e.g. --set num_layers=4 (repeatable)")
+                        help=f"override a preset field, e.g. --set {set_example} (repeatable)")
     parser.add_argument("--val-every", type=int, default=250, help="validate every N updates (default: 250)")
     parser.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
     parser.add_argument("--save-every", type=int, default=250, help="checkpoint every N updates (default: 250)")
@@ -59,33 +65,20 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import sys
     import time
-    from pathlib import Path
 
     import torch
 
     import attnlab
-    from attnlab.cli.options import describe_device, parse_overrides, resolve_device, resolve_precision
-    from attnlab.data.text import CHAR_TOKENIZER_FILE, CharTokenizer, TextWindows, consecutive_windows, load_lm_tokenizer
+    from attnlab.cli.options import describe_device, parse_overrides
+    from attnlab.data.text import CHAR_TOKENIZER_FILE, CharTokenizer, load_lm_tokenizer
     from attnlab.data.tokenizer import TOKENIZER_FILE
     from attnlab.files import OutputLock, refuse_symlinks
     from attnlab.tasks.lm import build_lm_tokenizer, lm_loss, load_lm_texts
-    from attnlab.training.trainer import TRAINER_OUTPUTS, TrainConfig, Trainer
+    from attnlab.training.trainer import TRAINER_OUTPUTS
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ValueError("--vocab-size needs --tokenizer bpe")
-    if args.max_steps < 1:
-        raise ValueError(f"--max-steps={args.max_steps} must be at least 1")
-    warmup = args.warmup
-    if warmup > args.max_steps:
-        warmup = max(1, args.max_steps // 10)
-        print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
-              "updates (a tenth of the run) instead", file=sys.stderr)
-    device = resolve_device(args.device)
-    bf16 = resolve_precision(args, device)
-    out = Path(args.out)
-    previous = check_output_directory(out, args.resume)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    warmup, device, bf16, out, previous = start_run(args)
     text, valid_text = load_lm_texts(args.text, args.valid_text)
     run_info = {"text": _fingerprint(text), "valid_text": _fingerprint(valid_text), "tokenizer": args.tokenizer,
                 "vocab_size": args.vocab_size, "context": args.context, "preset": args.preset, "set": args.set}
@@ -119,18 +112,9 @@ def run(args) -> int:
     say(f"model: {args.preset}, {model.num_parameters():,d} parameters, context {context}; "
         f"{args.batch_size} windows per update; device: {describe_device(device)}"
         + (", bf16 autocast" if bf16 else ", float32"))
-    config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
-                         min_lr=args.lr / 10, warmup_steps=warmup, betas=(0.9, 0.99), eps=1e-8,
-                         clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
-                         checkpoint_every=args.save_every or None, seed=args.seed,
-                         progress_bar=not args.no_progress, max_minutes=args.max_minutes, bf16=bf16,
-                         compile=args.compile)
     tokenizer_file = out / (CHAR_TOKENIZER_FILE if isinstance(tokenizer, CharTokenizer) else TOKENIZER_FILE)
-    trainer = Trainer(model, lm_loss, TextWindows(train_ids, batch_size=args.batch_size, context=context,
-                                                  seed=args.seed), config,
-                      valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
-                                                        max_batches=args.val_batches),
-                      model_files=[tokenizer_file], run_info=run_info)
+    trainer = window_trainer(args, model, lm_loss, train_ids, valid_ids, context=context, warmup=warmup, bf16=bf16,
+                             betas=(0.9, 0.99), eps=1e-8, model_files=[tokenizer_file], run_info=run_info)
     # Every option is checked above; nothing is written to OUT before this point.
     with OutputLock(out, purpose="attnlab train lm"):
         refuse_symlinks(out, (*TRAINER_OUTPUTS, CHAR_TOKENIZER_FILE, TOKENIZER_FILE, "model"))
@@ -144,6 +128,54 @@ def run(args) -> int:
         + f" (nats per {'character' if args.tokenizer == 'char' else 'token'}); model -> {model_dir}")
     print(model_dir)
     return 0
+
+
+def start_run(args):
+    """The checks and settings every window-trained LM verb starts with, before reading
+    data: ``(warmup, device, bf16, out, checkpoint to resume or None)``."""
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from attnlab.cli.options import resolve_device, resolve_precision
+
+    for flag, value in (("--max-steps", args.max_steps), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise ValueError(f"{flag}={value} must be at least 1")
+    warmup = args.warmup
+    if warmup > args.max_steps:
+        warmup = max(1, args.max_steps // 10)
+        print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
+              "updates (a tenth of the run) instead", file=sys.stderr)
+    device = resolve_device(args.device)
+    bf16 = resolve_precision(args, device)
+    out = Path(args.out)
+    previous = check_output_directory(out, args.resume)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return warmup, device, bf16, out, previous
+
+
+def window_trainer(args, model, loss_fn, train_ids, valid_ids, *, context: int, warmup: int, bf16: bool, betas,
+                   eps: float, model_files=(), run_info=None):
+    """The Trainer of a window-trained LM verb (:func:`add_run_arguments`' options): random
+    windows of ``train_ids``, the first ``--val-batches`` consecutive windows of ``valid_ids``,
+    AdamW with a cosine schedule to a tenth of ``--lr``, gradients clipped at 1."""
+    from attnlab.data.text import TextWindows, consecutive_windows
+    from attnlab.training.trainer import TrainConfig, Trainer
+
+    config = TrainConfig(out_dir=str(args.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                         min_lr=args.lr / 10, warmup_steps=warmup, betas=betas, eps=eps,
+                         clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
+                         checkpoint_every=args.save_every or None, seed=args.seed,
+                         progress_bar=not args.no_progress, max_minutes=args.max_minutes, bf16=bf16,
+                         compile=args.compile)
+    return Trainer(model, loss_fn, TextWindows(train_ids, batch_size=args.batch_size, context=context,
+                                               seed=args.seed), config,
+                   valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
+                                                     max_batches=args.val_batches),
+                   model_files=model_files, run_info=run_info)
 
 
 def _fingerprint(text: str) -> str:

@@ -11,10 +11,12 @@ from attnlab.models.vqvae import VQVAE, VQVAEConfig
 from attnlab.models.text_to_image import TextToImage, TextToImageConfig
 from attnlab.models.scene_attributes import SceneAttributeClassifier, SceneAttributeConfig
 from attnlab.models.image_transformer import ImageTransformer, ImageTransformerConfig
+from attnlab.models.music import MusicTransformer, MusicTransformerConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
            "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
            "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig",
            "Captioner", "CaptionerConfig", "VQVAE", "VQVAEConfig",
            "TextToImage", "TextToImageConfig", "SceneAttributeClassifier", "SceneAttributeConfig",
-           "ImageTransformer", "ImageTransformerConfig"]
+           "ImageTransformer", "ImageTransformerConfig",
+           "MusicTransformer", "MusicTransformerConfig"]

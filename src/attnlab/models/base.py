@@ -123,7 +123,8 @@ class StackConfig(LayerConfig):
     its pattern fields in ``pattern_fields`` (with whether each must be causal).
 
     ``positional`` is one of :data:`attnlab.layers.positional.POSITIONAL_KINDS`; "none"
-    (NoPE) is valid only when every pattern is causal. Patterns are registry specs
+    (NoPE) is valid only when every pattern is causal or sees positions itself (relative).
+    Patterns are registry specs
     (:func:`attnlab.attention.build_pattern`): a name or ``{"name": ..., **parameters}``.
     """
 
@@ -142,14 +143,15 @@ class StackConfig(LayerConfig):
         for name, must_be_causal in self.pattern_fields.items():
             spec = getattr(self, name)
             try:
-                causal = build_pattern(spec).causal
+                pattern = build_pattern(spec)
             except ValueError as error:
                 raise ValueError(f"{name}: {error}") from None
+            causal = pattern.causal
             if must_be_causal and not causal:
                 raise ValueError(f"{name}={spec!r} is not a causal pattern; this stack is decoded step by step")
-            if self.positional == "none" and not causal:
-                raise ValueError(f"positional='none' needs causal attention (nothing else tells positions apart), "
-                                 f"but {name}={spec!r}")
+            if self.positional == "none" and not (causal or pattern.encodes_positions):
+                raise ValueError(f"positional='none' needs causal attention (nothing else tells positions apart) "
+                                 f"or a relative pattern, but {name}={spec!r}")
 
 
 def _fits_type(value: Any, annotation: Any) -> bool:

@@ -1,0 +1,197 @@
+"""Music modelling as a training task: pieces -> token streams -> windows -> the LM loss.
+
+The Music Transformer is a language model over music tokens, so the task is
+:mod:`attnlab.tasks.lm`'s with music data: every piece becomes ``[START] tokens [END]``,
+the pieces are joined into one stream, training reads random windows of it
+(:class:`~attnlab.data.text.TextWindows`) and the loss is :func:`~attnlab.tasks.lm.lm_loss`.
+``attnlab train music`` (:mod:`attnlab.cli.train_music`) is a thin shell over these pieces.
+
+Sources (``--data``): ``jsb`` (JSB Chorales, the paper's serialisation, train/valid
+splits), ``bach`` (music21's chorales as performance events; the last 10 % of pieces
+validate) or a folder of ``.mid`` files (likewise). Performance training pieces are
+augmented as in the paper: every transposition by -3..+3 semitones and time stretches of
+0.95, 1.0 and 1.05.
+
+Evaluation (:func:`evaluate_nll`): negative log-likelihood in nats per music token of
+each validation piece, cut into consecutive chunks of ``context`` tokens that are each
+predicted on their own (the first chunk after START); the END token is not scored.
+Scoring at a context of 2L for a model trained on windows of L measures how it holds up
+past its trained length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.data import music
+from attnlab.tasks.lm import lm_loss
+
+__all__ = ["load_music_model", "MusicData", "load_music_data", "music_stream", "evaluate_nll", "lm_loss", "TRANSPOSITIONS", "STRETCHES",
+           "primer_tokens", "tokens_to_notes"]
+
+TRANSPOSITIONS = (-3, -2, -1, 0, 1, 2, 3)
+STRETCHES = (0.95, 1.0, 1.05)
+
+
+def load_music_model(directory, *, device="cpu"):
+    """A saved Music Transformer (its config names the token encoding); ValueError for
+    another kind of model."""
+    from attnlab.models.registry import load_model
+
+    model = load_model(directory, device=device)
+    if getattr(model.config, "encoding", None) is None:
+        raise ValueError(f"--model {directory}: a {model.config.family} model, not a Music Transformer "
+                         "(train one with attnlab train music)")
+    return model
+
+
+@dataclass
+class MusicData:
+    """Token sequences of one source (without start/end), and what they are."""
+
+    encoding: str  # "jsb" or "performance"
+    train: list[list[int]]
+    valid: list[list[int]]
+    description: str
+    fingerprint: str
+
+
+def _fingerprint(pieces: Sequence[Sequence[int]]) -> str:
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(torch.tensor(piece, dtype=torch.int32).numpy().tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def load_music_data(source: str, *, data_dir: str | os.PathLike | None = None, augment: bool = True,
+                    valid_fraction: float = 0.1, progress: bool = False) -> MusicData:
+    """``source``: "jsb", "bach" or a directory of MIDI files (see the module docstring)."""
+    if source == "jsb":
+        train = [music.serialize_chorale(c) for c in music.load_jsb_chorales("train", data_dir)]
+        valid = [music.serialize_chorale(c) for c in music.load_jsb_chorales("valid", data_dir)]
+        description = f"JSB Chorales ({len(train)} train / {len(valid)} valid chorales, 16th grid, S A T B)"
+        return MusicData("jsb", train, valid, description, _fingerprint(train + valid))
+    if source == "bach":
+        cache = None if data_dir is None else os.path.join(data_dir, "music21_cache")
+        pieces = music.load_bach_chorales(cache, progress=progress)
+        name = "music21's Bach chorales"
+    else:
+        if not os.path.isdir(source):
+            raise ValueError(f"--data {source}: not jsb, bach or a directory of MIDI files")
+        pieces = music.load_midi_folder(source)
+        name = f"MIDI files in {source}"
+    if len(pieces) < 2:
+        raise ValueError(f"{name}: {len(pieces)} piece(s) with notes; need at least 2 (one to validate on)")
+    count_valid = max(1, int(round(len(pieces) * valid_fraction)))
+    train_notes, valid_notes = pieces[:-count_valid], pieces[-count_valid:]
+    train = []
+    for _, notes in train_notes:
+        variants = [(t, s) for t in TRANSPOSITIONS for s in STRETCHES] if augment else [(0, 1.0)]
+        for transpose, stretch in variants:
+            tokens = music.encode_performance(music.augment_notes(notes, transpose=transpose, stretch=stretch))
+            if tokens:
+                train.append(tokens)
+    valid = [music.encode_performance(notes) for _, notes in valid_notes]
+    description = (f"{name}: {len(train_notes)} train pieces" + (" x 21 augmentations" if augment else "")
+                   + f", {len(valid_notes)} valid pieces, performance events")
+    return MusicData("performance", train, valid, description, _fingerprint(train + valid))
+
+
+def music_stream(pieces: Sequence[Sequence[int]]) -> torch.Tensor:
+    """``[START] piece [END]`` for every piece, joined into one 1-D stream of ids."""
+    stream = []
+    for piece in pieces:
+        stream.append(music.START)
+        stream.extend(piece)
+        stream.append(music.END)
+    return torch.tensor(stream, dtype=torch.long)
+
+
+@torch.no_grad()
+def evaluate_nll(model, pieces: Sequence[Sequence[int]], *, context: int, batch_size: int = 8,
+                 device=None) -> dict:
+    """Nats per music token of ``pieces`` (see the module docstring). Returns
+    ``{"nll": ..., "tokens": ..., "context": ...}``."""
+    if context < 1:
+        raise ValueError(f"context={context} must be >= 1")
+    if context > model.config.max_positions:
+        raise ValueError(f"context={context} exceeds the model's max_positions={model.config.max_positions}")
+    was_training = model.training
+    model.eval()
+    device = device or next(model.parameters()).device
+    chunks = []  # (inputs, targets) of at most `context` predictions each
+    for piece in pieces:
+        sequence = [music.START, *piece]
+        for first in range(0, len(piece), context):
+            targets = sequence[first + 1:first + 1 + context]
+            chunks.append((sequence[first:first + len(targets)], targets))
+    chunks.sort(key=lambda chunk: len(chunk[0]))
+    total, count = 0.0, 0
+    try:
+        for start in range(0, len(chunks), batch_size):
+            batch = chunks[start:start + batch_size]
+            width = max(len(inputs) for inputs, _ in batch)
+            ids = torch.full((len(batch), width), model.config.pad_id, dtype=torch.long)
+            targets = torch.full((len(batch), width), -100, dtype=torch.long)
+            for row, (inputs, wanted) in enumerate(batch):
+                ids[row, :len(inputs)] = torch.tensor(inputs)
+                targets[row, :len(wanted)] = torch.tensor(wanted)
+            # Right padding: a causal model's earlier positions never see it; it is not scored.
+            logits = model(ids.to(device)).float()
+            total += float(F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100,
+                                           reduction="sum"))
+            count += int((targets != -100).sum())
+    finally:
+        model.train(was_training)
+    return {"nll": total / count if count else math.nan, "tokens": count, "context": context}
+
+
+def primer_tokens(encoding: str, primer: str | None, *, data_dir=None, primer_steps: int = 16,
+                  max_tokens: int | None = None) -> list[int]:
+    """The prompt for generation: ``[START]`` plus the primer's tokens.
+
+    ``primer``: a MIDI file (performance models; its last ``max_tokens`` events are kept), or
+    ``jsb-valid:N`` (JSB models: the first ``primer_steps`` time steps of validation chorale N).
+    """
+    prompt = [music.START]
+    if primer is None:
+        return prompt
+    if primer.startswith("jsb-valid:"):
+        if encoding != "jsb":
+            raise ValueError(f"--primer {primer}: a JSB chorale primes a JSB model; this model's encoding is "
+                             f"{encoding} (give a MIDI file)")
+        chorales = music.load_jsb_chorales("valid", data_dir)
+        try:
+            index = int(primer.split(":", 1)[1])
+            chorale = chorales[index]
+        except (ValueError, IndexError):
+            raise ValueError(f"--primer {primer}: give jsb-valid:N with N in 0..{len(chorales) - 1}") from None
+        return prompt + music.serialize_chorale(chorale[:primer_steps])
+    if encoding != "performance":
+        raise ValueError(f"--primer {primer}: a MIDI primer needs a performance-event model; this model's encoding "
+                         "is jsb (prime it with jsb-valid:N)")
+    tokens = music.encode_performance(music.read_midi_notes(primer))
+    if max_tokens is not None and len(tokens) > max_tokens:
+        tokens = tokens[-max_tokens:]
+    return prompt + tokens
+
+
+def tokens_to_notes(encoding: str, tokens: Sequence[int]) -> list[music.Note]:
+    """Generated tokens (start/end/pad allowed) as notes."""
+    if encoding == "performance":
+        return music.decode_performance(tokens)
+    body = []
+    for token in tokens:
+        if token == music.END:
+            break
+        if token >= music.JSB_REST:
+            body.append(token)
+    return music.chorale_to_notes(music.deserialize_chorale(body))

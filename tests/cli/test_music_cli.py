@@ -1,0 +1,120 @@
+"""attnlab train music / generate-music / evaluate-music on a tiny MIDI folder and on JSB."""
+
+import json
+import random
+
+import pytest
+
+from attnlab.cli.main import main
+from attnlab.data import music
+from attnlab.viz.music import find_synthesizer
+
+TINY_PERFORMANCE = ["--preset", "music_performance_small", "--set", "num_layers=1", "--set", "d_model=16",
+                    "--set", "num_heads=2", "--set", "d_ff=32", "--context", "32", "--batch-size", "4",
+                    "--val-every", "3", "--val-batches", "2", "--save-every", "3", "--no-progress", "--device", "cpu",
+                    "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def midi_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("midi")
+    rng = random.Random(0)
+    for piece in range(5):
+        notes = []
+        for i in range(30):
+            start = i * 0.25
+            notes.append(music.Note(rng.choice([60, 62, 64, 65, 67]), start, start + 0.2, rng.randint(40, 100)))
+        music.write_midi(notes, root / f"piece{piece}.mid")
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(midi_folder, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    assert main(["train", "music", "--data", str(midi_folder), "--max-steps", "4", "--out", str(out),
+                 *TINY_PERFORMANCE]) == 0
+    return out
+
+
+def _no_traceback(err):
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 8
+
+
+def test_train_writes_a_music_model(trained):
+    config = json.loads((trained / "model" / "config.json").read_text())
+    assert config["family"] == "music_transformer" and config["encoding"] == "performance"
+    assert config["attention"]["name"] == "relative_skew"
+    assert any("valid_nll" in line for line in (trained / "metrics.jsonl").read_text().splitlines())
+
+
+def test_generate_music_writes_midi_png_and_wav(trained, midi_folder, tmp_path, capsys):
+    out = tmp_path / "song.mid"
+    args = ["generate-music", "--model", str(trained / "model"), "--primer", str(midi_folder / "piece0.mid"),
+            "--length", "40", "--seed", "3", "--top-k", "20", "--out", str(out)]
+    assert main(args) == 0
+    notes = music.read_midi_notes(out)
+    assert len(notes) >= 30  # the primer's notes at least
+    assert out.with_suffix(".png").stat().st_size > 5000
+    err = capsys.readouterr().err
+    if find_synthesizer() is not None:
+        assert out.with_suffix(".wav").read_bytes()[:4] == b"RIFF"
+    else:
+        assert "fluidsynth fluid-soundfont-gm" in err
+    before = out.read_bytes()
+    assert main(args) != 0  # no silent overwrite
+    err = capsys.readouterr().err
+    assert "--force" in err and out.read_bytes() == before
+    _no_traceback(err)
+    assert main([*args, "--force", "--no-audio", "--seed", "4"]) == 0
+
+
+def test_evaluate_music_on_the_held_out_pieces(trained, midi_folder, tmp_path, capsys):
+    result_file = tmp_path / "r.json"
+    assert main(["evaluate-music", "--model", str(trained / "model"), "--data", str(midi_folder), "--context", "16",
+                 "32", "--json", str(result_file), "--device", "cpu"]) == 0
+    results = json.loads(result_file.read_text())["results"]
+    assert [r["context"] for r in results] == [16, 32] and all(0 < r["nll"] < 10 for r in results)
+    assert "nats/token" in capsys.readouterr().out
+
+
+def test_bad_inputs_give_one_clear_line(midi_folder, trained, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "broken.mid").write_bytes(b"MThd\x00\x00\x00\x06\x00\x01")
+    music.write_midi([music.Note(60, 0, 1, 80)], bad / "fine.mid")
+    cases = [
+        (["train", "music", "--data", str(bad), "--out", str(tmp_path / "o1"), *TINY_PERFORMANCE],
+         str(bad / "broken.mid")),
+        (["train", "music", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")], "not jsb, bach or"),
+        (["train", "music", "--data", str(midi_folder), "--preset", "music_tiny", "--out", str(tmp_path / "o3")],
+         "encoding is 'jsb'"),
+        (["generate-music", "--model", str(trained / "model"), "--primer", str(bad / "broken.mid"), "--out",
+          str(tmp_path / "x.mid")], str(bad / "broken.mid")),
+        (["generate-music", "--model", str(trained / "model"), "--out", str(tmp_path / "x.wav")], "give a .mid"),
+        (["generate-music", "--model", str(trained / "model"), "--length", "9000", "--out", str(tmp_path / "x.mid")],
+         "max_positions"),
+        (["generate-music", "--model", str(trained / "model"), "--sample-rate", "100", "--out",
+          str(tmp_path / "x.mid")], "--sample-rate=100"),
+    ]
+    for args, message in cases:
+        assert main(args) != 0
+        err = capsys.readouterr().err
+        assert message in err, (args, err)
+        _no_traceback(err)
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "x.mid").exists()
+
+
+def test_train_and_evaluate_on_jsb(shared_data, tmp_path, capsys, monkeypatch):
+    if not music.jsb_path(shared_data).is_file():
+        pytest.skip("JSB Chorales not in the shared data")
+    out = tmp_path / "jsb"
+    assert main(["train", "music", "--data", "jsb", "--data-dir", str(shared_data), "--preset", "music_tiny",
+                 "--context", "32", "--batch-size", "4", "--max-steps", "2", "--val-every", "2", "--val-batches", "1",
+                 "--no-progress", "--out", str(out), "--device", "cpu"]) == 0
+    assert main(["generate-music", "--model", str(out / "model"), "--primer", "jsb-valid:1", "--data-dir",
+                 str(shared_data), "--length", "16", "--seed", "0", "--no-audio", "--out", str(tmp_path / "c.mid")]) == 0
+    assert len(music.read_midi_notes(tmp_path / "c.mid")) > 0
+    monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path / "empty"))
+    assert main(["evaluate-music", "--model", str(out / "model"), "--data", "jsb"]) != 0
+    err = capsys.readouterr().err
+    assert "JSB Chorales not found" in err and "ATTNLAB_DATA" in err
