@@ -157,3 +157,16 @@ def test_without_positions_the_causal_mask_alone_breaks_permutation_symmetry():
         assert (causal[:, order] - permuted).abs().max() > 1e-3
         # The first position sees only itself: its output is a function of its token alone.
         torch.testing.assert_close(model(ids[:, :1])[0, 0], causal[0, 0], atol=1e-5, rtol=1e-5)
+
+
+def test_step_head_copy_follows_the_weights():
+    """The decode step's transposed copy of the output embedding is rebuilt when the weights
+    change in place (an optimizer step between two generations), never stale."""
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_tiny").eval()
+    ids = torch.randint(1, model.config.vocab_size, (2, 1))
+    with torch.no_grad():
+        for _ in range(2):
+            step = model.decoder.step(ids[:, 0], model.decoder.new_cache(2, 8))
+            torch.testing.assert_close(step, model(ids)[:, -1], rtol=1e-4, atol=1e-5)
+            model.decoder.head.weight.mul_(1.5)  # in place, as an optimizer does (tied: the embedding too)
