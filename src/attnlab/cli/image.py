@@ -49,20 +49,12 @@ def add_arguments(parser) -> None:
     model.add_argument("--max-steps", type=int, default=20000, help="optimizer updates (default: 20000)")
     model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
     model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
-    model.add_argument("--max-minutes", type=float,
-                       help="wall-clock budget: stop (and checkpoint) after the update that passes it")
-    run_group = parser.add_argument_group("run")
-    run_group.add_argument("--val-every", type=int, default=500, help="validate every N updates (0: never; default 500)")
+    from attnlab.cli.options import add_run_group
+
+    run_group = add_run_group(parser)
     run_group.add_argument("--val-images", type=int, default=256,
                            help="validation images scored each time (default: 256)")
     run_group.add_argument("--test-images", type=int, help="score only the first N test images (default: all)")
-    run_group.add_argument("--save-every", type=int, default=500, help="checkpoint every N updates (default: 500)")
-    run_group.add_argument("--threads", type=int, help="torch CPU threads")
-    run_group.add_argument("--seed", type=int, default=0)
-    run_group.add_argument("--out", required=True, help="output directory")
-    run_group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
-    run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
 
 
 def load_image_set(source: str, split: str, *, image_size=None, channels=None):

@@ -120,3 +120,22 @@ def options_from_args(options_class, args, **given):
     parsed = vars(args)
     values = {f.name: parsed[f.name] for f in dataclasses.fields(options_class) if f.name in parsed}
     return options_class(**{**values, **given})
+
+
+def add_run_group(parser, *, every: int = 500, seed: int = 0):
+    """The "run" options every training verb shares (validation and checkpoint cadence, time
+    budget, threads, seed, output, resume, progress bar) and ``--device``; returns the group
+    so a verb can add its own run options to it."""
+    run = parser.add_argument_group("run")
+    run.add_argument("--max-minutes", type=float,
+                     help="wall-clock budget: stop (and checkpoint) after the update that passes it")
+    run.add_argument("--val-every", type=int, default=every, help=f"validate every N updates (0: never; default: {every})")
+    run.add_argument("--save-every", type=int, default=every,
+                     help=f"checkpoint every N updates (0: only at the end; default: {every})")
+    run.add_argument("--threads", type=int, help="torch CPU threads")
+    run.add_argument("--seed", type=int, default=seed)
+    run.add_argument("--out", required=True, help="output directory")
+    run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_argument(parser)
+    return run

@@ -20,8 +20,6 @@ HELP = "train an image captioner on scenes (synthetic), coco:DIR or flickr:DIR"
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
-
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="scenes",
                       help="scenes (32x32 synthetic), scenes64, emoji[:DIR] (Twemoji by their Unicode names), "
@@ -40,17 +38,9 @@ def add_arguments(parser) -> None:
     model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
     model.add_argument("--beam", type=int, default=3, help="beam size for the final test captions (default: 3)")
-    run_group = parser.add_argument_group("run")
-    run_group.add_argument("--max-minutes", type=float,
-                           help="wall-clock budget: stop (and checkpoint) after the update that passes it")
-    run_group.add_argument("--val-every", type=int, default=500, help="validate every N updates (0: never)")
-    run_group.add_argument("--save-every", type=int, default=500, help="checkpoint every N updates (0: only at the end)")
-    run_group.add_argument("--threads", type=int, help="torch CPU threads")
-    run_group.add_argument("--seed", type=int, default=0)
-    run_group.add_argument("--out", required=True, help="output directory")
-    run_group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
-    run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
+    from attnlab.cli.options import add_run_group
+
+    add_run_group(parser)
 
 
 def run(args) -> int:

@@ -44,22 +44,13 @@ def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: i
     parser.add_argument("--max-steps", type=int, default=max_steps, help=f"optimizer updates (default: {max_steps})")
     parser.add_argument("--lr", type=float, default=lr, help=f"peak learning rate, cosine schedule (default: {lr:g})")
     parser.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
-    parser.add_argument("--max-minutes", type=float,
-                        help="wall-clock budget: stop (and checkpoint) after the update that passes it")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help=f"override a preset field, e.g. --set {set_example} (repeatable)")
-    parser.add_argument("--val-every", type=int, default=250, help="validate every N updates (default: 250)")
-    parser.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
-    parser.add_argument("--save-every", type=int, default=250, help="checkpoint every N updates (default: 250)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
-    from attnlab.cli.options import add_device_argument, add_precision_argument
+    from attnlab.cli.options import add_precision_argument, add_run_group
 
-    add_device_argument(parser)
     add_precision_argument(parser)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run = add_run_group(parser, every=250, seed=1)
+    run.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
 
 
 def run(args) -> int:

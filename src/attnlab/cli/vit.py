@@ -52,20 +52,10 @@ def add_arguments(parser) -> None:
     model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
     model.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (default: 0.05)")
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
-    model.add_argument("--max-minutes", type=float,
-                       help="wall-clock budget: stop (and checkpoint) after the update that passes it")
-    from attnlab.cli.options import add_precision_argument
+    from attnlab.cli.options import add_precision_argument, add_run_group
 
     add_precision_argument(model)
-    run_group = parser.add_argument_group("run")
-    run_group.add_argument("--val-every", type=int, default=500, help="validate every N updates (default: 500)")
-    run_group.add_argument("--save-every", type=int, default=500, help="checkpoint every N updates (default: 500)")
-    run_group.add_argument("--threads", type=int, help="torch CPU threads")
-    run_group.add_argument("--seed", type=int, default=0)
-    run_group.add_argument("--out", required=True, help="output directory")
-    run_group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
-    run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
+    add_run_group(parser)
 
 
 def _check_positive(args, names) -> None:
