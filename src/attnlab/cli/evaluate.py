@@ -66,13 +66,13 @@ def run(args) -> int:
     from attnlab.evaluation import score_translations
     from attnlab.translation import Translator
 
-    if (args.data is None) == (args.src_file is None and args.ref_file is None):
-        raise ValueError("give either --data NAME or --src-file and --ref-file")
     set_threads(args.threads)
     from attnlab.cli.options import describe_device, resolve_device
 
     device = resolve_device(args.device)
-    translator = Translator.load(args.model, device=device)
+    translator = Translator.load(args.model, device=device)  # a missing model is the first thing to say
+    if (args.data is None) == (args.src_file is None and args.ref_file is None):
+        raise ValueError("give either --data NAME or --src-file and --ref-file")
     if args.data is not None:
         src_lang = args.src_lang or translator.info.get("src_lang")
         tgt_lang = args.tgt_lang or translator.info.get("tgt_lang")
