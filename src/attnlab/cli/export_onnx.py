@@ -70,17 +70,12 @@ def run(args) -> int:
 
 
 def _write_parts(model, parts, opset: int) -> None:
-    """Both halves written to temporary names and renamed only when both exist."""
-    import os
-
+    """Both halves written to fresh temporary files (files.atomic_write, nested) and renamed
+    over their names only once both are complete; a failure leaves neither."""
+    from attnlab.files import atomic_write
     from attnlab.interop.onnx_export import export_translation_parts
 
-    temporary = [path.with_name(f".{path.name}.{os.getpid()}.tmp") for path in parts]
-    try:
-        export_translation_parts(model, *temporary, opset=opset)
-        for tmp, path in zip(temporary, parts):
-            os.replace(tmp, path)
-    finally:
-        for tmp in temporary:
-            tmp.unlink(missing_ok=True)
+    encoder, decoder = parts
+    atomic_write(encoder, lambda encoder_tmp: atomic_write(
+        decoder, lambda decoder_tmp: export_translation_parts(model, encoder_tmp, decoder_tmp, opset=opset)))
     print(f"wrote {parts[0]} and {parts[1]}: the halves for step-by-step decoding (onnx_greedy_translate)")

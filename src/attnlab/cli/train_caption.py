@@ -46,24 +46,19 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from attnlab.cli.options import parse_overrides, resolve_device
+    from attnlab.cli.options import options_from_args, parse_overrides, resolve_device
+    from attnlab.cli.vit import _check_positive
     from attnlab.tasks.caption import CaptionTrainOptions, train_captioner
 
-    for name in ("batch_size", "max_steps", "image_size", "threads", "train_images", "beam", "vocab_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
+    _check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "train_images", "beam", "vocab_size"))
     if not 0.0 <= args.label_smoothing < 1.0:
         raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
     if args.threads:
         torch.set_num_threads(args.threads)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    options = CaptionTrainOptions(
-        out=args.out, data=args.data, train_images=args.train_images, image_size=args.image_size, preset=args.preset,
-        model_overrides=parse_overrides(args.set), vocab_size=args.vocab_size, batch_size=args.batch_size,
-        max_steps=args.max_steps, lr=args.lr, warmup=args.warmup, label_smoothing=args.label_smoothing,
-        beam_size=args.beam, val_every=args.val_every or None, save_every=args.save_every or None,
-        max_minutes=args.max_minutes, seed=args.seed, device=resolve_device(args.device), resume=args.resume,
+    options = options_from_args(
+        CaptionTrainOptions, args, model_overrides=parse_overrides(args.set), beam_size=args.beam,
+        val_every=args.val_every or None, save_every=args.save_every or None, device=resolve_device(args.device),
         progress_bar=not args.no_progress, log=say)
     model_dir, results = train_captioner(options)
     say(format_results(results))

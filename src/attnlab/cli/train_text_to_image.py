@@ -60,7 +60,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from attnlab.cli.options import parse_overrides, resolve_device
+    from attnlab.cli.options import options_from_args, parse_overrides, resolve_device
     from attnlab.tasks.text_to_image import TextToImageTrainOptions, train_text_to_image
 
     for name in ("train_images", "reader_images", "vocab_size", "vqvae_steps", "classifier_steps", "batch_size", "max_steps",
@@ -73,16 +73,9 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    options = TextToImageTrainOptions(
-        out=args.out, data=args.data, train_images=args.train_images, vqvae=args.vqvae, vqvae_preset=args.vqvae_preset,
-        vqvae_steps=args.vqvae_steps, classifier=args.classifier, classifier_steps=args.classifier_steps,
-        reader_images=args.reader_images,
-        preset=args.preset, model_overrides=parse_overrides(args.set), vocab_size=args.vocab_size,
-        batch_size=args.batch_size, max_steps=args.max_steps, lr=args.lr, warmup=args.warmup,
-        label_smoothing=args.label_smoothing,
-        max_minutes=args.max_minutes, eval_prompts=args.eval_prompts, temperature=args.temperature,
-        top_k=args.top_k, seed=args.seed, device=resolve_device(args.device), progress_bar=not args.no_progress,
-        log=say)
+    options = options_from_args(
+        TextToImageTrainOptions, args, model_overrides=parse_overrides(args.set), device=resolve_device(args.device),
+        progress_bar=not args.no_progress, log=say)
     model_dir, results = train_text_to_image(options)
     say(report(results))
     print(model_dir)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from attnlab.files import atomic_write
 
 __all__ = ["piano_roll_png", "find_synthesizer", "render_wav", "SYNTH_HINT"]
 
@@ -29,7 +30,6 @@ def piano_roll_png(notes: Sequence, path: str | os.PathLike, *, title: str = "",
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from attnlab.files import atomic_write
 
     figure = Figure(figsize=(12, 4.5))
     FigureCanvasAgg(figure)
@@ -71,15 +71,14 @@ def render_wav(midi_path: str | os.PathLike, wav_path: str | os.PathLike, *, sam
         raise RuntimeError(SYNTH_HINT)
     program, soundfont = found
     wav_path = Path(wav_path)
-    fd, tmp = tempfile.mkstemp(dir=wav_path.parent, prefix=f".{wav_path.name}.", suffix=".wav")
-    os.close(fd)
-    try:
-        result = subprocess.run([program, "-ni", "-q", "-F", tmp, "-r", str(sample_rate), soundfont, str(midi_path)],
+
+    def synthesize(tmp: str) -> None:
+        # -T wav: the temporary name does not end in .wav, from which fluidsynth would guess it
+        result = subprocess.run([program, "-ni", "-q", "-T", "wav", "-F", tmp, "-r", str(sample_rate), soundfont,
+                                 str(midi_path)],
                                 capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0 or Path(tmp).stat().st_size == 0:
             raise RuntimeError(f"fluidsynth failed on {midi_path}: {(result.stderr or result.stdout).strip()[-300:]}")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, wav_path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+
+    atomic_write(wav_path, synthesize)
     return wav_path
