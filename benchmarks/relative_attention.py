@@ -3,11 +3,16 @@ and sampling with vs without the key/value cache.
 
     python benchmarks/relative_attention.py --threads 1 --repeats 5
     python benchmarks/relative_attention.py --threads 1 --skip-layer --sample-tokens 1024
+    python benchmarks/relative_attention.py --threads 1 --repeats 5 --skew-chunk-elements 0   # skew in one piece
 
 Layer part: one self-attention layer (``MultiHeadAttention``, d_model 512, 8 heads, causal,
 ``max_relative_position = L - 1`` so every distance has its own embedding, as in the
 paper's comparison) on one sequence of L = 512, 1024, 2048: forward + backward of
 ``out.sum()`` w.r.t. the input and all parameters, float32, CPU.
+
+``relative_skew`` computes inputs of more than ``RelativeSkew.chunk_elements`` logits (2²¹:
+L = 2048 here) in checkpointed query chunks; ``--skew-chunk-elements 0`` measures it in one
+piece, as the paper's layer does.
 
 * time: medians of interleaved repetitions in one process (benchmarks/common.py);
 * memory, two honest CPU measures, each (pattern, L) in a fresh child process:
@@ -46,7 +51,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_medians  # noqa: E402
 
-from attnlab.attention import MultiHeadAttention, build_pattern  # noqa: E402
+from attnlab.attention import MultiHeadAttention, RelativeSkew, build_pattern  # noqa: E402
 
 D_MODEL, HEADS = 512, 8
 
@@ -93,7 +98,7 @@ def memory_child(name: str, length: int, shared: bool) -> dict:
 
 def measure_memory(name: str, length: int, shared: bool, threads: int) -> dict:
     command = [sys.executable, __file__, "--memory-child", name, str(length), str(int(shared)),
-               "--threads", str(threads)]
+               "--threads", str(threads), "--skew-chunk-elements", str(RelativeSkew.chunk_elements)]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -167,17 +172,23 @@ def main() -> None:
     parser.add_argument("--shaw-max-length", type=int, default=1024,
                         help="skip Shaw's per-head layer above this length (its pairs tensor: H·L²·D_h·4 bytes)")
     parser.add_argument("--skip-layer", action="store_true")
+    parser.add_argument("--skew-chunk-elements", type=int, default=RelativeSkew.chunk_elements,
+                        help="relative_skew computes inputs of more logits than this in query chunks "
+                             f"(default {RelativeSkew.chunk_elements}; 0 = always in one piece)")
     parser.add_argument("--skip-sampling", action="store_true")
     parser.add_argument("--sample-tokens", type=int, default=1024)
     parser.add_argument("--sample-preset", default="music_performance_small")
     parser.add_argument("--memory-child", nargs=3, metavar=("PATTERN", "LENGTH", "SHARED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    RelativeSkew.chunk_elements = args.skew_chunk_elements
     if args.memory_child:
         name, length, shared = args.memory_child
         print(json.dumps(memory_child(name, int(length), bool(int(shared)))))
         return
-    print(f"torch {torch.__version__}, {args.threads} thread(s)")
+    chunks = (f"relative_skew in query chunks above {args.skew_chunk_elements} logits"
+              if args.skew_chunk_elements > 0 else "relative_skew in one piece")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {chunks}")
     if not args.skip_layer:
         layer_part(args)
     if not args.skip_sampling:

@@ -119,6 +119,66 @@ def test_skew_equals_shaw_values_and_gradients(causal, shared, span):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "both-directions"])
+@pytest.mark.parametrize("shared", [False, True], ids=["per-head", "shared"])
+@pytest.mark.parametrize("query_offset,key_offset,query_len,key_len,padded", [
+    (None, 0, 13, 13, False), (None, 0, 13, 13, True), (None, 2, 5, 11, True), (9, 3, 7, 17, False)])
+def test_query_chunks_equal_the_naive_reference_values_and_gradients(causal, shared, query_offset, key_offset,
+                                                                     query_len, key_len, padded):
+    """Long inputs go through query chunks (checkpointed under autograd; causal chunks cut
+    the keys after their last query): the same values as the float64 loop and the same
+    gradients as the computation in one piece, with padding, offsets, odd sizes and a last
+    chunk shorter than the others."""
+    span = 4
+    pattern = bound(RelativeSkew, 2, 3, max_relative_position=span, causal=causal, shared=shared)
+    pattern.chunk_elements = 2 * 2 * key_len * 3  # 3 query rows per chunk
+    q, k, v = (t.requires_grad_() for t in tensors(2, 2, query_len, key_len, 3, seed=5))
+    mask = None
+    if padded:
+        mask = torch.ones(2, 1, 1, key_len, dtype=torch.bool)
+        mask[1, ..., :3] = False
+        mask[0, ..., -1] = False
+    keys = list(range(key_offset, key_offset + key_len))
+    queries = keys[key_len - query_len:] if query_offset is None else range(query_offset, query_offset + query_len)
+    embeddings = pattern.relative_embeddings
+    expected, _ = naive_relative_attention(q, k, v, embeddings, max_relative_position=span, causal=causal, mask=mask,
+                                           query_positions=queries, key_positions=keys)
+    ctx = AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask)
+    calls = []
+    original = pattern._attend
+    pattern._attend = lambda *a: calls.append(a[0].shape[-2]) or original(*a)
+    out, _ = pattern(q, k, v, ctx)
+    assert calls == [min(3, query_len - i) for i in range(0, query_len, 3)]  # really in chunks
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    # gradients: against the whole computation (one chunk), itself tested against Shaw's
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v, embeddings), upstream)
+    pattern._attend = original
+    pattern.chunk_elements = 0  # no chunks
+    whole, _ = pattern(q, k, v, ctx)
+    want = torch.autograd.grad(whole, (q, k, v, embeddings), upstream)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
+def test_query_chunks_with_dropout_recompute_the_same_masks():
+    """Checkpointed chunks are recomputed in the backward pass with the forward's dropout:
+    the gradients equal those of the same chunks without checkpointing (same seed)."""
+    pattern = bound(RelativeSkew, 2, 4, max_relative_position=5)
+    pattern.chunk_elements = 2 * 12 * 4
+    q, k, v = (t.requires_grad_() for t in tensors(1, 2, 12, 12, 4, seed=6))
+    torch.manual_seed(11)
+    out, _ = pattern(q, k, v, AttentionContext(dropout_p=0.3))
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v, pattern.relative_embeddings))
+    torch.manual_seed(11)
+    plain = torch.cat([pattern._attend(q[..., i:i + 4, :], k[..., :i + 4, :], v[..., :i + 4, :],
+                                       AttentionContext(query_offset=i, dropout_p=0.3))[0] for i in range(0, 12, 4)], -2)
+    torch.testing.assert_close(out, plain, atol=1e-12, rtol=1e-10)
+    for a, b in zip(grads, torch.autograd.grad(plain.square().sum(), (q, k, v, pattern.relative_embeddings))):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+    assert not torch.equal(out, pattern(q, k, v, AttentionContext())[0])  # dropout did drop something
+
+
 def test_span_zero_is_content_only_attention():
     """One embedding for every distance adds the same logit to every key: no effect."""
     pattern = bound(RelativeSkew, 2, 4, max_relative_position=0)

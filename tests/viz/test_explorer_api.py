@@ -2,6 +2,7 @@
 search, summaries against direct formulas, 4xx JSON for bad requests over real HTTP,
 and self-contained pages (no external URL)."""
 
+import base64
 import json
 import math
 import re
@@ -17,7 +18,7 @@ from attnlab.viz.explorer import explorer_html, load_source
 from attnlab.viz.explorer.maps import Analysis, AttentionGroup
 from attnlab.viz.explorer.payload import (QUANT, decode_weights, head_entropy, mean_distance, search_pair,
                                           thumbnails)
-from attnlab.viz.explorer.server import ExplorerApp, make_server
+from attnlab.viz.explorer.server import Binary, ExplorerApp, make_server
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,11 @@ def test_analyse_then_every_layer(app):
         assert entry["query_tokens"] == group.query_tokens and len(entry["key_tokens"]) == keys
         # padding excluded: the source has exactly its pieces + </s>, no pad columns
         assert "<pad>" not in entry["key_tokens"] + entry["query_tokens"]
+        assert "thumbnails" not in entry and "summaries" not in entry  # asked for when shown
+        status, thumbs = app.handle("GET", f"/api/thumbnails?id={ov['id']}&group={entry['name']}")
+        expected = thumbnails(group.weights)
+        assert status == 200 and (thumbs["height"], thumbs["width"]) == tuple(expected.shape[2:])
+        assert base64.b64decode(thumbs["data"]) == expected.numpy().tobytes()
         status, summary = app.handle("GET", f"/api/summary?id={ov['id']}&group={entry['name']}")
         assert status == 200 and np.array(summary["entropy"]).shape == np.array(summary["distance"]).shape == (
             layers, heads)
@@ -45,6 +51,9 @@ def test_analyse_then_every_layer(app):
             weights = decode_weights(data["data"], (heads, queries, keys))
             assert np.abs(weights.sum(-1) - 1).max() <= keys / QUANT  # rows sum to 1 (rounding of each cell)
             assert np.abs(weights - group.weights[layer].double().numpy()).max() <= 0.5 / QUANT + 1e-7
+            status, raw = app.handle("GET", f"/api/layer.bin?id={ov['id']}&group={entry['name']}&layer={layer}")
+            assert status == 200 and isinstance(raw, Binary) and len(raw) == 2 * heads * queries * keys
+            assert np.array_equal(np.frombuffer(raw, dtype="<u2").reshape(heads, queries, keys) / QUANT, weights)
 
 
 def test_summaries_match_direct_formulas():
@@ -90,6 +99,7 @@ def base_url(translation_dir):
 @pytest.mark.parametrize("method, path, body, status, message", [
     ("GET", "/api/layer?id=nope&group=cross&layer=0", None, 404, "unknown or expired"),
     ("GET", "/api/layer?group=cross&layer=0", None, 400, "exactly one 'id'"),
+    ("GET", "/api/layer.bin?id=nope&group=cross&layer=0", None, 404, "unknown or expired"),
     ("GET", "/etc/passwd", None, 404, "no such page"),
     ("GET", "/../../config.json", None, 404, "no such page"),
     ("PUT", "/api/analyse", b"{}", 405, "not allowed"),
@@ -112,6 +122,20 @@ def test_bad_requests_get_json_errors_over_http(base_url, method, path, body, st
     # the server is still up and well afterwards
     with urllib.request.urlopen(base_url + "/api/info", timeout=30) as ok:
         assert json.loads(ok.read())["family"] == "transformer"
+
+
+def test_layer_bytes_over_http(base_url):
+    request = urllib.request.Request(base_url + "/api/analyse", data=json.dumps({"text": "ein hund"}).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        ov = json.loads(response.read())
+    entry = ov["groups"][2]
+    with urllib.request.urlopen(f"{base_url}/api/layer?id={ov['id']}&group=cross&layer=1", timeout=30) as response:
+        expected = decode_weights(json.loads(response.read())["data"], (entry["heads"], entry["queries"], entry["keys"]))
+    with urllib.request.urlopen(f"{base_url}/api/layer.bin?id={ov['id']}&group=cross&layer=1", timeout=30) as response:
+        assert response.headers["Content-Type"] == "application/octet-stream"
+        raw = response.read()
+    assert np.array_equal(np.frombuffer(raw, dtype="<u2").reshape(expected.shape) / QUANT, expected)
 
 
 def test_server_binds_localhost_by_default(translation_dir):

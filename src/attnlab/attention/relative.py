@@ -44,6 +44,9 @@ from attnlab.attention.masks import causal_mask, combine_masks
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, register_pattern
 
 MAX_RELATIVE_POSITION = 1 << 16  # a loaded config may not ask for more embedding rows
+# RelativeSkew computes long inputs in query chunks of at most this many logits (B·H·rows·Lk,
+# 8 MB in float32): at L = 2048 with 8 heads, 128 queries at a time.
+CHUNK_ELEMENTS = 1 << 21
 
 
 def skew(relative: Tensor, key_len: int) -> Tensor:
@@ -146,9 +149,57 @@ class RelativeSkew(_Relative):
     When the span is shorter than the distances (``R`` rows < ``W``), the logits are
     computed for the ``R`` rows, ``(B, H, Lq, R)``, and their columns gathered by the
     clipped distance, instead of multiplying ``q`` by ``W`` gathered rows.
+
+    Long inputs (more than ``chunk_elements`` = 2²¹ logits, e.g. L = 2048 with 8 heads) are
+    computed in query chunks, checkpointed under autograd (:meth:`_attend_in_chunks`), so
+    memory is O(chunk·Lk) rather than O(Lq·Lk) in training too; tested equal, values and
+    gradients, to the whole computation. Not when the weights are asked for.
     """
 
+    chunk_elements = CHUNK_ELEMENTS  # an instance may set its own (tests, benchmarks); not part of the spec
+
     def forward(self, q, k, v, ctx):
+        batch, heads, query_len, _ = q.shape
+        key_len = k.shape[-2]
+        rows = max(1, self.chunk_elements // max(1, batch * heads * key_len))
+        if (ctx.need_weights or rows >= query_len or self.chunk_elements <= 0
+                or not (ctx.query_offset is None or isinstance(ctx.query_offset, int))):
+            return self._attend(q, k, v, ctx)
+        return self._attend_in_chunks(q, k, v, ctx, rows), None
+
+    def _attend_in_chunks(self, q, k, v, ctx, rows: int) -> Tensor:
+        """The same outputs, ``rows`` queries at a time, so no ``(B, H, Lq, Lk)`` tensor
+        exists at once: each chunk's relative logits, scores and softmax live only while
+        the chunk is computed, and under autograd each chunk is checkpointed (recomputed in
+        the backward pass, with the same dropout), so training keeps only the chunks'
+        inputs and outputs. A causal chunk reads only the keys up to its last query."""
+        from torch.utils.checkpoint import checkpoint
+
+        query_len, key_len = q.shape[-2], k.shape[-2]
+        offset = ctx.key_offset + key_len - query_len if ctx.query_offset is None else ctx.query_offset
+        mask = ctx.mask
+        track = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (q, k, v, self.relative_embeddings) if t is not None)
+        outs = []
+        for start in range(0, query_len, rows):
+            stop = min(query_len, start + rows)
+            keys = min(key_len, max(1, offset + stop - ctx.key_offset)) if self.causal else key_len
+            part = mask
+            if part is not None and part.dim() >= 2 and part.shape[-2] == query_len:
+                part = part[..., start:stop, :]
+            if part is not None and part.shape[-1] == key_len:
+                part = part[..., :keys]
+            sub = AttentionContext(query_offset=offset + start, key_offset=ctx.key_offset, mask=part,
+                                   geometry=ctx.geometry, dropout_p=ctx.dropout_p)
+            args = (q[..., start:stop, :], k[..., :keys, :], v[..., :keys, :])
+            if track:
+                outs.append(checkpoint(lambda a, b, c, sub=sub: self._attend(a, b, c, sub)[0], *args,
+                                       use_reentrant=False))
+            else:
+                outs.append(self._attend(*args, sub)[0])
+        return torch.cat(outs, dim=-2)
+
+    def _attend(self, q, k, v, ctx):
         query_len, key_len = q.shape[-2], k.shape[-2]
         width = key_len if self.causal else key_len + query_len - 1
         # Column c holds distance (last query - first key) - c; a device tensor, no host sync

@@ -42,6 +42,9 @@ def add_arguments(parser) -> None:
     data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
     data.add_argument("--shift", type=int, default=2,
                       help="random shift of up to this many pixels (augmentation; 0 = off; default: 2)")
+    data.add_argument("--hflip", action="store_true",
+                      help="mirror half the training images left-right (for classes that survive a mirror, "
+                           "e.g. Fashion-MNIST's clothes; not for digits)")
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--preset", default="vit_tiny_patch4_28", help="model preset (default: vit_tiny_patch4_28)")
     model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -124,7 +127,8 @@ def run(args) -> int:
                          bf16=bf16, compile=args.compile)
     smoothing = args.label_smoothing
     trainer = Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
-                      ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift), config,
+                      ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift,
+                                   hflip=args.hflip), config,
                       valid_batches=evaluation_batches(valid), model_files=[classes_file])
     started = time.perf_counter()
     last = trainer.train(resume=args.resume)

@@ -1,8 +1,9 @@
 """Image classification with the shared Trainer: batches, augmentation, loss, evaluation.
 
 * :class:`ImageBatches`: a resumable batch source over an :class:`~attnlab.data.images.ImageSet`
-  (a fresh seeded permutation each epoch; random shifts drawn from a generator seeded by
-  (seed, epoch, batch), so a resumed run sees exactly the same augmented batches);
+  (a fresh seeded permutation each epoch; random shifts and optional left-right flips drawn
+  from a generator seeded by (seed, epoch, batch), so a resumed run sees exactly the same
+  augmented batches);
 * :func:`classification_loss`: label-smoothed cross-entropy summed over the images, with
   the NLL and the number of correct predictions as logs (the trainer reports their means:
   ``nll``, ``ppl`` and ``correct`` = accuracy);
@@ -47,19 +48,29 @@ def random_shift(images: Tensor, max_shift: int, generator: torch.Generator) -> 
     return torch.stack([padded[i, :, dy:dy + height, dx:dx + width] for i, (dy, dx) in enumerate(offsets)])
 
 
+def random_hflip(images: Tensor, generator: torch.Generator, p: float = 0.5) -> Tensor:
+    """Mirror each image left-right with probability ``p`` (for data whose classes survive a
+    mirror, e.g. clothes; not digits)."""
+    flip = torch.rand(images.shape[0], generator=generator) < p
+    if not flip.any():
+        return images
+    return torch.where(flip[:, None, None, None], images.flip(-1), images)
+
+
 class ImageBatches(EpochPosition):
     """Shuffled mini-batches ``{"images": float (B, C, H, W), "labels": (B,)}`` of an image set,
-    with optional random shifts; resumable (``state_dict`` = epoch and position).
+    with optional random shifts and left-right flips; resumable (``state_dict`` = epoch and position).
     ``raw=True`` keeps the uint8 pixels (generative models predict them)."""
 
     def __init__(self, data: ImageSet, batch_size: int, *, seed: int = 0, shuffle: bool = True, max_shift: int = 0,
-                 drop_last: bool = True, raw: bool = False):
+                 hflip: bool = False, drop_last: bool = True, raw: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if len(data) == 0:
             raise ValueError(f"{data.name} {data.split}: no images")
         self.data, self.batch_size, self.seed = data, batch_size, seed
         self.shuffle, self.max_shift, self.drop_last, self.raw = shuffle, max_shift, drop_last, raw
+        self.hflip = hflip
         self.epoch, self.position = 0, 0
 
     def __len__(self) -> int:
@@ -78,10 +89,12 @@ class ImageBatches(EpochPosition):
         while self.position < len(self):
             index = order[self.position * self.batch_size:(self.position + 1) * self.batch_size]
             images = self.data.images[index]
-            if self.max_shift:
+            if self.max_shift or self.hflip:
                 generator = torch.Generator().manual_seed(
                     (self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.position)
                 images = random_shift(images, self.max_shift, generator)
+                if self.hflip:
+                    images = random_hflip(images, generator)
             self.position += 1
             yield {"images": images if self.raw else normalize(images), "labels": self.data.labels[index]}
 

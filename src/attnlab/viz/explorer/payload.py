@@ -1,9 +1,12 @@
 """What the explorer page reads: JSON-ready summaries, thumbnails and per-layer weights.
 
-The page asks for the overview of an analysis first (tokens, per-head entropy and mean
-attention distance, a small thumbnail of every layer x head), and for full weights one
-layer at a time, so hundreds of tokens and dozens of layers stay quick. Weights travel as
-little-endian uint16 (``round(w * 65535)``, base64): exact to 8e-6, half of float32.
+The page asks for the overview of an analysis first (tokens and shapes), for full weights
+one layer at a time, and for the per-head entropy and mean attention distance and the small
+thumbnail of every layer x head when it shows them, so hundreds of tokens and dozens of
+layers stay quick. Weights travel as
+little-endian uint16 (``round(w * 65535)``): exact to 8e-6, half of float32 — as raw
+bytes from the server (:func:`quantize_weights`, no base64 or JSON to encode and parse)
+and as base64 inside JSON or a self-contained file (:func:`encode_weights`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from attnlab.viz.explorer.maps import Analysis, AttentionGroup
 QUANT = 65535
 THUMBNAIL = 48  # thumbnails are at most THUMBNAIL x THUMBNAIL cells
 
-__all__ = ["QUANT", "THUMBNAIL", "head_entropy", "mean_distance", "summaries", "thumbnails", "encode_weights", "decode_weights",
-           "overview", "layer_payload", "search_pair", "full_payload"]
+__all__ = ["QUANT", "THUMBNAIL", "head_entropy", "mean_distance", "summaries", "thumbnails", "quantize_weights",
+           "encode_weights", "decode_weights",
+           "overview", "thumbnail_payload", "layer_bytes", "layer_payload", "search_pair", "full_payload"]
 
 
 def head_entropy(weights: Tensor) -> Tensor:
@@ -50,10 +54,15 @@ def thumbnails(weights: Tensor, size: int = THUMBNAIL) -> Tensor:
     return (small / peak * 255).round().to(torch.uint8).reshape(layers, heads, *small.shape[-2:])
 
 
-def encode_weights(weights: Tensor) -> str:
-    """Any-shape weights in [0, 1] -> base64 of little-endian uint16 ``round(w * QUANT)``."""
+def quantize_weights(weights: Tensor) -> bytes:
+    """Any-shape weights in [0, 1] -> little-endian uint16 ``round(w * QUANT)``, row-major bytes."""
     array = (weights.float().clamp(0, 1) * QUANT).round().to(torch.int32).numpy().astype("<u2")
-    return base64.b64encode(array.tobytes()).decode("ascii")
+    return array.tobytes()
+
+
+def encode_weights(weights: Tensor) -> str:
+    """Any-shape weights in [0, 1] -> base64 of :func:`quantize_weights`."""
+    return base64.b64encode(quantize_weights(weights)).decode("ascii")
 
 
 def decode_weights(data: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -72,32 +81,50 @@ def summaries(group: AttentionGroup) -> dict:
             "max_entropy": round(math.log(group.weights.shape[-1]), 4)}
 
 
-def _group_overview(group: AttentionGroup, with_summaries: bool) -> dict:
-    layers, heads, queries, keys = group.weights.shape
+def thumbnail_payload(group: AttentionGroup) -> dict:
+    """:func:`thumbnails` of every layer x head of a group: ``{"height", "width", "data"}``,
+    ``data`` = base64 of the uint8 ``(layers, heads, h, w)`` cells."""
     thumbs = thumbnails(group.weights)
+    return {"group": group.name, "height": thumbs.shape[2], "width": thumbs.shape[3],
+            "data": base64.b64encode(thumbs.numpy().tobytes()).decode("ascii")}
+
+
+def _group_overview(group: AttentionGroup, with_details: bool) -> dict:
+    layers, heads, queries, keys = group.weights.shape
     entry = {"name": group.name, "layers": layers, "heads": heads, "queries": queries, "keys": keys,
-             "query_tokens": group.query_tokens, "key_tokens": group.key_tokens,
-             "thumbnails": {"height": thumbs.shape[2], "width": thumbs.shape[3],
-                            "data": base64.b64encode(thumbs.numpy().tobytes()).decode("ascii")}}
-    if with_summaries:
+             "query_tokens": group.query_tokens, "key_tokens": group.key_tokens}
+    if with_details:
+        entry["thumbnails"] = thumbnail_payload(group)
         entry["summaries"] = summaries(group)
     return entry
 
 
-def overview(analysis: Analysis, analysis_id: str, *, with_summaries: bool = False) -> dict:
-    """The first answer for a text: tokens and thumbnails of every group (the page asks
-    for :func:`summaries` when it shows them: over all layers they cost more than the
-    first drawing needs)."""
+def overview(analysis: Analysis, analysis_id: str, *, with_details: bool = False) -> dict:
+    """The first answer for a text: the tokens and shapes of every group. The page asks
+    for :func:`thumbnail_payload` and :func:`summaries` when it shows them (the first
+    drawing needs neither); ``with_details=True`` puts both in (a self-contained file)."""
     return {"id": analysis_id, "text": analysis.text, "output": analysis.output,
-            "groups": [_group_overview(g, with_summaries) for g in analysis.groups]}
+            "groups": [_group_overview(g, with_details) for g in analysis.groups]}
+
+
+def _check_layer(group: AttentionGroup, layer: int) -> None:
+    layers = group.weights.shape[0]
+    if not 0 <= layer < layers:
+        raise ValueError(f"layer={layer} is outside 0..{layers - 1}")
+
+
+def layer_bytes(group: AttentionGroup, layer: int) -> bytes:
+    """All heads of one layer as :func:`quantize_weights` bytes of ``(heads, Lq, Lk)`` (the
+    page knows the shape from the overview)."""
+    _check_layer(group, layer)
+    return quantize_weights(group.weights[layer])
 
 
 def layer_payload(group: AttentionGroup, layer: int) -> dict:
     """All heads of one layer: ``{"layer", "heads", "queries", "keys", "scale", "data"}``
     with ``data`` = :func:`encode_weights` of ``(heads, Lq, Lk)``."""
+    _check_layer(group, layer)
     layers, heads, queries, keys = group.weights.shape
-    if not 0 <= layer < layers:
-        raise ValueError(f"layer={layer} is outside 0..{layers - 1}")
     return {"group": group.name, "layer": layer, "heads": heads, "queries": queries, "keys": keys, "scale": QUANT,
             "data": encode_weights(group.weights[layer])}
 
@@ -122,7 +149,7 @@ def search_pair(group: AttentionGroup, query: int, key: int, top: int = 10) -> d
 
 def full_payload(analysis: Analysis, analysis_id: str = "embedded") -> dict:
     """The overview plus every layer of every group, for a self-contained HTML file."""
-    payload = overview(analysis, analysis_id, with_summaries=True)
+    payload = overview(analysis, analysis_id, with_details=True)
     for group, entry in zip(analysis.groups, payload["groups"]):
         entry["layer_data"] = [layer_payload(group, i)["data"] for i in range(group.weights.shape[0])]
     return payload

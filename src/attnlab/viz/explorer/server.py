@@ -8,9 +8,12 @@ a 500 JSON error, never a traceback page.
 API (all JSON):
   GET  /                          the page
   GET  /api/info                  {family, description, default_text, max_tokens}
-  POST /api/analyse {text, generate?}   overview: tokens, summaries, thumbnails, id
+  POST /api/analyse {text, generate?}   overview: tokens and shapes of each group, id
   GET  /api/layer?id=&group=&layer=     one layer's weights (heads, Lq, Lk), uint16 base64
+  GET  /api/layer.bin?id=&group=&layer= the same weights as raw little-endian uint16 bytes
+                                  (application/octet-stream; what the page reads)
   GET  /api/summary?id=&group=          per-head entropy and mean attention distance
+  GET  /api/thumbnails?id=&group=       a small uint8 thumbnail of every layer x head (base64)
   GET  /api/pair?id=&group=&query=&key= heads ranked by weight[query, key]
 """
 
@@ -26,7 +29,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from attnlab.viz.explorer.maps import Analysis, AttentionSource
 from attnlab.viz.explorer.page import render_page
-from attnlab.viz.explorer.payload import layer_payload, overview, search_pair, summaries
+from attnlab.viz.explorer.payload import (layer_bytes, layer_payload, overview, search_pair, summaries,
+                                          thumbnail_payload)
 
 MAX_BODY = 64 * 1024  # bytes of a POST body
 KEEP = 8  # analyses kept for /api/layer and /api/pair
@@ -38,6 +42,10 @@ class RequestError(ValueError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+class Binary(bytes):
+    """A response body of raw bytes (``application/octet-stream``), not a page."""
 
 
 class ExplorerApp:
@@ -82,6 +90,7 @@ class ExplorerApp:
                                 f"{[g.name for g in analysis.groups]}")
 
     def handle(self, method: str, path: str, body: bytes = b"") -> tuple[int, dict | bytes]:
+        """``(status, payload)``: a dict (JSON), :class:`Binary` (raw bytes) or other bytes (the page)."""
         url = urlsplit(path)
         if len(path) > 2048:
             raise RequestError(414, "the request line is too long")
@@ -101,12 +110,16 @@ class ExplorerApp:
             return 200, self.analyse(values)
         if route == ("GET", "/api/layer"):
             return 200, layer_payload(self._group(query), _integer(query, "layer"))
+        if route == ("GET", "/api/layer.bin"):
+            return 200, Binary(layer_bytes(self._group(query), _integer(query, "layer")))
         if route == ("GET", "/api/summary"):
             return 200, summaries(self._group(query))
+        if route == ("GET", "/api/thumbnails"):
+            return 200, thumbnail_payload(self._group(query))
         if route == ("GET", "/api/pair"):
             return 200, search_pair(self._group(query), _integer(query, "query"), _integer(query, "key"))
-        if url.path in ("/", "/index.html", "/api/info", "/api/analyse", "/api/layer", "/api/summary",
-                        "/api/pair"):
+        if url.path in ("/", "/index.html", "/api/info", "/api/analyse", "/api/layer", "/api/layer.bin",
+                        "/api/summary", "/api/thumbnails", "/api/pair"):
             raise RequestError(405, f"{method} is not allowed on {url.path}")
         raise RequestError(404, f"no such page: {url.path}")
 
@@ -132,7 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
     quiet = False
 
     def _send(self, status: int, payload) -> None:
-        if isinstance(payload, bytes):
+        if isinstance(payload, Binary):
+            data, kind = bytes(payload), "application/octet-stream"
+        elif isinstance(payload, bytes):
             data, kind = payload, "text/html; charset=utf-8"
         else:
             data, kind = json.dumps(payload, separators=(",", ":")).encode(), "application/json"

@@ -12,14 +12,16 @@
   window.attnlab = state; // for notebooks, tests and curious users
 
   // ---------------------------------------------------------------- data access
+  function u16ToFloat(u16) {
+    const out = new Float32Array(u16.length);
+    for (let i = 0; i < u16.length; i++) out[i] = u16[i] / 65535;
+    return out;
+  }
   function decodeU16(b64) {
     const bin = atob(b64);
     const bytes = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    const u16 = new Uint16Array(bytes.buffer);
-    const out = new Float32Array(u16.length);
-    for (let i = 0; i < u16.length; i++) out[i] = u16[i] / 65535;
-    return out;
+    return u16ToFloat(new Uint16Array(bytes.buffer));
   }
   function decodeU8(b64) {
     const bin = atob(b64);
@@ -40,11 +42,18 @@
     const g = group();
     const key = state.ov.id + "|" + g.name + "|" + layer;
     if (!state.layers.has(key)) {
-      let b64;
-      if (state.embedded) b64 = g.layer_data[layer];
-      else b64 = (await api("/api/layer?id=" + encodeURIComponent(state.ov.id) + "&group=" +
-                            encodeURIComponent(g.name) + "&layer=" + layer)).data;
-      state.layers.set(key, decodeU16(b64));
+      if (state.embedded) {
+        state.layers.set(key, decodeU16(g.layer_data[layer]));
+      } else {
+        // Raw little-endian uint16 bytes: no base64 or JSON to build and parse.
+        const response = await fetch("/api/layer.bin?id=" + encodeURIComponent(state.ov.id) + "&group=" +
+                                     encodeURIComponent(g.name) + "&layer=" + layer);
+        if (!response.ok) throw new Error((await response.json()).error || ("HTTP " + response.status));
+        const buffer = await response.arrayBuffer();
+        if (buffer.byteLength !== 2 * g.heads * g.queries * g.keys) throw new Error("layer " + layer + ": " +
+            buffer.byteLength + " bytes, expected " + 2 * g.heads * g.queries * g.keys);
+        state.layers.set(key, u16ToFloat(new Uint16Array(buffer)));
+      }
     }
     return state.layers.get(key);
   }
@@ -189,8 +198,12 @@
   }
 
   // ---------------------------------------------------------------- model view
-  function renderModelView() {
+  async function renderModelView() {
     const g = group();
+    if (!g.thumbnails) { // fetched when the model view first opens: the first drawing needs none
+      g.thumbnails = await api("/api/thumbnails?id=" + encodeURIComponent(state.ov.id) + "&group=" +
+                               encodeURIComponent(g.name));
+    }
     const grid = $("model-grid");
     clear(grid);
     grid.style.gridTemplateColumns = "auto repeat(" + g.heads + ", auto)";
@@ -349,7 +362,7 @@
     if (!state.ov) return;
     try {
       if (state.view === "head") await renderHeadView();
-      else if (state.view === "model") renderModelView();
+      else if (state.view === "model") await renderModelView();
       else if (state.view === "matrix") await renderMatrixView();
       else await renderSummary();
       root.dataset.rendered = state.view;
