@@ -201,3 +201,42 @@ def test_bach_chorales_from_music21_are_parsed_once_and_cached(tmp_path):
     assert len(pieces) == 2 and all(len(notes) > 50 for _, notes in pieces)
     assert len(list(tmp_path.glob("bach_chorales_*.json"))) == 1
     assert music.load_bach_chorales(tmp_path, limit=2) == pieces  # from the cache
+
+
+def test_bach_chorales_music21_cannot_expand_are_skipped_and_counted(tmp_path, monkeypatch, capsys):
+    """A corpus file music21 cannot turn into MIDI (bwv277's repeats, in music21 10.5) is
+    skipped with a count on stderr instead of stopping the run (a stand-in music21 module,
+    so this runs without the 67 MB package)."""
+    import io
+    import sys
+    import types
+
+    good = random_notes(3, count=60, length=8.0)
+    buffer = io.BytesIO()
+    music.notes_to_midi(good).write(buffer)
+    midi_bytes = buffer.getvalue()
+
+    class Music21Exception(Exception):
+        pass
+
+    class ExpanderException(Music21Exception):
+        pass
+
+    def parse(name):
+        if name == "bach/bad":
+            raise ExpanderException("cannot expand Stream: badly formed repeats")
+        return name
+
+    fake = types.ModuleType("music21")
+    fake.__version__ = "test"
+    fake.exceptions21 = types.SimpleNamespace(Music21Exception=Music21Exception)
+    fake.corpus = types.SimpleNamespace(parse=parse, chorales=types.SimpleNamespace(
+        Iterator=lambda returnType: iter(["bach/a", "bach/bad", "bach/b"])))
+    fake.midi = types.SimpleNamespace(translate=types.SimpleNamespace(
+        music21ObjectToMidiFile=lambda score: types.SimpleNamespace(writestr=lambda: midi_bytes)))
+    monkeypatch.setitem(sys.modules, "music21", fake)
+    pieces = music.load_bach_chorales(tmp_path)
+    assert [name for name, _ in pieces] == ["bach/a", "bach/b"]
+    err = capsys.readouterr().err
+    assert "skipped 1 of 3 Bach chorales" in err and "bach/bad (ExpanderException)" in err
+    assert all(len(notes) == len(good) for _, notes in pieces)

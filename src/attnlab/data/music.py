@@ -47,6 +47,7 @@ import io
 import json
 import math
 import os
+import sys
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -418,17 +419,25 @@ def load_bach_chorales(cache_dir: str | os.PathLike | None = None, *, limit: int
         return _notes_from_json(cache.read_text(encoding="utf-8"))
     from tqdm import tqdm
 
-    pieces = []
+    pieces, skipped = [], []
     scores = music21.corpus.chorales.Iterator(returnType="filename")
     names = list(scores)[:limit] if limit else list(scores)
     for name in tqdm(names, desc="parsing Bach chorales (music21, cached afterwards)", disable=not progress):
-        score = music21.corpus.parse(name)
-        data = io.BytesIO()
-        midi_file = music21.midi.translate.music21ObjectToMidiFile(score)
-        data.write(midi_file.writestr())
-        notes = notes_from_midi_bytes(data.getvalue(), f"music21 corpus {name}")
+        try:
+            score = music21.corpus.parse(name)
+            data = io.BytesIO()
+            midi_file = music21.midi.translate.music21ObjectToMidiFile(score)
+            data.write(midi_file.writestr())
+            notes = notes_from_midi_bytes(data.getvalue(), f"music21 corpus {name}")
+        except (music21.exceptions21.Music21Exception, ValueError) as error:
+            # A few corpus files have repeats music21 cannot expand: skip them, counted.
+            skipped.append(f"{name} ({type(error).__name__})")
+            continue
         if notes:
             pieces.append((str(name), notes))
+    if skipped:
+        print(f"attnlab: skipped {len(skipped)} of {len(names)} Bach chorales that music21 could not turn into MIDI: "
+              + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""), file=sys.stderr)
     cache_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(cache, _notes_to_json(pieces).encode())
     return pieces
