@@ -244,3 +244,19 @@ def test_average_to_directory_needs_a_config(tmp_path):
     with pytest.raises(ValueError, match="config.json"):
         ckpt.average_checkpoints_to_directory([path], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_weights_of_another_model_are_summarised_in_one_line(tmp_path):
+    """Another model's weights: one line with the counts and an example of each kind of
+    difference, not torch's list of every key."""
+    source = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    safetensors.torch.save_model(source, str(tmp_path / "model.safetensors"))
+    other = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    with pytest.raises(ValueError) as error:
+        ckpt.load_model_weights(tmp_path, other)
+    message = str(error.value)
+    assert "model.safetensors: cannot load into Sequential" in message and "\n" not in message
+    assert "2 missing (e.g. '2.bias')" in message and "2 unexpected (e.g. '1.bias')" in message
+    assert "2 of another shape (e.g. '0.bias': (4,) in the file, (5,) in the model)" in message
+    ckpt.load_model_weights(tmp_path, same := torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)))
+    assert torch.equal(same[0].weight, source[0].weight)

@@ -374,7 +374,31 @@ def load_model_weights(path: str | os.PathLike, model: torch.nn.Module, *, stric
     try:
         safetensors.torch.load_model(model, str(file), strict=strict, device=str(device))
     except Exception as error:  # header/size errors from safetensors, key mismatches from torch
-        raise ValueError(f"{file}: cannot load into {type(model).__name__} ({error})") from error
+        detail = _mismatch_summary(file, model) or str(error)
+        raise ValueError(f"{file}: cannot load into {type(model).__name__} ({detail})") from error
+
+
+def _mismatch_summary(file: Path, model: torch.nn.Module) -> str | None:
+    """One line on how the file's tensors differ from the model's (names and shapes read
+    from the header only), instead of torch's list of every key; None if it cannot tell."""
+    try:
+        with safetensors.safe_open(str(file), framework="pt") as weights:
+            stored = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
+    except Exception:
+        return None
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
+    reshaped = sorted(name for name in set(expected) & set(stored) if expected[name] != stored[name])
+    if not (missing or unexpected or reshaped):
+        return None
+    parts = [f"{len(names)} {what}" + (f" (e.g. {names[0]!r})" if names else "")
+             for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
+    if reshaped:
+        name = reshaped[0]
+        parts.append(f"{len(reshaped)} of another shape (e.g. {name!r}: {stored[name]} in the file, "
+                     f"{expected[name]} in the model)")
+    return ", ".join(parts) + "; are these another model's weights?"
 
 
 def _first_non_finite(tensors: Mapping[str, torch.Tensor]) -> str | None:
