@@ -37,6 +37,10 @@
     return data;
   }
   function group() { return state.ov.groups[state.group]; }
+  // "?id=...&group=..." naming a group of the current analysis, for the per-group requests.
+  function groupQuery(g) {
+    return "?id=" + encodeURIComponent(state.ov.id) + "&group=" + encodeURIComponent(g.name);
+  }
   // Weights of one layer of the current group: Float32Array (heads * Lq * Lk).
   async function layerWeights(layer) {
     const g = group();
@@ -46,8 +50,7 @@
         state.layers.set(key, decodeU16(g.layer_data[layer]));
       } else {
         // Raw little-endian uint16 bytes: no base64 or JSON to build and parse.
-        const response = await fetch("/api/layer.bin?id=" + encodeURIComponent(state.ov.id) + "&group=" +
-                                     encodeURIComponent(g.name) + "&layer=" + layer);
+        const response = await fetch("/api/layer.bin" + groupQuery(g) + "&layer=" + layer);
         if (!response.ok) throw new Error((await response.json()).error || ("HTTP " + response.status));
         const buffer = await response.arrayBuffer();
         if (buffer.byteLength !== 2 * g.heads * g.queries * g.keys) throw new Error("layer " + layer + ": " +
@@ -201,8 +204,7 @@
   async function renderModelView() {
     const g = group();
     if (!g.thumbnails) { // fetched when the model view first opens: the first drawing needs none
-      g.thumbnails = await api("/api/thumbnails?id=" + encodeURIComponent(state.ov.id) + "&group=" +
-                               encodeURIComponent(g.name));
+      g.thumbnails = await api("/api/thumbnails" + groupQuery(g));
     }
     const grid = $("model-grid");
     clear(grid);
@@ -314,8 +316,7 @@
   async function renderSummary() {
     const g = group();
     if (!g.summaries) {
-      g.summaries = await api("/api/summary?id=" + encodeURIComponent(state.ov.id) + "&group=" +
-                              encodeURIComponent(g.name));
+      g.summaries = await api("/api/summary" + groupQuery(g));
     }
     const s = g.summaries;
     summaryTable($("entropy-table"), "entropy per head (nats; uniform = " + s.max_entropy.toFixed(2) + ")",
@@ -342,8 +343,7 @@
       heads.sort((a, b) => b.weight - a.weight);
       heads = heads.slice(0, 10);
     } else {
-      heads = (await api("/api/pair?id=" + encodeURIComponent(state.ov.id) + "&group=" + encodeURIComponent(g.name) +
-                         "&query=" + q + "&key=" + k)).heads;
+      heads = (await api("/api/pair" + groupQuery(g) + "&query=" + q + "&key=" + k)).heads;
     }
     const list = $("pair-results");
     clear(list);
