@@ -13,6 +13,11 @@ def test_values_become_ints_floats_bools_or_strings():
     assert isinstance(parsed["num_layers"], int) and isinstance(parsed["dropout"], float)
 
 
+def test_comma_separated_integers_become_a_tuple():
+    assert parse_overrides(["stem_channels=32,64", "x=8", "names=a,b", "sizes=1.5,2"]) == {
+        "stem_channels": (32, 64), "x": 8, "names": "a,b", "sizes": "1.5,2"}
+
+
 @pytest.mark.parametrize("item", ["dropout", "=0.3", "dropout=", ""])
 def test_malformed_items_are_named(item):
     with pytest.raises(ValueError, match="FIELD=VALUE") as error:

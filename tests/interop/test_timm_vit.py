@@ -57,6 +57,16 @@ def test_unsupported_timm_features_are_refused():
                                                                num_heads=2, qk_norm=True)
     with pytest.raises(ValueError, match="QK"):
         from_timm_vit(theirs)
+    from functools import partial
+
+    from timm.layers import HybridEmbed
+
+    backbone = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.ReLU())
+    theirs = timm.models.vision_transformer.VisionTransformer(
+        img_size=16, patch_size=2, embed_dim=16, depth=1, num_heads=2,
+        embed_layer=partial(HybridEmbed, backbone=backbone))
+    with pytest.raises(ValueError, match="hybrid patch embedding"):
+        from_timm_vit(theirs)
 
 
 def test_vit_base_parameter_count_matches_timm():

@@ -32,7 +32,7 @@ def test_paper_preset_parameter_counts(name, count):
 
 
 def test_small_presets_run_on_28x28_grey_images():
-    for name in ("vit_tiny_patch4_28", "vit_tiny_patch7_28"):
+    for name in ("vit_tiny_patch4_28", "vit_tiny_patch7_28", "vit_hybrid_tiny_28"):
         model = attnlab.create_model(name).eval()
         assert model(torch.rand(2, 1, 28, 28)).shape == (2, 10)
 
@@ -121,17 +121,23 @@ def test_drop_path_and_layer_scale():
     assert not torch.allclose(train, evaluation)  # some samples skipped the last layer's branches
 
 
+def _fit(model, images, labels, steps: int = 40) -> torch.Tensor:
+    """AdamW at 1e-2 on one batch; the last loss."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss
+
+
 def test_tiny_model_overfits_a_small_batch():
     torch.manual_seed(0)
     model = VisionTransformer(VisionTransformerConfig(image_size=8, patch_size=4, in_channels=1, num_classes=4,
                                                       d_model=32, num_layers=2, num_heads=4, d_ff=64))
     images, labels = torch.randn(16, 1, 8, 8), torch.arange(16) % 4
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(40):
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    loss = _fit(model, images, labels)
     assert loss.item() < 0.05
     assert (model(images).argmax(1) == labels).all()
 
@@ -155,3 +161,77 @@ def test_bad_images_are_refused_clearly(shape, message):
 def test_bad_configs_are_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
         _tiny(**overrides)
+
+
+def _reference_hybrid_tokens(model, images):
+    """The hybrid's tokens written out: per stem layer conv2d (stride 2, padding 1), batch
+    norm with the running statistics (evaluation), ReLU; then unfold + linear."""
+    x = images
+    stem = model.patch_embed.stem
+    for i in range(0, len(stem), 3):
+        conv, norm = stem[i], stem[i + 1]
+        x = F.conv2d(x, conv.weight, stride=2, padding=1)
+        scale = norm.weight / torch.sqrt(norm.running_var + norm.eps)
+        x = torch.relu((x - norm.running_mean[:, None, None]) * scale[:, None, None] + norm.bias[:, None, None])
+    p = model.config.patch_size
+    patches = F.unfold(x, kernel_size=p, stride=p).transpose(1, 2)
+    proj = model.patch_embed.proj
+    return patches @ proj.weight.reshape(proj.out_channels, -1).T + proj.bias
+
+
+def test_hybrid_stem_equals_conv_batchnorm_relu_then_patches():
+    model = _tiny(image_size=24, patch_size=3, stem_channels=(6, 7)).double()
+    with torch.no_grad():  # statistics and affine parameters that are not the identity
+        for module in model.patch_embed.stem:
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.normal_()
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.normal_()
+                module.bias.normal_()
+    images = torch.randn(2, 2, 24, 24, dtype=torch.float64)
+    assert model.config.patch_pixels == 12 and model.config.grid == (2, 2) and model.patch_embed.grid(images) == (2, 2)
+    torch.testing.assert_close(model.patch_embed(images), _reference_hybrid_tokens(model, images),
+                               rtol=0, atol=1e-12)
+    assert {"patch_embed.stem.0.weight", "patch_embed.stem.4.running_var"} <= set(model.state_dict())
+    assert model(images).shape == (2, 5)
+
+
+def test_hybrid_config_round_trips_through_json_and_other_resolutions_run(tmp_path):
+    model = _tiny(image_size=16, patch_size=2, stem_channels=[4])  # a list, as JSON gives it
+    assert model.config.stem_channels == (4,) and model.config.grid == (4, 4)
+    model.save_pretrained(tmp_path / "m")
+    loaded = attnlab.load_model(tmp_path / "m")
+    images = torch.randn(2, 2, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(images), model(images), rtol=0, atol=0)
+        assert loaded(torch.randn(2, 2, 24, 24)).shape == (2, 5)  # a 6x6 grid: positions resized
+
+
+def test_tiny_hybrid_overfits_a_small_batch():
+    torch.manual_seed(0)
+    model = VisionTransformer(VisionTransformerConfig(image_size=8, patch_size=1, in_channels=1, num_classes=4,
+                                                      d_model=32, num_layers=2, num_heads=4, d_ff=64,
+                                                      stem_channels=(8, 16)))
+    images, labels = torch.randn(16, 1, 8, 8), torch.arange(16) % 4
+    loss = _fit(model, images, labels)
+    model.eval()  # BatchNorm's running statistics, not the batch's
+    assert loss.item() < 0.05
+    assert (model(images).argmax(1) == labels).all()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(stem_channels=(4,), image_size=12, patch_size=4), r"not divisible by patch_size=4 times 2\^1"),
+    (dict(stem_channels=(0,)), "stem_channels"),
+    (dict(stem_channels=("32",)), "stem_channels"),
+    (dict(stem_channels=(True,)), "stem_channels"),
+    (dict(stem_channels=(4,) * 9), "at most 8"),
+])
+def test_bad_hybrid_configs_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _tiny(**overrides)
+
+
+def test_hybrid_refuses_images_its_stem_and_patches_do_not_tile():
+    model = _tiny(image_size=16, patch_size=2, stem_channels=(4,))
+    with pytest.raises(ValueError, match=r"not divisible by 4 \(the stem's 1 stride-2 convolutions times the patch"):
+        model(torch.randn(1, 2, 18, 18))

@@ -100,3 +100,32 @@ def test_each_figure_is_written_with_its_size(tmp_path):
         with Image.open(path) as image:
             assert image.format == "PNG" and image.size == EXPECTED_SIZES[path.name], path.name
     assert not list((tmp_path / "figures").glob(".*"))  # no temporary files left
+
+
+def test_a_hybrid_shows_its_stem_filters_and_measures_distance_in_pixels(tmp_path, monkeypatch):
+    from PIL import Image
+
+    import attnlab.viz.vit as vit_figures
+
+    torch.manual_seed(0)
+    # 16x16 images, one stride-2 stem convolution (5 channels), 4x4 patches of its 8x8 map:
+    # a 2x2 grid of tokens that stand for 8x8 pixels each.
+    model = VisionTransformer(VisionTransformerConfig(image_size=16, patch_size=4, in_channels=1, num_classes=2,
+                                                      d_model=16, num_layers=2, num_heads=2, d_ff=32,
+                                                      stem_channels=(5,))).eval()
+    seen = {}
+    original = vit_figures.mean_attention_distance
+
+    def spy(weights, grid, patch_size, num_prefix):
+        seen["pixels"] = patch_size
+        return original(weights, grid, patch_size, num_prefix)
+
+    monkeypatch.setattr(vit_figures, "mean_attention_distance", spy)
+    paths = write_vit_figures(model, torch.randn(3, 1, 16, 16), tmp_path / "figures")
+    assert seen["pixels"] == 8 and model.config.patch_pixels == 8
+    # The filters figure shows the stem's 5 first-layer 3x3 filters: 5 components in one row
+    # of 5 (the patch projection's 5·4·4 inputs are feature maps, not pixels).
+    components, _ = filter_components(model.patch_embed.stem.first_conv.weight)
+    assert components.shape == (5, 1, 3, 3)
+    with Image.open(paths[0]) as image:
+        assert image.size == (int(100 * (1.3 * 5 + 1.2)), int(100 * (1.3 * 1 + 0.8)))

@@ -11,8 +11,9 @@ __all__ = ["parse_overrides"]
 def parse_overrides(items: Iterable[str], flag: str = "--set") -> dict[str, Any]:
     """``["num_layers=4", "dropout=0.3", "activation=gelu"]`` -> ``{"num_layers": 4, ...}``.
 
-    Values become int, float, bool (true/false) or stay strings; the model config
-    then checks each field's name and type and names the field in its error.
+    Values become int, float, bool (true/false), a tuple of ints for comma-separated
+    integers (``stem_channels=32,64``) or stay strings; the model config then checks each
+    field's name and type and names the field in its error.
     """
     overrides: dict[str, Any] = {}
     for item in items:
@@ -20,6 +21,10 @@ def parse_overrides(items: Iterable[str], flag: str = "--set") -> dict[str, Any]
         if not sep or not name or not text:
             raise ValueError(f"{flag} {item!r}: expected FIELD=VALUE, e.g. {flag} dropout=0.3")
         value: Any
+        parts = text.split(",")
+        if len(parts) > 1 and all(part.strip().lstrip("-").isdigit() for part in parts):
+            overrides[name.strip()] = tuple(int(part) for part in parts)
+            continue
         for convert in (int, float):
             try:
                 value = convert(text)

@@ -54,6 +54,7 @@ def from_timm_vit(timm_model: nn.Module) -> VisionTransformer:
     _refuse(not isinstance(getattr(first.mlp, "norm", nn.Identity()), nn.Identity), "a norm inside the MLP")
     _refuse(type(first.mlp.act) is not nn.GELU or first.mlp.act.approximate != "none", f"activation {first.mlp.act}")
     _refuse(not isinstance(first.norm1, nn.LayerNorm), f"norm {type(first.norm1).__name__}")
+    _refuse(hasattr(model.patch_embed, "backbone"), "a hybrid patch embedding (a CNN backbone: timm's HybridEmbed)")
     _refuse(model.patch_embed.norm is not None and not isinstance(model.patch_embed.norm, nn.Identity),
             "a norm after the patch embedding")
     _refuse(getattr(model.patch_embed, "dynamic_img_pad", False), "dynamic image padding")

@@ -3,6 +3,14 @@
 An image ``(B, C, H, W)`` is cut into non-overlapping ``P x P`` patches, each flattened
 to ``C·P·P`` numbers and projected linearly to ``d_model``. A convolution with kernel and
 stride ``P`` computes exactly that projection for all patches at once.
+
+The paper's hybrid (§3.1, "Hybrid Architecture") takes the patches from a CNN's feature
+map instead of the pixels. :class:`ConvStem` is that CNN in its smallest useful form, the
+convolutional stem of Xiao et al. 2021 ("Early Convolutions Help Transformers See
+Better"): 3x3 convolutions of stride 2, each followed by BatchNorm and ReLU, so ``k`` of
+them turn an ``H x W`` image into an ``H/2^k x W/2^k`` map, whose ``P x P`` patches (1x1
+in the paper's special case) are then projected as above. One token then stands for
+``2^k·P`` pixels a side.
 """
 
 from __future__ import annotations
@@ -14,36 +22,91 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+class _BatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d (running averages with momentum 0.1) without its int64 update counter,
+    which only momentum=None uses: attnlab's weight files hold floating point only."""
+
+    def __init__(self, width: int):
+        super().__init__(width)
+        self.register_buffer("num_batches_tracked", None)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args):
+        # Without a version in the metadata (safetensors keep none) BatchNorm would add the
+        # counter it expects from before PyTorch 0.4.1, and then find it unexpected.
+        super()._load_from_state_dict(state_dict, prefix, {**local_metadata, "version": 2}, *args)
+
+
+def strided_conv_layers(in_channels: int, widths, *, norm: str, activation: str, bias: bool) -> list[nn.Module]:
+    """For each entry of ``widths``: a 3x3 convolution of stride 2 and padding 1 (halving
+    H and W, rounding up) to that many channels, a norm (``"batch"``: BatchNorm2d;
+    ``"group"``: GroupNorm with one group) and an activation (``"relu"`` or ``"gelu"``),
+    as one flat list ``[conv, norm, act, conv, ...]``; convolutions keep PyTorch's init."""
+    norms = {"batch": _BatchNorm2d, "group": lambda width: nn.GroupNorm(1, width)}
+    activations = {"relu": nn.ReLU, "gelu": nn.GELU}
+    layers: list[nn.Module] = []
+    for width in widths:
+        layers += [nn.Conv2d(in_channels, width, 3, stride=2, padding=1, bias=bias), norms[norm](width),
+                   activations[activation]()]
+        in_channels = width
+    return layers
+
+
+class ConvStem(nn.Sequential):
+    """``(B, C, H, W)`` -> ``(B, channels[-1], H/2^k, W/2^k)``: for each entry of
+    ``channels`` a 3x3 convolution of stride 2 (padding 1, no bias), BatchNorm and ReLU
+    (Xiao et al.), as ``stem.{3i}`` (conv), ``stem.{3i+1}`` (norm); the convolutions start
+    He-normal (fan-out)."""
+
+    def __init__(self, in_channels: int, channels: tuple[int, ...]):
+        super().__init__(*strided_conv_layers(in_channels, channels, norm="batch", activation="relu", bias=False))
+        for layer in self:
+            if isinstance(layer, nn.Conv2d):
+                nn.init.kaiming_normal_(layer.weight, mode="fan_out", nonlinearity="relu")
+
+    @property
+    def first_conv(self) -> nn.Conv2d:
+        return self[0]
+
+
 class PatchEmbedding(nn.Module):
-    """``(B, C, H, W)`` images -> ``(B, (H/P)·(W/P), d_model)`` patch vectors, row-major.
+    """``(B, C, H, W)`` images -> ``(B, (H/S)·(W/S), d_model)`` patch vectors, row-major,
+    where ``S = 2^len(stem_channels) · P`` pixels is the side one token stands for.
 
     ``proj`` is a ``Conv2d(C, d_model, kernel_size=P, stride=P)``; its weight reshaped to
-    ``(d_model, C·P·P)`` is the paper's matrix E (transposed).
+    ``(d_model, C·P·P)`` is the paper's matrix E (transposed). With ``stem_channels`` (the
+    hybrid) a :class:`ConvStem` runs first and ``proj`` cuts patches from its feature map.
     """
 
-    def __init__(self, patch_size: int, in_channels: int, d_model: int):
+    def __init__(self, patch_size: int, in_channels: int, d_model: int, stem_channels: tuple[int, ...] = ()):
         super().__init__()
         self.patch_size = patch_size
         self.in_channels = in_channels
-        self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
+        self.stem = ConvStem(in_channels, tuple(stem_channels)) if stem_channels else None
+        self.stride = patch_size * 2 ** len(stem_channels)
+        features = stem_channels[-1] if stem_channels else in_channels
+        self.proj = nn.Conv2d(features, d_model, kernel_size=patch_size, stride=patch_size)
         # Xavier-uniform on the flattened (d_model, C·P·P) matrix, as for a linear layer.
         nn.init.xavier_uniform_(self.proj.weight.view(d_model, -1))
         nn.init.zeros_(self.proj.bias)
 
     def grid(self, images: Tensor) -> tuple[int, int]:
-        """The patch grid ``(H/P, W/P)`` of ``images``; ValueError for a wrong shape."""
+        """The patch grid ``(H/S, W/S)`` of ``images``; ValueError for a wrong shape."""
         if images.dim() != 4:
             raise ValueError(f"images must be (batch, channels, height, width), got shape {tuple(images.shape)}")
         _, channels, height, width = images.shape
         if channels != self.in_channels:
             raise ValueError(f"images have {channels} channel(s), the model expects {self.in_channels}")
-        p = self.patch_size
-        if height % p or width % p:
-            raise ValueError(f"image size {height}x{width} is not divisible by the patch size {p}")
-        return height // p, width // p
+        s = self.stride
+        if height % s or width % s:
+            what = (f"the patch size {s}" if self.stem is None else
+                    f"{s} (the stem's {len(self.stem) // 3} stride-2 convolutions times the patch size {self.patch_size})")
+            raise ValueError(f"image size {height}x{width} is not divisible by {what}")
+        return height // s, width // s
 
     def forward(self, images: Tensor) -> Tensor:
         self.grid(images)
+        if self.stem is not None:
+            images = self.stem(images)
         return self.proj(images).flatten(2).transpose(1, 2)  # (B, d, h, w) -> (B, h·w, d)
 
 

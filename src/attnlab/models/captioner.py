@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache
 from attnlab.layers.embedding import TokenEmbedding
-from attnlab.layers.patch import sincos_position_embedding_2d
+from attnlab.layers.patch import sincos_position_embedding_2d, strided_conv_layers
 from attnlab.layers.positional import build_positional
 from attnlab.models.base import AttnlabModel, StackConfig, check_images, check_token_ids
 from attnlab.models.parts import TokenDecoder, build_stack
@@ -105,13 +105,9 @@ class ConvImageEncoder(nn.Module):
     def __init__(self, config: CaptionerConfig):
         super().__init__()
         d, blocks = config.d_model, int(math.log2(config.patch_size))
-        layers: list[nn.Module] = []
-        channels = config.in_channels
-        for i in range(blocks):
-            width = d if i == blocks - 1 else max(16, d // 2 ** (blocks - 1 - i))
-            layers += [nn.Conv2d(channels, width, 3, stride=2, padding=1), nn.GroupNorm(1, width), nn.GELU()]
-            channels = width
-        layers.append(nn.Conv2d(channels, d, 1))
+        widths = [d if i == blocks - 1 else max(16, d // 2 ** (blocks - 1 - i)) for i in range(blocks)]
+        layers = strided_conv_layers(config.in_channels, widths, norm="group", activation="gelu", bias=True)
+        layers.append(nn.Conv2d(widths[-1] if widths else config.in_channels, d, 1))
         self.body = nn.Sequential(*layers)
         self.register_buffer("positions", sincos_position_embedding_2d(config.grid, d)[None], persistent=False)
         self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)

@@ -30,11 +30,12 @@ from attnlab.layers.patch import (
     sincos_position_embedding_2d,
     square_grid,
 )
-from attnlab.models.base import AttnlabModel, LayerConfig, require_positive
+from attnlab.models.base import MAX_SIZE, AttnlabModel, LayerConfig, require_positive
 from attnlab.models.registry import register_family, register_preset
 
 POOLS = ("token", "mean")
 POSITION_EMBEDDINGS = ("learned", "sincos")
+MAX_STEM_LAYERS = 8
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class VisionTransformerConfig(LayerConfig):
     D.3), with the final LayerNorm after the pooling as in timm, and needs no class token.
     ``drop_path`` is the stochastic-depth rate of the last layer, rising linearly from 0
     at the first. ``layer_scale_init`` (None = off) starts LayerScale's per-channel gains.
+    ``stem_channels`` (empty = the plain ViT) makes the paper's hybrid: a convolutional stem
+    with one 3x3 stride-2 convolution per entry (that many channels, BatchNorm, ReLU) before
+    ``patch_size`` patches are cut from its feature map, so a token covers
+    ``patch_pixels = 2^len(stem_channels) · patch_size`` pixels a side.
     """
 
     family: ClassVar[str] = "vit"
@@ -67,14 +72,24 @@ class VisionTransformerConfig(LayerConfig):
     drop_path: float = 0.0
     layer_scale_init: float | None = None
     layer_norm_eps: float = 1e-6
+    stem_channels: tuple[int, ...] = ()
 
     def __post_init__(self):
         super().__post_init__()
         require_positive(self, "image_size", "patch_size", "in_channels", "num_layers")
         if self.num_classes < 0:
             raise ValueError(f"num_classes={self.num_classes} must be >= 0 (0 = no head)")
-        if self.image_size % self.patch_size:
-            raise ValueError(f"image_size={self.image_size} is not divisible by patch_size={self.patch_size}")
+        stem = self.stem_channels
+        if isinstance(stem, int) and not isinstance(stem, bool):
+            stem = (stem,)
+        if not isinstance(stem, (list, tuple)) or len(stem) > MAX_STEM_LAYERS or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= MAX_SIZE for c in stem):
+            raise ValueError(f"stem_channels={self.stem_channels!r} must be a list of at most {MAX_STEM_LAYERS} "
+                             f"channel counts in [1, {MAX_SIZE}] (one per stride-2 convolution; empty = no stem)")
+        object.__setattr__(self, "stem_channels", tuple(stem))  # JSON gives a list
+        if self.image_size % self.patch_pixels:
+            raise ValueError(f"image_size={self.image_size} is not divisible by patch_size={self.patch_size}"
+                             + (f" times 2^{len(stem)} for the stem's stride-2 convolutions" if stem else ""))
         if self.pool not in POOLS:
             raise ValueError(f"pool={self.pool!r}; choose one of {POOLS}")
         if self.pool == "token" and not self.class_token:
@@ -87,8 +102,13 @@ class VisionTransformerConfig(LayerConfig):
             raise ValueError(f"drop_path={self.drop_path} must be in [0, 1)")
 
     @property
+    def patch_pixels(self) -> int:
+        """The side in pixels one token stands for: the patch, times 2 per stem convolution."""
+        return self.patch_size * 2 ** len(self.stem_channels)
+
+    @property
     def grid(self) -> tuple[int, int]:
-        side = self.image_size // self.patch_size
+        side = self.image_size // self.patch_pixels
         return side, side
 
     @property
@@ -102,6 +122,7 @@ class VisionTransformer(AttnlabModel):
 
         patch_embed.proj.{weight,bias}     class_token (1, 1, d)     position_embedding (1, prefix + N, d)
         encoder.layers.i.*                 norm.{weight,bias}        head.{weight,bias}
+        patch_embed.stem.{3i}.weight (conv), patch_embed.stem.{3i+1}.* (BatchNorm)   (the hybrid only)
     """
 
     config_class = VisionTransformerConfig
@@ -109,7 +130,7 @@ class VisionTransformer(AttnlabModel):
     def __init__(self, config: VisionTransformerConfig):
         super().__init__(config)
         d = config.d_model
-        self.patch_embed = PatchEmbedding(config.patch_size, config.in_channels, d)
+        self.patch_embed = PatchEmbedding(config.patch_size, config.in_channels, d, config.stem_channels)
         self.class_token = nn.Parameter(torch.zeros(1, 1, d)) if config.class_token else None
         num_positions = config.num_prefix_tokens + config.grid[0] * config.grid[1]
         if config.position_embedding == "learned":
@@ -238,3 +259,12 @@ def vit_tiny_patch7_28() -> VisionTransformerConfig:
     d_model 96, 4 heads, MLP 192, 10 classes."""
     return VisionTransformerConfig(image_size=28, patch_size=7, in_channels=1, num_classes=10, d_model=96,
                                    num_layers=4, num_heads=4, d_ff=192)
+
+
+@register_preset
+def vit_hybrid_tiny_28() -> VisionTransformerConfig:
+    """The paper's hybrid for 28x28 grey images: a convolutional stem of two 3x3 stride-2
+    convolutions (32 and 64 channels, BatchNorm, ReLU) to a 7x7 feature map whose 1x1
+    patches are the 49 tokens; 4 layers, d_model 64, 4 heads, MLP 128, 10 classes."""
+    return VisionTransformerConfig(image_size=28, patch_size=1, in_channels=1, num_classes=10, d_model=64,
+                                   num_layers=4, num_heads=4, d_ff=128, stem_channels=(32, 64))

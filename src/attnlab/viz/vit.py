@@ -120,7 +120,11 @@ def _to_display(image: np.ndarray) -> tuple[np.ndarray, str | None]:
 
 
 def plot_filters(model, path, *, dpi: int = 100) -> Path:
-    components, explained = filter_components(model.patch_embed.proj.weight)
+    """The first layer's filters in pixels: the patch embedding's, or for a hybrid the
+    stem's first 3x3 convolution (its patch embedding sees feature maps, not pixels)."""
+    stem = model.patch_embed.stem
+    weight = model.patch_embed.proj.weight if stem is None else stem.first_conv.weight
+    components, explained = filter_components(weight)
     count = len(components)
     columns = min(7, count)
     rows = math.ceil(count / columns)
@@ -146,8 +150,9 @@ def plot_filters(model, path, *, dpi: int = 100) -> Path:
             ax.set_xlabel("pixel column", fontsize=6)
     if image is not None:
         figure.colorbar(image, ax=axes, shrink=0.8, label="component weight")
-    figure.suptitle(f"Principal components of the {model.config.d_model} patch-embedding filters "
-                    f"({model.config.patch_size}x{model.config.patch_size} pixels)", fontsize=9)
+    size = weight.shape[-1]
+    what = "patch-embedding filters" if stem is None else "filters of the stem's first convolution"
+    figure.suptitle(f"Principal components of the {weight.shape[0]} {what} ({size}x{size} pixels)", fontsize=9)
     return save_figure(figure, path)
 
 
@@ -278,11 +283,11 @@ def write_vit_figures(model, images: Tensor, out_dir: str | os.PathLike, *, dpi:
                          f"got {tuple(images.shape[-2:])}")
     _, weights = model.encode(images, need_weights=True)
     per_layer = [layer.self_attn for layer in weights]
-    distances = torch.stack([mean_attention_distance(w, config.grid, config.patch_size, config.num_prefix_tokens)
+    distances = torch.stack([mean_attention_distance(w, config.grid, config.patch_pixels, config.num_prefix_tokens)
                              for w in per_layer])
     paths = [plot_filters(model, out_dir / FIGURE_NAMES[0], dpi=dpi)]
     paths.append(plot_position_similarity(model, out_dir / FIGURE_NAMES[1], dpi=dpi))
-    paths.append(plot_attention_distance(distances.cpu(), config.patch_size, config.image_size,
+    paths.append(plot_attention_distance(distances.cpu(), config.patch_pixels, config.image_size,
                                          out_dir / FIGURE_NAMES[2], dpi=dpi))
     paths.append(plot_attention_maps(model, images[0].cpu(), [w.cpu() for w in per_layer], out_dir / FIGURE_NAMES[3],
                                      dpi=dpi))
