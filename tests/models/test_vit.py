@@ -233,5 +233,5 @@ def test_bad_hybrid_configs_are_refused(overrides, message):
 
 def test_hybrid_refuses_images_its_stem_and_patches_do_not_tile():
     model = _tiny(image_size=16, patch_size=2, stem_channels=(4,))
-    with pytest.raises(ValueError, match=r"not divisible by 4 \(the stem's 1 stride-2 convolutions times the patch"):
+    with pytest.raises(ValueError, match=r"not divisible by 4 \(2\^1 for the stem's stride-2 convolution times the patch size 2\)"):
         model(torch.randn(1, 2, 18, 18))

@@ -98,8 +98,10 @@ class PatchEmbedding(nn.Module):
             raise ValueError(f"images have {channels} channel(s), the model expects {self.in_channels}")
         s = self.stride
         if height % s or width % s:
+            convs = 0 if self.stem is None else len(self.stem) // 3
             what = (f"the patch size {s}" if self.stem is None else
-                    f"{s} (the stem's {len(self.stem) // 3} stride-2 convolutions times the patch size {self.patch_size})")
+                    f"{s} (2^{convs} for the stem's stride-2 convolution{'s' * (convs > 1)} times the patch size "
+                    f"{self.patch_size})")
             raise ValueError(f"image size {height}x{width} is not divisible by {what}")
         return height // s, width // s
 
