@@ -217,7 +217,9 @@ class Local2D(_BlockedLocal):
             ``(H, W, C)``: width W·C) at every call. A model that decodes with a cache sets
             it: the cache window depends on it.
 
-    Memory per block M = (qh+fh)·(qw+2fw) masked, (qh+2fh)·(qw+2fw) unmasked; time
+    Memory per block M = fh·(qw+2fw) + qh·(fw+qw) masked (the rows above with both flanges,
+    then the block's own rows with the left flange: the right one is all future),
+    (qh+2fh)·(qw+2fw) unmasked; time
     O(L·M·D), memory O(L·M). The farthest key a masked query attends is the top-left
     corner of its memory, so :attr:`cache_window` = (⌈fh/qh⌉·(width/qw) + ⌈fw/qw⌉ + 1)·qh·qw
     − (−fh mod qh)·qw − (−fw mod qw) (exact when the raster is at least that wide and tall).
@@ -285,7 +287,12 @@ class Local2D(_BlockedLocal):
         grid = torch.nn.functional.pad(grid, (fw, fw, fh, below), value=-1)
         memory_rows = qh + fh + below
         patches = grid.unfold(0, memory_rows, qh).unfold(1, qw + 2 * fw, qw)  # (rows, cols, mh, mw)
-        return patches.reshape(block_rows * blocks_per_row, -1)[:num_blocks]
+        patches = patches.reshape(block_rows * blocks_per_row, memory_rows, qw + 2 * fw)[:num_blocks]
+        if not self.masked:
+            return patches.flatten(1)
+        # Masked: the right flange of the block's own rows comes later in the generation order
+        # for every query of the block, so it is left out rather than gathered and masked.
+        return torch.cat([patches[:, :fh].flatten(1), patches[:, fh:, :fw + qw].flatten(1)], dim=1)
 
     def allowed(self, query_positions, key_positions, ctx):
         width = self.raster_width(ctx)
