@@ -111,3 +111,15 @@ def test_bad_inputs_are_clear_errors(folder, trained, tmp_path, capsys):
     classes = (trained / "classes.json").read_bytes()
     assert main(["train", "vit", "--data", str(folder), "--max-steps", "9", "--out", str(trained), *TINY]) == 2
     assert "--resume" in capsys.readouterr().err and (trained / "classes.json").read_bytes() == classes
+
+
+def test_resume_into_another_kind_of_run_writes_nothing_there(folder, trained, tmp_path, capsys):
+    import shutil
+
+    other = tmp_path / "other"  # a run of another verb: checkpoints, but no classes.json
+    shutil.copytree(trained / "checkpoints", other / "checkpoints")
+    before = sorted(p.relative_to(other) for p in other.rglob("*"))
+    assert main(["train", "vit", "--data", str(folder), "--max-steps", "9", "--out", str(other), "--resume",
+                 *TINY]) == 2
+    assert "not a Vision Transformer run" in capsys.readouterr().err
+    assert sorted(p.relative_to(other) for p in other.rglob("*")) == before

@@ -78,6 +78,7 @@ def run(args) -> int:
     from attnlab.data.images import describe, load_images
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
                                               evaluation_batches, save_confusion_matrix)
+    from attnlab.files import atomic_write_bytes
     from attnlab.training.checkpoint import latest_checkpoint
     from attnlab.training.trainer import TrainConfig, Trainer
 
@@ -111,14 +112,18 @@ def run(args) -> int:
         + ("bf16 autocast" if bf16 else "float32") + (", compiled" if args.compile else ""))
 
     out = Path(args.out)
-    if not args.resume and latest_checkpoint(out / "checkpoints") is not None:  # before writing anything there
+    classes_file = out / CLASSES_FILE
+    has_run = latest_checkpoint(out / "checkpoints") is not None
+    if not args.resume and has_run:  # before writing anything there
         raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
                          "or choose another directory")
+    if has_run and not classes_file.is_file():  # resuming: a ViT run wrote its classes first
+        raise ValueError(f"--out {out} holds a training run without {CLASSES_FILE}: not a Vision Transformer run; "
+                         "choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     classes_bytes = (json.dumps({"classes": train.classes, "data": str(args.data),
                                  "input": "(pixel / 255 - 0.5) / 0.5"}, indent=2) + "\n").encode()
-    classes_file = out / CLASSES_FILE
-    classes_file.write_bytes(classes_bytes)
+    atomic_write_bytes(classes_file, classes_bytes)
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
                          min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.999), eps=1e-8,
                          optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
