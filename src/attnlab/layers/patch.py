@@ -82,7 +82,8 @@ class PatchEmbedding(nn.Module):
         self.patch_size = patch_size
         self.in_channels = in_channels
         self.stem = ConvStem(in_channels, tuple(stem_channels)) if stem_channels else None
-        self.stride = patch_size * 2 ** len(stem_channels)
+        self.stem_convolutions = len(stem_channels)
+        self.stride = patch_size * 2 ** self.stem_convolutions
         features = stem_channels[-1] if stem_channels else in_channels
         self.proj = nn.Conv2d(features, d_model, kernel_size=patch_size, stride=patch_size)
         # Xavier-uniform on the flattened (d_model, C·P·P) matrix, as for a linear layer.
@@ -98,8 +99,8 @@ class PatchEmbedding(nn.Module):
             raise ValueError(f"images have {channels} channel(s), the model expects {self.in_channels}")
         s = self.stride
         if height % s or width % s:
-            convs = 0 if self.stem is None else len(self.stem) // 3
-            what = (f"the patch size {s}" if self.stem is None else
+            convs = self.stem_convolutions
+            what = (f"the patch size {s}" if not convs else
                     f"{s} (2^{convs} for the stem's stride-2 convolution{'s' * (convs > 1)} times the patch size "
                     f"{self.patch_size})")
             raise ValueError(f"image size {height}x{width} is not divisible by {what}")
