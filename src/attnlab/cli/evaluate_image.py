@@ -2,9 +2,14 @@
 
     attnlab evaluate-image --model runs/it-mnist/model                 # the data it was trained on
     attnlab evaluate-image --model runs/it-mnist/model --data fashion-mnist --split valid --limit 1000
+    attnlab evaluate-image --model runs/sr/model --super-resolve 1000 --figure sr.png  # + PSNR vs bicubic
 
 bits/dim = the mean negative log2-likelihood per sub-pixel (a model that predicts the
-uniform distribution over 256 values scores exactly 8).
+uniform distribution over 256 values scores exactly 8). A super-resolution model can also
+be scored as an upsampler: ``--super-resolve N`` downsamples the first N images, samples
+the model's output for each (greedy by default) and prints the mean per-image PSNR
+against the originals, the model's and bicubic upsampling's; ``--figure`` shows the first
+ones as rows of low-res (enlarged), bicubic, output, original.
 """
 
 from __future__ import annotations
@@ -23,6 +28,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", help="also write the result to this JSON file (must not exist)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
+    sr = parser.add_argument_group("super-resolution models")
+    sr.add_argument("--super-resolve", type=int, metavar="N",
+                    help="also super-resolve the first N images and report PSNR against bicubic upsampling")
+    sr.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature of --super-resolve (default: 0 = greedy)")
+    sr.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
+    sr.add_argument("--seed", type=int, default=0)
+    sr.add_argument("--figure", help="a PNG of the first --figure-images: low-res, bicubic, output, original per row")
+    sr.add_argument("--figure-images", type=int, default=8, help="rows of --figure (default: 8)")
+    sr.add_argument("--scale", type=int, default=3, help="enlarge the pixels of --figure by this factor (default: 3)")
+    sr.add_argument("--force", action="store_true", help="replace --figure if it exists")
 
 
 def run(args) -> int:
@@ -32,19 +48,28 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.image import load_image_model, load_image_set, model_data
+    from tqdm import tqdm
+
+    from attnlab.cli.image import check_output, load_image_model, load_image_set, model_data, sampling_options, write_png
     from attnlab.cli.options import resolve_device
     from attnlab.files import atomic_write_json
-    from attnlab.tasks.images import evaluate_bits_per_dim
+    from attnlab.tasks.images import evaluate_bits_per_dim, evaluate_super_resolution
+    from attnlab.viz.images import image_grid, upscale
 
-    for name in ("limit", "batch_size"):
+    for name in ("limit", "batch_size", "super_resolve", "figure_images"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
     if args.json and Path(args.json).exists():
         raise ValueError(f"--json {args.json} exists; choose a new file name")
+    if args.figure and not args.super_resolve:
+        raise ValueError("--figure shows super-resolution outputs: pass --super-resolve N too")
+    figure = check_output(type(args)(out=args.figure, force=args.force, scale=args.scale)) if args.figure else None
     device = torch.device(resolve_device(args.device))
+    options = sampling_options(args, device)
     model, _ = load_image_model(args.model, device)
+    if args.super_resolve and not model.config.low_resolution:
+        raise ValueError(f"--super-resolve: {args.model} is not a super-resolution model (its low_resolution is 0)")
     source = args.data or model_data(args.model)
     if source is None:
         raise ValueError(f"{args.model}: no image.json says which data it was trained on; pass --data")
@@ -58,8 +83,6 @@ def run(args) -> int:
     count = len(data) if args.limit is None else min(args.limit, len(data))
     bar = None
     if not args.no_progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=count, desc="scoring", unit="image", file=sys.stderr, leave=False)
     result = evaluate_bits_per_dim(model, data, batch_size=args.batch_size, limit=args.limit,
                                    progress=None if bar is None else bar.update)
@@ -68,6 +91,27 @@ def run(args) -> int:
     result.update({"data": str(source), "split": args.split, "model": str(args.model)})
     print(f"{source} {args.split}: {result['bits_per_dim']:.4f} bits/dim ({result['nats_per_dim']:.4f} nats) "
           f"over {result['images']} images")
+    if args.super_resolve:
+        total = min(args.super_resolve, len(data))
+        bar = None if args.no_progress else tqdm(total=total, desc="super-resolving", unit="image", file=sys.stderr,
+                                                 leave=False)
+        sr, images = evaluate_super_resolution(model, data, args.super_resolve, batch_size=args.batch_size,
+                                               progress=None if bar is None else bar.update, **options)
+        if bar is not None:
+            bar.close()
+        how = "greedy" if args.temperature == 0 else f"temperature {args.temperature:g}"
+        print(f"super-resolution {c.low_resolution}×{c.low_resolution} -> {c.height}×{c.width} of the first "
+              f"{sr['images']} images ({how}): PSNR {sr['psnr_model']:.2f} dB, bicubic {sr['psnr_bicubic']:.2f} dB "
+              f"(mean per image); the model's error is below bicubic's on {100 * sr['model_better']:.1f} % of them")
+        result["super_resolution"] = sr
+        if figure is not None:
+            rows = []
+            for i in range(min(args.figure_images, sr["images"])):
+                factor = c.height // c.low_resolution
+                rows.append([upscale(images["low"][i], factor), images["bicubic"][i], images["output"][i],
+                             images["original"][i]])
+            write_png(figure, upscale(image_grid(rows), args.scale))
+            print(f"figure: {figure}")
     if args.json:
         atomic_write_json(args.json, result)
     else:
