@@ -21,6 +21,10 @@ sub-pixel), timed whole. Uncached: re-running the prefix for every sub-pixel; ti
 fresh cache = the stack over t+1 positions) and summed over every t by linear
 interpolation, i.e. *estimated* from a subset of steps. Also the cost of tensor2tensor's
 way, the whole fixed-size image per sub-pixel: L × one full forward.
+``--models`` picks other presets, with ``PRESET:HxWxC`` for another image size (e.g.
+``imagetransformer_cifar10_base:28x28x1``, the paper's 12 layers of width 512 on a 28×28
+grey image): the ratio depends on the model, since a small model's cached step is bound by
+per-operator overhead while re-running a prefix is bound by arithmetic.
 """
 
 from __future__ import annotations
@@ -121,14 +125,28 @@ def benchmark_attention(lengths, repeats: int) -> list[dict]:
     return rows
 
 
-def benchmark_sampling(subset: int, repeats: int) -> list[dict]:
+SAMPLING_MODELS = ("imagetransformer_mnist_small", "imagetransformer_colour_small")
+
+
+def sampling_model(name: str):
+    """``PRESET`` or ``PRESET:HxWxC`` (the preset at another image size), random weights."""
     import attnlab
+
+    preset, _, size = name.partition(":")
+    overrides = {}
+    if size:
+        height, width, channels = (int(part) for part in size.lower().split("x"))
+        overrides = {"height": height, "width": width, "channels": channels}
+    torch.manual_seed(0)
+    return attnlab.create_model(preset, **overrides).eval()
+
+
+def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS) -> list[dict]:
     from attnlab.generation.images import sample_images
 
     rows = []
-    for preset in ("imagetransformer_mnist_small", "imagetransformer_colour_small"):
-        torch.manual_seed(0)
-        model = attnlab.create_model(preset).eval()
+    for preset in models:
+        model = sampling_model(preset)
         length = model.config.sequence_length
         cached = []
         for _ in range(repeats):
@@ -157,7 +175,7 @@ def benchmark_sampling(subset: int, repeats: int) -> list[dict]:
         for a, b in zip(points, points[1:]):
             estimate += (prefix_times[a] + prefix_times[b]) / 2 * (b - a)
         estimate += prefix_times[points[-1]]
-        row = {"preset": preset, "sub_pixels": length, "cached_seconds": statistics.median(cached),
+        row = {"preset": preset, "parameters": model.num_parameters(), "sub_pixels": length, "cached_seconds": statistics.median(cached),
                "uncached_prefix_seconds_estimated": estimate, "measured_prefix_lengths": len(points),
                "whole_image_per_sub_pixel_seconds": statistics.median(full) * length}
         row["speedup_vs_prefix"] = row["uncached_prefix_seconds_estimated"] / row["cached_seconds"]
@@ -173,12 +191,14 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--subset", type=int, default=16, help="prefix lengths timed for the uncached estimate")
+    parser.add_argument("--models", nargs="+", default=list(SAMPLING_MODELS),
+                        help="sampling: presets, PRESET:HxWxC for another image size")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)", flush=True)
     if args.what == "attention":
         benchmark_attention(args.lengths, args.repeats)
     else:
-        benchmark_sampling(args.subset, args.repeats)
+        benchmark_sampling(args.subset, args.repeats, args.models)
 
 
 if __name__ == "__main__":

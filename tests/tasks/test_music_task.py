@@ -78,3 +78,31 @@ def test_primers_and_decoding(tmp_path, shared_data):
         primer_tokens("performance", "jsb-valid:0")
     assert [(n.pitch, n.start, n.end) for n in tokens_to_notes("jsb", [1, 64, 60, 55, 40, 64, 3, 55, 40, 2, 70])] == [
         (36, 0.0, 0.25), (51, 0.0, 0.25), (56, 0.0, 0.125), (60, 0.0, 0.25)]
+
+
+def test_jsb_transpositions_add_shifted_training_chorales_only(tmp_path):
+    from attnlab.tasks.music import load_music_data
+
+    folder = tmp_path / "jsb_chorales"
+    folder.mkdir()
+    first = [[72, 64, 55, 48], [np.nan, 64, 55, 48]]
+    high = [[126, 60, 50, 40]]  # 126 + 2 leaves the MIDI range
+    valid = [[60, 57, 52, 45]]
+    np.savez(folder / "jsb16th_separated.npz", train_steps=np.array(first + high, dtype=np.float32),
+             train_lengths=np.array([2, 1]), valid_steps=np.array(valid, dtype=np.float32), valid_lengths=np.array([1]))
+    plain = load_music_data("jsb", data_dir=tmp_path)
+    shifted = load_music_data("jsb", data_dir=tmp_path, jsb_transpose=2)
+    assert shifted.valid == plain.valid and shifted.train[:2] == plain.train  # the originals first
+    grids = [music.deserialize_chorale(tokens) for tokens in shifted.train]
+    expected = [np.array(first) + s for s in (0, -1, 1, -2, 2)]
+    expected_high = [np.array(high) + s for s in (0, -1, 1, -2)]  # +2 skipped
+    assert len(grids) == len(expected) + len(expected_high) == 9
+    got_first = [g for g in grids if g.shape[0] == 2]
+    got_high = [g for g in grids if g.shape[0] == 1]
+    for got, want in zip(got_first + got_high, expected + expected_high):
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+    assert shifted.fingerprint != plain.fingerprint and "transpositions up to ±2: 9" in shifted.description
+    with pytest.raises(ValueError, match="--transpose=13 must be"):
+        load_music_data("jsb", data_dir=tmp_path, jsb_transpose=13)
+    with pytest.raises(ValueError, match="--transpose is for --data jsb"):
+        load_music_data(str(tmp_path), jsb_transpose=1)

@@ -31,6 +31,8 @@ def add_arguments(parser) -> None:
                         help="training window in tokens (default: 256 for jsb, 512 for performance events)")
     parser.add_argument("--no-augment", action="store_true",
                         help="performance data: no transpositions / time stretches")
+    parser.add_argument("--transpose", type=int, default=0, metavar="K",
+                        help="jsb: also train on every chorale transposed by ±1..K semitones (default: 0, none)")
     add_run_arguments(parser, set_example="dropout=0.2", batch_size=16, max_steps=5000, lr=1e-3, warmup=200)
 
 
@@ -50,7 +52,7 @@ def run(args) -> int:
     warmup, device, bf16, out, previous = start_run(args)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     data = load_music_data(args.data, data_dir=args.data_dir, augment=not args.no_augment,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, jsb_transpose=args.transpose)
     preset = args.preset or ("music_jsb_relative" if data.encoding == "jsb" else "music_performance_small")
     context = args.context or (256 if data.encoding == "jsb" else 512)
     run_info = {"data": data.fingerprint, "preset": preset, "set": args.set, "context": context}

@@ -10,7 +10,9 @@ Sources (``--data``): ``jsb`` (JSB Chorales, the paper's serialisation, train/va
 splits), ``bach`` (music21's chorales as performance events; the last 10 % of pieces
 validate) or a folder of ``.mid`` files (likewise). Performance training pieces are
 augmented as in the paper: every transposition by -3..+3 semitones and time stretches of
-0.95, 1.0 and 1.05.
+0.95, 1.0 and 1.05. JSB training chorales are not augmented unless asked
+(``jsb_transpose=K``, ``--transpose K``: every chorale also transposed by ±1..K semitones,
+whole chorales shifted on the grid; the validation chorales stay as they are).
 
 Evaluation (:func:`evaluate_nll`): negative log-likelihood in nats per music token of
 each validation piece, cut into consecutive chunks of ``context`` tokens that are each
@@ -27,6 +29,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -72,13 +75,29 @@ def _fingerprint(pieces: Sequence[Sequence[int]]) -> str:
 
 
 def load_music_data(source: str, *, data_dir: str | os.PathLike | None = None, augment: bool = True,
-                    valid_fraction: float = 0.1, progress: bool = False) -> MusicData:
-    """``source``: "jsb", "bach" or a directory of MIDI files (see the module docstring)."""
+                    valid_fraction: float = 0.1, progress: bool = False, jsb_transpose: int = 0) -> MusicData:
+    """``source``: "jsb", "bach" or a directory of MIDI files (see the module docstring).
+    ``jsb_transpose`` K > 0 adds every JSB training chorale transposed by -K..-1 and
+    1..K semitones (a transposition that would leave MIDI 0..127 is skipped)."""
+    if isinstance(jsb_transpose, bool) or not isinstance(jsb_transpose, int) or not 0 <= jsb_transpose <= 12:
+        raise ValueError(f"--transpose={jsb_transpose!r} must be a whole number of semitones in 0..12")
     if source == "jsb":
-        train = [music.serialize_chorale(c) for c in music.load_jsb_chorales("train", data_dir)]
+        chorales = music.load_jsb_chorales("train", data_dir)
+        train = []
+        for shift in sorted(range(-jsb_transpose, jsb_transpose + 1), key=abs):  # the originals first
+            for grid in chorales:
+                shifted = np.asarray(grid, dtype=np.float64) + shift
+                sounding = shifted[~np.isnan(shifted)]
+                if shift == 0 or (sounding.min(initial=0) >= 0 and sounding.max(initial=0) <= 127):
+                    train.append(music.serialize_chorale(shifted))
         valid = [music.serialize_chorale(c) for c in music.load_jsb_chorales("valid", data_dir)]
-        description = f"JSB Chorales ({len(train)} train / {len(valid)} valid chorales, 16th grid, S A T B)"
+        augmented = f" (+ transpositions up to ±{jsb_transpose}: {len(train)} training sequences)" if jsb_transpose \
+            else ""
+        description = (f"JSB Chorales ({len(chorales)} train / {len(valid)} valid chorales{augmented}, 16th grid, "
+                       "S A T B)")
         return MusicData("jsb", train, valid, description, _fingerprint(train + valid))
+    if jsb_transpose:
+        raise ValueError("--transpose is for --data jsb; performance data is augmented already (see --no-augment)")
     if source == "bach":
         cache = None if data_dir is None else os.path.join(data_dir, "music21_cache")
         pieces = music.load_bach_chorales(cache, progress=progress)
