@@ -8,6 +8,8 @@
 #   bash scripts/recipes/music_jsb.sh                    # both runs side by side, <= 2 h each
 #   MINUTES=25 RELATIVE_STEPS=250 ABSOLUTE_STEPS=700 bash scripts/recipes/music_jsb.sh   # shorter
 #   ONLY=relative bash scripts/recipes/music_jsb.sh      # one of them (relative | absolute)
+#   ROOT=runs/music_jsb_t3 bash scripts/recipes/music_jsb.sh --transpose 3 --set dropout=0.3
+#                                                        # extra arguments go to both `train music` runs
 #
 # JSB is read from $ATTNLAB_DATA/jsb_chorales (default here: ../shared/data). The two runs go
 # side by side, one thread each (the 2-core machine: run nothing else), logs in ROOT/NAME.log.
