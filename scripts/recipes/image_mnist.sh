@@ -41,8 +41,9 @@ if [[ " $RUNS " == *" local1d "* && -d runs/image_mnist_local1d/model ]]; then
   python - <<'PY'
 from attnlab.data.images import load_images, to_bytes_png
 test = load_images("mnist", "test")
-open("runs/image_mnist_figures/test0.png", "wb").write(to_bytes_png(test.images[0]))
+for i in range(4):  # the first four held-out test digits
+    open(f"runs/image_mnist_figures/test{i}.png", "wb").write(to_bytes_png(test.images[i]))
 PY
-  attnlab complete-image --model "$model" runs/image_mnist_figures/test0.png --keep-rows 14 --n 4 \
+  attnlab complete-image --model "$model" runs/image_mnist_figures/test{0,1,2,3}.png --keep-rows 14 --n 4 \
     --out runs/image_mnist_figures/completion.png --force
 fi

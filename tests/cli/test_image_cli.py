@@ -93,6 +93,27 @@ def test_complete_image_keeps_the_given_rows(trained, folder, tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_complete_image_draws_a_row_per_image(trained, folder, tmp_path, capsys):
+    out = tmp_path / "rows.png"
+    sources = [folder / "top" / "0.png", folder / "bottom" / "1.png", folder / "top" / "2.png"]
+    assert main(["complete-image", "--model", str(trained / "model"), *map(str, sources), "--keep-rows", "2",
+                 "--n", "1", "--class", "top", "--class", "bottom", "--class", "top", "--out", str(out), "--scale",
+                 "1", "--no-progress", "--device", "cpu"]) == 0
+    with Image.open(out) as grid:
+        pixels = np.asarray(grid)
+    assert pixels.shape == (2 + 3 * 10, 2 + 3 * 10)  # given, one completion, original; a row per image
+    for row, source in enumerate(sources):
+        original = np.asarray(Image.open(source))
+        top = 2 + row * 10
+        assert (pixels[top:top + 8, 22:30] == original).all()  # the original closes its row
+        assert (pixels[top:top + 2, 12:20] == original[:2]).all()  # the completion keeps its top rows
+    code = main(["complete-image", "--model", str(trained / "model"), *map(str, sources), "--keep-rows", "2",
+                 "--class", "top", "--class", "bottom", "--out", str(tmp_path / "x.png"), "--no-progress",
+                 "--device", "cpu"])
+    assert code != 0 and "--class is given 2 times for 3 images" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_evaluate_image_reports_bits_per_dim(trained, tmp_path, capsys):
     result = tmp_path / "result.json"
     assert main(["evaluate-image", "--model", str(trained / "model"), "--json", str(result), "--no-progress",
