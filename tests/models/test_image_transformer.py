@@ -42,6 +42,7 @@ CASES = {
     "colour-2d-classes": dict(channels=3, attention={"name": "local_2d", "query_shape": [2, 6], "memory_flange": [1, 3]},
                               num_classes=4),
     "super-resolution": dict(low_resolution=3, num_encoder_layers=1, attention=LOCAL_2D),
+    "super-resolution-shared-positions": dict(low_resolution=3, num_encoder_layers=1, low_res_positions="shared"),
 }
 
 
@@ -187,3 +188,29 @@ def test_attention_maps_for_the_explorer_are_local():
     allowed = local_2d_mask(36, 6, (2, 3), (1, 2), masked=True)
     assert (maps["self"][..., ~allowed] == 0).all()
     torch.testing.assert_close(maps["self"].sum(-1), torch.ones(2, 2, 36))
+
+
+def test_shared_low_resolution_positions_come_from_the_decoder_table_at_block_centres(tmp_path):
+    model = tiny(low_resolution=3, num_encoder_layers=1, low_res_positions="shared", dtype=torch.float32)
+    table = model.embedder.positions.tables  # the decoder's 6×6 rows, columns, channels
+    assert model.low_res_embedder.positions is None
+    assert not any(name.startswith("low_res_embedder.positions") for name in model.state_dict())
+    low = images(model, low=True)  # (2, 1, 3, 3)
+    with torch.no_grad():
+        got = model.low_res_embedder(model.low_res_embedder.to_sequence(low), shift=False)
+        tokens = model.low_res_embedder.embed(low.reshape(2, -1))
+        # low-res pixel (r, c) covers full-resolution rows 2r, 2r+1: its centre row is 2r + 1
+        expected = torch.stack([tokens[:, 3 * r + c] + (table[0][2 * r + 1] + table[1][2 * c + 1] + table[2][0])
+                                for r in range(3) for c in range(3)], dim=1)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    x = images(model)
+    model.train()
+    model.loss(x, low_res=low).backward()  # the encoder's use of the table reaches its gradient
+    assert table[0].grad is not None and table[0].grad.abs().sum() > 0
+    model.eval().save_pretrained(tmp_path)
+    loaded = attnlab.load_model(tmp_path).eval()
+    assert loaded.config.low_res_positions == "shared"
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x, low_res=low), model(x, low_res=low), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="low_res_positions='grid' must be 'own' or 'shared'"):
+        tiny(low_resolution=3, num_encoder_layers=1, low_res_positions="grid")

@@ -55,7 +55,10 @@ class ImageTransformerConfig(StackConfig):
     "causal" (full attention). ``positional``: "learned" or "sinusoidal" row/column/channel
     positions, or "none". ``num_classes``: class-conditional when > 0. ``low_resolution``:
     super-resolution from a ``low_resolution``² image when > 0 (must divide height and
-    width), with ``num_encoder_layers`` full-attention encoder layers.
+    width), with ``num_encoder_layers`` full-attention encoder layers. ``low_res_positions``:
+    the encoder's positions, "own" (a separate table over the low-resolution grid) or
+    "shared" (the decoder's table at the centre of the block of full-resolution pixels each
+    low-resolution pixel covers: queries and keys then start in one coordinate frame).
     """
 
     family: ClassVar[str] = "image_transformer"
@@ -75,6 +78,7 @@ class ImageTransformerConfig(StackConfig):
     num_classes: int = 0
     low_resolution: int = 0
     num_encoder_layers: int = 0
+    low_res_positions: str = "own"
 
     def __post_init__(self):
         super().__post_init__()
@@ -89,6 +93,8 @@ class ImageTransformerConfig(StackConfig):
         if self.low_resolution and (self.height % self.low_resolution or self.width % self.low_resolution):
             raise ValueError(f"low_resolution={self.low_resolution} must divide height={self.height} and "
                              f"width={self.width}")
+        if self.low_res_positions not in ("own", "shared"):
+            raise ValueError(f"low_res_positions={self.low_res_positions!r} must be 'own' or 'shared'")
         if self.low_resolution and not self.num_encoder_layers:
             raise ValueError("super-resolution (low_resolution > 0) needs num_encoder_layers >= 1")
         self.decoder_pattern()  # the query shape must tile the image
@@ -147,18 +153,31 @@ class RasterPositions(nn.Module):
 class _ImageEmbedder(nn.Module):
     """Sub-pixel values in a fixed order -> ``(B, L, d)`` inputs (optionally shifted right)."""
 
-    def __init__(self, config: ImageTransformerConfig, height: int, width: int, order: Tensor | None):
+    def __init__(self, config: ImageTransformerConfig, height: int, width: int, order: Tensor | None, *,
+                 shared_positions: tuple[RasterPositions, int, int] | None = None):
+        """``shared_positions`` ``(table, row_factor, col_factor)``: look positions up in
+        another embedder's table (not a parameter of this one), at row ``r·f + f//2`` and
+        column ``c·f + f//2`` of its grid for this grid's (r, c)."""
         super().__init__()
         c = config
         self.embed = TokenEmbedding(INTENSITIES * c.channels, c.d_model)  # intensity + 256·channel, × √d
-        self.positions = RasterPositions(c.positional, height, width, c.channels, c.d_model)
         length = height * width * c.channels
         raster = torch.arange(length) if order is None else order  # raster index of each sequence position
+        row = torch.div(raster, width * c.channels, rounding_mode="floor")
+        col = torch.div(raster, c.channels, rounding_mode="floor") % width
+        if shared_positions is None:
+            self.positions = RasterPositions(c.positional, height, width, c.channels, c.d_model)
+            self._shared_positions = None
+        else:
+            table, row_factor, col_factor = shared_positions
+            self.positions = None
+            self._shared_positions = (table,)  # a tuple: the owner registers it, not this module
+            row, col = row * row_factor + row_factor // 2, col * col_factor + col_factor // 2
         self.register_buffer("order", raster, persistent=False)
         self.register_buffer("inverse", raster.argsort(), persistent=False)
         self.register_buffer("channel", raster % c.channels, persistent=False)
-        self.register_buffer("row", torch.div(raster, width * c.channels, rounding_mode="floor"), persistent=False)
-        self.register_buffer("col", torch.div(raster, c.channels, rounding_mode="floor") % width, persistent=False)
+        self.register_buffer("row", row, persistent=False)
+        self.register_buffer("col", col, persistent=False)
         self.dropout = nn.Dropout(c.dropout)
 
     def to_sequence(self, images: Tensor) -> Tensor:
@@ -173,7 +192,8 @@ class _ImageEmbedder(nn.Module):
         return raster.permute(0, 3, 1, 2, *range(4, raster.dim()))
 
     def position_vectors(self, start: int, stop: int) -> Tensor | None:
-        return self.positions(self.row[start:stop], self.col[start:stop], self.channel[start:stop])
+        table = self.positions if self._shared_positions is None else self._shared_positions[0]
+        return table(self.row[start:stop], self.col[start:stop], self.channel[start:stop])
 
     def forward(self, values: Tensor, *, shift: bool, extra: Tensor | None = None, start: int = 0) -> Tensor:
         """Inputs ``(B, T, d)`` of positions ``start .. start+T-1``.
@@ -223,7 +243,11 @@ class ImageTransformer(AttnlabModel):
         self.stack = build_stack(c, c.num_layers, pattern, cross_attention=bool(c.low_resolution), final_norm=c.norm_first)
         self.head = Linear(c.d_model, INTENSITIES)
         if c.low_resolution:
-            self.low_res_embedder = _ImageEmbedder(c, c.low_resolution, c.low_resolution, None)
+            shared = None
+            if c.low_res_positions == "shared":
+                shared = (self.embedder.positions, c.height // c.low_resolution, c.width // c.low_resolution)
+            self.low_res_embedder = _ImageEmbedder(c, c.low_resolution, c.low_resolution, None,
+                                                   shared_positions=shared)
             self.encoder = build_stack(c, c.num_encoder_layers, "full", cross_attention=False, final_norm=c.norm_first)
         else:
             self.low_res_embedder = self.encoder = None
