@@ -185,6 +185,8 @@ def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, fol
         (["evaluate-image", "--model", str(super_resolution), "--figure", str(tmp_path / "a.png")],
          "pass --super-resolve N too"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "0"], "--super-resolve=0 must be"),
+        (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--figure",
+          str(tmp_path / "none" / "a.png")], "--figure " + str(tmp_path / "none" / "a.png") + ": the directory"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--temperature", "-1"],
          "--temperature=-1.0 must be >= 0"),
     ]

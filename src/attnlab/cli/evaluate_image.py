@@ -64,7 +64,8 @@ def run(args) -> int:
         raise ValueError(f"--json {args.json} exists; choose a new file name")
     if args.figure and not args.super_resolve:
         raise ValueError("--figure shows super-resolution outputs: pass --super-resolve N too")
-    figure = check_output(type(args)(out=args.figure, force=args.force, scale=args.scale)) if args.figure else None
+    figure = (check_output(type(args)(out=args.figure, force=args.force, scale=args.scale), "--figure") if args.figure
+              else None)
     device = torch.device(resolve_device(args.device))
     options = sampling_options(args, device)
     model, _ = load_image_model(args.model, device)

@@ -224,17 +224,18 @@ def add_output_arguments(parser) -> None:
     parser.add_argument("--scale", type=int, default=2, help="enlarge pixels by this factor in the PNG (default: 2)")
 
 
-def check_output(args) -> Path:
-    """``--out`` checked before any work: a .png path, not an existing file unless --force."""
+def check_output(args, name: str = "--out") -> Path:
+    """``args.out`` (the option ``name``) checked before any work: a .png path, not an existing
+    file unless --force."""
     out = Path(args.out)
     if out.suffix.lower() != ".png":
-        raise ValueError(f"--out {out}: give a .png file name")
+        raise ValueError(f"{name} {out}: give a .png file name")
     if out.is_symlink() or out.is_dir():
-        raise ValueError(f"--out {out}: is a directory or a link; give a new .png file name")
+        raise ValueError(f"{name} {out}: is a directory or a link; give a new .png file name")
     if out.exists() and not args.force:
-        raise ValueError(f"--out {out} exists; pass --force to replace it")
+        raise ValueError(f"{name} {out} exists; pass --force to replace it")
     if not out.parent.is_dir():
-        raise ValueError(f"--out {out}: the directory {out.parent} does not exist")
+        raise ValueError(f"{name} {out}: the directory {out.parent} does not exist")
     if not 1 <= args.scale <= 16:
         raise ValueError(f"--scale={args.scale} must be in 1..16")
     return out

@@ -42,7 +42,7 @@ def run(args) -> int:
     out = check_output(args)
     comparison = None
     if args.comparison:
-        comparison = check_output(type(args)(out=args.comparison, force=args.force, scale=args.scale))
+        comparison = check_output(type(args)(out=args.comparison, force=args.force, scale=args.scale), "--comparison")
         if comparison.resolve() == Path(out).resolve():
             raise ValueError("--comparison must be another file than --out")
     device = torch.device(resolve_device(args.device))
