@@ -175,7 +175,8 @@ def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS) -> lis
         for a, b in zip(points, points[1:]):
             estimate += (prefix_times[a] + prefix_times[b]) / 2 * (b - a)
         estimate += prefix_times[points[-1]]
-        row = {"preset": preset, "parameters": model.num_parameters(), "sub_pixels": length, "cached_seconds": statistics.median(cached),
+        row = {"preset": preset, "parameters": model.num_parameters(), "sub_pixels": length,
+               "cached_seconds": statistics.median(cached),
                "uncached_prefix_seconds_estimated": estimate, "measured_prefix_lengths": len(points),
                "whole_image_per_sub_pixel_seconds": statistics.median(full) * length}
         row["speedup_vs_prefix"] = row["uncached_prefix_seconds_estimated"] / row["cached_seconds"]

@@ -41,8 +41,7 @@ def run(args) -> int:
     if len(names) not in (0, 1, len(args.images)):
         raise ValueError(f"--class is given {len(names)} times for {len(args.images)} images: give it once for all "
                          "of them or once per image")
-    args.label = None  # prepare_sampling checks one name; each is checked below
-    out, device, options, model, classes, _ = prepare_sampling(args)
+    out, device, options, model, classes = prepare_sampling(args)
     if classes and not names:
         raise ValueError("this model is class-conditional: give the images' --class")
     labels = None

@@ -50,7 +50,7 @@ def run(args) -> int:
 
     from tqdm import tqdm
 
-    from attnlab.cli.image import check_output, load_image_model, load_image_set, model_data, sampling_options, write_png
+    from attnlab.cli.image import check_png, load_image_model, load_image_set, model_data, sampling_options, write_png
     from attnlab.cli.options import resolve_device
     from attnlab.files import atomic_write_json
     from attnlab.tasks.images import evaluate_bits_per_dim, evaluate_super_resolution
@@ -64,8 +64,7 @@ def run(args) -> int:
         raise ValueError(f"--json {args.json} exists; choose a new file name")
     if args.figure and not args.super_resolve:
         raise ValueError("--figure shows super-resolution outputs: pass --super-resolve N too")
-    figure = (check_output(type(args)(out=args.figure, force=args.force, scale=args.scale), "--figure") if args.figure
-              else None)
+    figure = check_png(args.figure, force=args.force, scale=args.scale, name="--figure") if args.figure else None
     device = torch.device(resolve_device(args.device))
     options = sampling_options(args, device)
     model, _ = load_image_model(args.model, device)
@@ -106,9 +105,8 @@ def run(args) -> int:
               f"(mean per image); the model's error is below bicubic's on {100 * sr['model_better']:.1f} % of them")
         result["super_resolution"] = sr
         if figure is not None:
-            rows = []
+            rows, factor = [], c.height // c.low_resolution
             for i in range(min(args.figure_images, sr["images"])):
-                factor = c.height // c.low_resolution
                 rows.append([upscale(images["low"][i], factor), images["bicubic"][i], images["output"][i],
                              images["original"][i]])
             write_png(figure, upscale(image_grid(rows), args.scale))

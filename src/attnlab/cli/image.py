@@ -224,20 +224,25 @@ def add_output_arguments(parser) -> None:
     parser.add_argument("--scale", type=int, default=2, help="enlarge pixels by this factor in the PNG (default: 2)")
 
 
-def check_output(args, name: str = "--out") -> Path:
-    """``args.out`` (the option ``name``) checked before any work: a .png path, not an existing
-    file unless --force."""
-    out = Path(args.out)
+def check_output(args) -> Path:
+    """``--out`` checked before any work (see :func:`check_png`)."""
+    return check_png(args.out, force=args.force, scale=args.scale)
+
+
+def check_png(path, *, force: bool, scale: int, name: str = "--out") -> Path:
+    """The PNG path of option ``name`` checked before any work: a .png name, not an existing
+    file unless ``force``, in a directory that exists; ``scale`` in 1..16."""
+    out = Path(path)
     if out.suffix.lower() != ".png":
         raise ValueError(f"{name} {out}: give a .png file name")
     if out.is_symlink() or out.is_dir():
         raise ValueError(f"{name} {out}: is a directory or a link; give a new .png file name")
-    if out.exists() and not args.force:
+    if out.exists() and not force:
         raise ValueError(f"{name} {out} exists; pass --force to replace it")
     if not out.parent.is_dir():
         raise ValueError(f"{name} {out}: the directory {out.parent} does not exist")
-    if not 1 <= args.scale <= 16:
-        raise ValueError(f"--scale={args.scale} must be in 1..16")
+    if not 1 <= scale <= 16:
+        raise ValueError(f"--scale={scale} must be in 1..16")
     return out
 
 
@@ -279,7 +284,7 @@ def progress_bar(total: int, enabled: bool, description: str):
 
 def prepare_sampling(args):
     """What sample-images and complete-image do first: check ``--out``, load the (not
-    super-resolution) model; returns ``(out, device, sampling options, model, classes, label)``."""
+    super-resolution) model; returns ``(out, device, sampling options, model, classes)``."""
     import torch
 
     from attnlab.cli.options import resolve_device
@@ -290,7 +295,7 @@ def prepare_sampling(args):
     model, classes = load_image_model(args.model, device)
     if model.config.low_resolution:
         raise ValueError(f"{args.model} is a super-resolution model: use `attnlab super-resolve`")
-    return out, device, options, model, classes, parse_class(args.label, classes)
+    return out, device, options, model, classes
 
 
 def add_sampling_arguments(parser) -> None:

@@ -31,7 +31,7 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.image import prepare_sampling, progress_bar, write_png
+    from attnlab.cli.image import parse_class, prepare_sampling, progress_bar, write_png
     from attnlab.generation.images import sample_images
     from attnlab.viz.images import image_grid, upscale
 
@@ -39,7 +39,8 @@ def run(args) -> int:
         raise ValueError(f"--n={args.n} must be in 1..4096")
     if args.columns is not None and args.columns < 1:
         raise ValueError(f"--columns={args.columns} must be at least 1")
-    out, device, options, model, classes, label = prepare_sampling(args)
+    out, device, options, model, classes = prepare_sampling(args)
+    label = parse_class(args.label, classes)
     if classes and label is None:
         labels = torch.arange(len(classes)).repeat_interleave(args.n)
         rows = len(classes)

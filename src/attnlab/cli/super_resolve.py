@@ -33,7 +33,7 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.image import check_output, load_image_model, progress_bar, read_png, sampling_options, write_png
+    from attnlab.cli.image import check_output, check_png, load_image_model, progress_bar, read_png, sampling_options, write_png
     from attnlab.cli.options import resolve_device
     from attnlab.generation.images import sample_images
     from attnlab.tasks.images import bicubic_upsample, downsample, psnr
@@ -42,7 +42,7 @@ def run(args) -> int:
     out = check_output(args)
     comparison = None
     if args.comparison:
-        comparison = check_output(type(args)(out=args.comparison, force=args.force, scale=args.scale), "--comparison")
+        comparison = check_png(args.comparison, force=args.force, scale=args.scale, name="--comparison")
         if comparison.resolve() == Path(out).resolve():
             raise ValueError("--comparison must be another file than --out")
     device = torch.device(resolve_device(args.device))

@@ -109,17 +109,15 @@ def evaluate_super_resolution(model, data: ImageSet, count: int, *, batch_size: 
         if progress is not None:
             progress(stop - start)
     images = {name: torch.cat(chunks) for name, chunks in parts.items()}
-    reference = images["original"].double()
     results: dict[str, float] = {"images": count, "temperature": temperature}
     errors = {}
-    for name in ("model", "bicubic"):
-        mse = ((images["output" if name == "model" else "bicubic"].double() - reference) ** 2).flatten(1).mean(1)
+    for name, key in (("model", "output"), ("bicubic", "bicubic")):
+        mse = ((images[key].double() - images["original"].double()) ** 2).flatten(1).mean(1)  # per image
         errors[name] = mse
         finite = mse[mse > 0]
         results[f"psnr_{name}"] = float((10 * torch.log10(255.0 ** 2 / finite)).mean()) if len(finite) else math.inf
         results[f"exact_{name}"] = int((mse == 0).sum())
-        pooled = float(mse.mean())
-        results[f"psnr_{name}_pooled"] = math.inf if pooled == 0 else 10 * math.log10(255.0 ** 2 / pooled)
+        results[f"psnr_{name}_pooled"] = psnr(images[key], images["original"])
     results["model_better"] = float((errors["model"] < errors["bicubic"]).double().mean())
     return results, images
 

@@ -81,6 +81,8 @@ def load_music_data(source: str, *, data_dir: str | os.PathLike | None = None, a
     1..K semitones (a transposition that would leave MIDI 0..127 is skipped)."""
     if isinstance(jsb_transpose, bool) or not isinstance(jsb_transpose, int) or not 0 <= jsb_transpose <= 12:
         raise ValueError(f"--transpose={jsb_transpose!r} must be a whole number of semitones in 0..12")
+    if source not in ("jsb", "bach") and not os.path.isdir(source):
+        raise ValueError(f"--data {source}: not jsb, bach or a directory of MIDI files")
     if source == "jsb":
         chorales = music.load_jsb_chorales("train", data_dir)
         train = []
@@ -103,8 +105,6 @@ def load_music_data(source: str, *, data_dir: str | os.PathLike | None = None, a
         pieces = music.load_bach_chorales(cache, progress=progress)
         name = "music21's Bach chorales"
     else:
-        if not os.path.isdir(source):
-            raise ValueError(f"--data {source}: not jsb, bach or a directory of MIDI files")
         pieces = music.load_midi_folder(source)
         name = f"MIDI files in {source}"
     if len(pieces) < 2:
