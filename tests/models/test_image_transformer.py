@@ -43,6 +43,9 @@ CASES = {
                               num_classes=4),
     "super-resolution": dict(low_resolution=3, num_encoder_layers=1, attention=LOCAL_2D),
     "super-resolution-shared-positions": dict(low_resolution=3, num_encoder_layers=1, low_res_positions="shared"),
+    "super-resolution-low-res-input-2d-colour": dict(channels=3, low_resolution=3, num_encoder_layers=1, low_res_input=True,
+                                                     attention={"name": "local_2d", "query_shape": [2, 6],
+                                                                "memory_flange": [1, 3]}),
 }
 
 
@@ -217,6 +220,36 @@ def test_shared_low_resolution_positions_come_from_the_decoder_table_at_block_ce
         torch.testing.assert_close(loaded(x, low_res=low), model(x, low_res=low), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="low_res_positions='grid' must be 'own' or 'shared'"):
         tiny(low_resolution=3, num_encoder_layers=1, low_res_positions="grid")
+
+
+def test_low_res_input_adds_the_covering_low_resolution_sub_pixel_to_every_decoder_input(tmp_path):
+    model = tiny(channels=3, low_resolution=3, num_encoder_layers=1, low_res_input=True, num_classes=2,
+                 attention={"name": "local_2d", "query_shape": [2, 6], "memory_flange": [1, 3]})
+    x, low, labels = images(model), images(model, low=True), torch.tensor([1, 0])  # (2, 3, 6, 6), (2, 3, 3, 3)
+    table = model.low_res_input_embed
+    with torch.no_grad():
+        # The decoder's inputs with the table's output replaced by zeros, then with it back.
+        values = model.images_to_sequence(x)
+        previous = torch.cat([values.new_zeros(2, 1), values[:, :-1]], 1)
+        with_it = model.embedder(previous, shift=True, extra=model._conditioning(labels, low, 2))
+        without = model.embedder(previous, shift=True, extra=model._class_vectors(labels, 2))
+        order = model.embedder.order.tolist()  # raster index (row, column, channel) of each position
+        for b in range(2):
+            for t, raster in enumerate(order):
+                row, col, channel = raster // 18, raster // 3 % 6, raster % 3
+                token = int(low[b, channel, row // 2, col // 2]) + 256 * channel  # the 2×2 block's low-res pixel
+                torch.testing.assert_close(with_it[b, t] - without[b, t], table(torch.tensor([token]))[0],
+                                           rtol=1e-12, atol=1e-12)
+    model.train()
+    model.loss(x, labels, low).backward()
+    assert table.weight.grad.abs().sum() > 0
+    model.eval().save_pretrained(tmp_path)
+    loaded = attnlab.load_model(tmp_path).double().eval()
+    assert loaded.config.low_res_input is True
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x, labels, low), model(x, labels, low), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="low_res_input=True needs a super-resolution model"):
+        tiny(low_res_input=True)
 
 
 def test_a_super_resolution_model_learns_what_only_the_low_resolution_image_tells():

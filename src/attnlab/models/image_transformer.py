@@ -12,7 +12,10 @@ is blocks in raster order (:func:`~attnlab.attention.local.block_raster_order`) 
 
 Super-resolution (§4.2): with ``low_resolution`` set, an encoder of full self-attention
 reads the low-resolution image (same embedding scheme, no shift) and every decoder layer
-attends to it (encoder–decoder attention).
+attends to it (encoder–decoder attention). Optionally (``low_res_input``, not in the paper)
+each decoder input also gets an embedding of the low-resolution sub-pixel that covers it
+(nearest-neighbour upsampling): a path to the aligned low-resolution value that the decoder
+does not have to learn through attention.
 
 Images are ``(B, C, H, W)`` integer tensors in [0, 255], as :mod:`attnlab.data.images`
 gives them; logits come back as ``(B, C, H, W, 256)``. Generation: :meth:`new_cache`,
@@ -59,6 +62,8 @@ class ImageTransformerConfig(StackConfig):
     the encoder's positions, "own" (a separate table over the low-resolution grid) or
     "shared" (the decoder's table at the centre of the block of full-resolution pixels each
     low-resolution pixel covers: queries and keys then start in one coordinate frame).
+    ``low_res_input``: also add to every decoder input the embedding (a table of its own) of
+    the low-resolution sub-pixel of the same channel whose block covers it.
     """
 
     family: ClassVar[str] = "image_transformer"
@@ -79,6 +84,7 @@ class ImageTransformerConfig(StackConfig):
     low_resolution: int = 0
     num_encoder_layers: int = 0
     low_res_positions: str = "own"
+    low_res_input: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -95,6 +101,8 @@ class ImageTransformerConfig(StackConfig):
                              f"width={self.width}")
         if self.low_res_positions not in ("own", "shared"):
             raise ValueError(f"low_res_positions={self.low_res_positions!r} must be 'own' or 'shared'")
+        if self.low_res_input and not self.low_resolution:
+            raise ValueError("low_res_input=True needs a super-resolution model (low_resolution > 0)")
         if self.low_resolution and not self.num_encoder_layers:
             raise ValueError("super-resolution (low_resolution > 0) needs num_encoder_layers >= 1")
         self.decoder_pattern()  # the query shape must tile the image
@@ -196,7 +204,8 @@ class _ImageEmbedder(nn.Module):
         return table(self.row[start:stop], self.col[start:stop], self.channel[start:stop])
 
     def forward(self, values: Tensor, *, shift: bool, extra: Tensor | None = None, start: int = 0) -> Tensor:
-        """Inputs ``(B, T, d)`` of positions ``start .. start+T-1``.
+        """Inputs ``(B, T, d)`` of positions ``start .. start+T-1``; ``extra`` ``(B, 1, d)``
+        (added at every position) or ``(B, L, d)`` (one vector per position of the sequence).
 
         ``shift=False``: ``values`` ``(B, T)`` are those positions' own values (an encoder).
         ``shift=True``: ``values`` are the values *before* them, of positions ``start-1 ..
@@ -215,7 +224,7 @@ class _ImageEmbedder(nn.Module):
         if positions is not None:
             x = x + positions
         if extra is not None:
-            x = x + extra[:, None, :]
+            x = x + (extra if extra.shape[1] == 1 else extra[:, start:start + count])
         return self.dropout(x) if self.training else x
 
 
@@ -251,6 +260,13 @@ class ImageTransformer(AttnlabModel):
             self.encoder = build_stack(c, c.num_encoder_layers, "full", cross_attention=False, final_norm=c.norm_first)
         else:
             self.low_res_embedder = self.encoder = None
+        self.low_res_input_embed = None
+        if c.low_res_input:  # each decoder position -> its low-resolution sub-pixel, in raster order
+            self.low_res_input_embed = TokenEmbedding(INTENSITIES * c.channels, c.d_model)
+            row = torch.div(self.embedder.row, c.height // c.low_resolution, rounding_mode="floor")
+            col = torch.div(self.embedder.col, c.width // c.low_resolution, rounding_mode="floor")
+            self.register_buffer("low_res_index", (row * c.low_resolution + col) * c.channels + self.embedder.channel,
+                                 persistent=False)
 
     # -- inputs ------------------------------------------------------------------------------
     def check_images(self, images: Tensor, name: str = "images", *, size: tuple[int, int] | None = None) -> Tensor:
@@ -272,7 +288,18 @@ class ImageTransformer(AttnlabModel):
                 raise ValueError(f"{name} hold the value {low if low < 0 else high}, outside the intensities 0..255")
         return images.long()
 
-    def _conditioning(self, labels: Tensor | None, batch: int) -> Tensor | None:
+    def _conditioning(self, labels: Tensor | None, low_res: Tensor | None, batch: int) -> Tensor | None:
+        """What the inputs add besides token and position: ``(B, 1, d)`` (the class) or
+        ``(B, L, d)`` (with ``low_res_input``, the upsampled low-resolution image), or None.
+        ``low_res``: the checked low-resolution images (see :meth:`check_low_res`)."""
+        extra = self._class_vectors(labels, batch)
+        if self.low_res_input_embed is not None:
+            values = self.low_res_embedder.to_sequence(low_res).index_select(1, self.low_res_index)
+            upsampled = self.low_res_input_embed(values + INTENSITIES * self.embedder.channel)
+            extra = upsampled if extra is None else extra + upsampled
+        return extra
+
+    def _class_vectors(self, labels: Tensor | None, batch: int) -> Tensor | None:
         c = self.config
         if not c.num_classes:
             if labels is not None:
@@ -286,10 +313,11 @@ class ImageTransformer(AttnlabModel):
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= c.num_classes):
             bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
             raise ValueError(f"label {bad} is outside the classes [0, {c.num_classes})")
-        return self.class_embed(labels)
+        return self.class_embed(labels)[:, None, :]
 
-    def encode(self, low_res: Tensor | None, batch: int) -> Tensor | None:
-        """The encoder's memory ``(B, h·w·C, d)`` of the low-resolution images (None without)."""
+    def check_low_res(self, low_res: Tensor | None, batch: int) -> Tensor | None:
+        """The low-resolution images as long (None for a model without them); ValueError
+        when they are missing, not wanted, or of the wrong shape, count or values."""
         c = self.config
         if not c.low_resolution:
             if low_res is not None:
@@ -301,6 +329,12 @@ class ImageTransformer(AttnlabModel):
         low_res = self.check_images(low_res, "low-resolution images", size=(c.low_resolution, c.low_resolution))
         if low_res.shape[0] != batch:
             raise ValueError(f"{low_res.shape[0]} low-resolution images for {batch} images")
+        return low_res
+
+    def encode(self, low_res: Tensor | None) -> Tensor | None:
+        """The encoder's memory ``(B, h·w·C, d)`` of checked low-resolution images (None without)."""
+        if low_res is None:
+            return None
         memory, _ = self.encoder(self.low_res_embedder(self.low_res_embedder.to_sequence(low_res), shift=False))
         return memory
 
@@ -312,8 +346,9 @@ class ImageTransformer(AttnlabModel):
         batch = images.shape[0]
         values = self.embedder.to_sequence(images)  # (B, L) in generation order
         previous = torch.cat([values.new_zeros(batch, 1), values[:, :-1]], 1)  # shifted right; the first is not read
-        x = self.embedder(previous, shift=True, extra=self._conditioning(labels, batch))
-        hidden, weights = self.stack(x, memory=self.encode(low_res, batch), need_weights=need_weights,
+        low_res = self.check_low_res(low_res, batch)
+        x = self.embedder(previous, shift=True, extra=self._conditioning(labels, low_res, batch))
+        hidden, weights = self.stack(x, memory=self.encode(low_res), need_weights=need_weights,
                                      geometry=(self.config.height, self.config.width, self.config.channels))
         logits = self.embedder.to_image(self.head(hidden), *self.image_shape)
         return (logits, weights) if need_weights else logits
@@ -366,15 +401,17 @@ class ImageTransformer(AttnlabModel):
             raise ValueError(f"{given} given sub-pixels leave nothing to generate in a sequence of {length}")
         if values.numel() and (int(values.min()) < 0 or int(values.max()) > 255):
             raise ValueError("given sub-pixels must be intensities 0..255")
-        extra = self._conditioning(labels, batch)
-        # What every step adds to its token embedding, computed once: positions (+ class).
+        low_res = self.check_low_res(low_res, batch)
+        extra = self._conditioning(labels, low_res, batch)
+        # What every step adds to its token embedding, computed once: positions (+ class,
+        # + upsampled low-resolution image).
         added = self.embedder.position_vectors(0, length)
         if added is None:
             added = self.head.weight.new_zeros(length, self.config.d_model)
-        cache.image_added = added if extra is None else added + extra[:, None, :]  # (L, d) or (B, L, d)
+        cache.image_added = added if extra is None else added + extra  # (L, d) or (B, L, d)
         inputs = torch.cat([values.new_zeros(batch, 1), values], 1).long()  # the first is not read
         x = self.embedder(inputs, shift=True, extra=extra)
-        hidden, _ = self.stack(x, memory=self.encode(low_res, batch), cache=cache)
+        hidden, _ = self.stack(x, memory=self.encode(low_res), cache=cache)
         return self.head(hidden[:, -1])
 
     @torch.inference_mode()
