@@ -7,6 +7,8 @@
 #
 #   bash scripts/recipes/image_mnist.sh                 # all three into runs/image_mnist_{local1d,local2d,full}
 #   RUNS="local2d" bash scripts/recipes/image_mnist.sh  # one of them
+#   RUNS="local2d_4x14" bash scripts/recipes/image_mnist.sh  # local 2D with half-row query blocks
+#                                                       # (4×14, flange 4×7: 8 rows × 28 columns of memory)
 #   MINUTES=10 bash scripts/recipes/image_mnist.sh      # a shorter budget
 #   # two side by side, one thread each (each run gets one of the two cores for its budget):
 #   RUNS=local1d THREADS=1 bash scripts/recipes/image_mnist.sh & RUNS=local2d THREADS=1 bash scripts/recipes/image_mnist.sh
@@ -23,6 +25,7 @@ THREADS="${THREADS:-2}"
 declare -A ATTENTION=(
   [local1d]='{"name": "local_1d", "block_length": 112}'
   [local2d]='{"name": "local_2d", "query_shape": [4, 7], "memory_flange": [4, 7]}'
+  [local2d_4x14]='{"name": "local_2d", "query_shape": [4, 14], "memory_flange": [4, 7]}'
   [full]='causal'
 )
 for run in $RUNS; do

@@ -76,3 +76,19 @@ def test_cuda_graph_greedy_equals_eager(dtype):
     assert generate(model, prompts, max_new_tokens=64, greedy=True) == graphed  # generate takes the graph
     if dtype == torch.float32:  # the ordinary prefix-only loop (on_token forces it) agrees in float32
         assert generate(model, prompts, max_new_tokens=64, greedy=True, on_token=lambda row, token: None) == graphed
+
+
+def test_cuda_graph_beam_search_equals_eager():
+    from attnlab.generation import beam_search
+    from attnlab.generation.graphs import beam_search_fixed_shape
+
+    model = _model().eval()
+    generator = torch.Generator().manual_seed(3)
+    src = torch.randint(3, 50, (12, 9), generator=generator)
+    src[::3, 5:] = 0  # some padded sources
+    src = src.cuda()
+    graphed = beam_search(model, src, beam_size=4, nbest=4, cuda_graph=True)
+    eager = beam_search_fixed_shape(model, src, beam_size=4, nbest=4, use_graph=False)
+    reference = beam_search(model, src, beam_size=4, nbest=4)
+    for a, b, c in zip(graphed, eager, reference, strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b] == [h.tokens for h in c]

@@ -56,6 +56,15 @@ def _check_common(source, max_len_a: float, max_len_b: float, alpha: float) -> N
         raise ValueError(f"alpha={alpha} must be >= 0")
 
 
+def _check_beam_arguments(source, beam_size: int, nbest: int, max_len_a: float, max_len_b: float,
+                          alpha: float) -> None:
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size} must be >= 1")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest={nbest} must be between 1 and beam_size={beam_size}")
+    _check_common(source, max_len_a, max_len_b, alpha)
+
+
 def _max_lengths(model, memory: Tensor, memory_mask: Tensor | None, max_len_a: float, max_len_b: float) -> list[int]:
     batch, source_len = memory.shape[0], memory.shape[1]
     if memory_mask is None:
@@ -140,7 +149,8 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
 @torch.no_grad()
 @packed_inference()
 def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: float = 50, nbest: int = 1, use_cache: bool = True) -> list[list[Hypothesis]]:
+                max_len_b: float = 50, nbest: int = 1, use_cache: bool = True,
+                cuda_graph: bool = False) -> list[list[Hypothesis]]:
     """Beam search over a batch of sources of different lengths.
 
     Every step expands each of the ``beam_size`` live hypotheses of a source, takes the
@@ -151,12 +161,20 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     as they stand. Finished sources leave the batch, so the work shrinks as they finish.
 
     Returns, per source, the ``nbest`` best hypotheses by ``score``, best first.
+
+    ``cuda_graph=True`` (a model on a CUDA device with a ``fixed_shape``-capable decoder, the
+    Transformer): the same search as one fixed-shape step replayed from a captured CUDA graph
+    (:func:`~attnlab.generation.graphs.beam_search_fixed_shape`): no shrinking batch and no
+    host synchronisation between tokens.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size={beam_size} must be >= 1")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest={nbest} must be between 1 and beam_size={beam_size}")
-    _check_common(src_ids, max_len_a, max_len_b, alpha)
+    if cuda_graph:
+        if not use_cache:
+            raise ValueError("cuda_graph=True decodes through the cache: use_cache=False cannot go with it")
+        from attnlab.generation.graphs import beam_search_fixed_shape
+
+        return beam_search_fixed_shape(model, src_ids, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
+                                       max_len_b=max_len_b, nbest=nbest, use_graph=True)
+    _check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
     config = model.config
     batch, k = src_ids.shape[0], beam_size
     memory, memory_mask = model.encode(src_ids)
