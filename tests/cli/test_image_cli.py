@@ -154,6 +154,11 @@ def test_evaluate_image_scores_super_resolution_against_bicubic(super_resolution
     code = main(["evaluate-image", "--model", str(super_resolution), "--super-resolve", "3", "--figure", str(figure),
                  "--no-progress", "--device", "cpu"])
     assert code != 0 and "exists; pass --force" in capsys.readouterr().err and figure.read_bytes() == before
+    averaged = tmp_path / "averaged.json"
+    assert main(["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--temperature", "1",
+                 "--samples", "3", "--json", str(averaged), "--no-progress", "--device", "cpu"]) == 0
+    assert "(temperature 1, the mean of 3 samples): PSNR" in capsys.readouterr().out
+    assert json.loads(averaged.read_text())["super_resolution"]["samples"] == 3
 
 
 def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, folder, tmp_path, capsys):
@@ -189,6 +194,10 @@ def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, fol
           str(tmp_path / "none" / "a.png")], "--figure " + str(tmp_path / "none" / "a.png") + ": the directory"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--temperature", "-1"],
          "--temperature=-1.0 must be >= 0"),
+        (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--samples", "3"],
+         "--samples 3: greedy outputs (--temperature 0) are all the same"),
+        (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--samples", "0",
+          "--temperature", "1"], "--samples=0 must be at least 1"),
     ]
     for argv, message in cases:
         assert main([*argv, "--no-progress", "--device", "cpu"]) != 0, argv

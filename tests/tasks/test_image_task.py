@@ -74,3 +74,29 @@ def test_super_resolution_scores_the_outputs_against_the_originals_and_bicubic()
         evaluate_super_resolution(uniform_model(), data, 2)
     with pytest.raises(ValueError, match="count=0 must be a positive integer"):
         evaluate_super_resolution(model, data, 0)
+
+
+def test_super_resolution_can_average_several_samples_per_image():
+    from attnlab.generation.images import sample_images
+    from attnlab.tasks.images import evaluate_super_resolution
+
+    model = uniform_model(low_resolution=2, num_encoder_layers=1)  # every intensity equally likely
+    images = torch.randint(0, 256, (3, 1, 4, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    data = ImageSet("toy", "test", images, torch.zeros(3, dtype=torch.long), ["a"])
+    results, out = evaluate_super_resolution(model, data, 3, batch_size=2, temperature=1.0, samples=4,
+                                             generator=torch.Generator().manual_seed(5))
+    assert results["samples"] == 4 and out["output"].shape == (3, 1, 4, 4)
+    # The same draws made by hand, batch by batch (2 images, then 1), four consecutive samples per image.
+    generator, raw = torch.Generator().manual_seed(5), []
+    for start, stop in ((0, 2), (2, 3)):
+        low = downsample(images[start:stop], 2).repeat_interleave(4, dim=0)
+        raw.append(sample_images(model, 4 * (stop - start), low_res=low, temperature=1.0, generator=generator))
+    raw = torch.cat(raw).view(3, 4, 1, 4, 4)
+    assert (raw[:, 0] != raw[:, 1]).any()  # the samples differ, so the mean is not any one of them
+    expected = raw.double().mean(1).round().to(torch.uint8)
+    assert torch.equal(out["output"], expected)
+    assert results["psnr_model_pooled"] == pytest.approx(psnr(expected, images), rel=1e-12)
+    with pytest.raises(ValueError, match="greedy outputs .temperature 0. are all the same"):
+        evaluate_super_resolution(model, data, 3, samples=2)
+    with pytest.raises(ValueError, match="samples=0 must be a positive integer"):
+        evaluate_super_resolution(model, data, 3, temperature=1.0, samples=0)

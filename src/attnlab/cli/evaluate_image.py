@@ -7,7 +7,8 @@
 bits/dim = the mean negative log2-likelihood per sub-pixel (a model that predicts the
 uniform distribution over 256 values scores exactly 8). A super-resolution model can also
 be scored as an upsampler: ``--super-resolve N`` downsamples the first N images, samples
-the model's output for each (greedy by default) and prints the mean per-image PSNR
+the model's output for each (greedy by default; ``--samples K`` at a temperature: the
+per-pixel mean of K samples) and prints the mean per-image PSNR
 against the originals, the model's and bicubic upsampling's; ``--figure`` shows the first
 ones as rows of low-res (enlarged), bicubic, output, original.
 """
@@ -34,6 +35,8 @@ def add_arguments(parser) -> None:
     sr.add_argument("--temperature", type=float, default=0.0,
                     help="sampling temperature of --super-resolve (default: 0 = greedy)")
     sr.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
+    sr.add_argument("--samples", type=int, default=1,
+                    help="with --temperature > 0: each output is the per-pixel mean of this many samples (default: 1)")
     sr.add_argument("--seed", type=int, default=0)
     sr.add_argument("--figure", help="a PNG of the first --figure-images: low-res, bicubic, output, original per row")
     sr.add_argument("--figure-images", type=int, default=8, help="rows of --figure (default: 8)")
@@ -56,12 +59,15 @@ def run(args) -> int:
     from attnlab.tasks.images import evaluate_bits_per_dim, evaluate_super_resolution
     from attnlab.viz.images import image_grid, upscale
 
-    for name in ("limit", "batch_size", "super_resolve", "figure_images"):
+    for name in ("limit", "batch_size", "super_resolve", "figure_images", "samples"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
     if args.json and Path(args.json).exists():
         raise ValueError(f"--json {args.json} exists; choose a new file name")
+    if args.samples > 1 and args.temperature == 0:
+        raise ValueError(f"--samples {args.samples}: greedy outputs (--temperature 0) are all the same; give a "
+                         "--temperature above 0 to average several samples")
     if args.figure and not args.super_resolve:
         raise ValueError("--figure shows super-resolution outputs: pass --super-resolve N too")
     figure = check_png(args.figure, force=args.force, scale=args.scale, name="--figure") if args.figure else None
@@ -96,10 +102,13 @@ def run(args) -> int:
         bar = None if args.no_progress else tqdm(total=total, desc="super-resolving", unit="image", file=sys.stderr,
                                                  leave=False)
         sr, images = evaluate_super_resolution(model, data, args.super_resolve, batch_size=args.batch_size,
-                                               progress=None if bar is None else bar.update, **options)
+                                               samples=args.samples, progress=None if bar is None else bar.update,
+                                               **options)
         if bar is not None:
             bar.close()
         how = "greedy" if args.temperature == 0 else f"temperature {args.temperature:g}"
+        if args.samples > 1:
+            how += f", the mean of {args.samples} samples"
         print(f"super-resolution {c.low_resolution}×{c.low_resolution} -> {c.height}×{c.width} of the first "
               f"{sr['images']} images ({how}): PSNR {sr['psnr_model']:.2f} dB, bicubic {sr['psnr_bicubic']:.2f} dB "
               f"(mean per image); the model's error is below bicubic's on {100 * sr['model_better']:.1f} % of them")

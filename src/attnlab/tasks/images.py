@@ -73,10 +73,12 @@ def evaluate_bits_per_dim(model, data: ImageSet, *, batch_size: int = 64, limit:
 @torch.no_grad()
 def evaluate_super_resolution(model, data: ImageSet, count: int, *, batch_size: int = 64, temperature: float = 0.0,
                               top_k: int | None = None, generator: torch.Generator | None = None,
-                              progress=None) -> tuple[dict[str, float], dict[str, Tensor]]:
+                              samples: int = 1, progress=None) -> tuple[dict[str, float], dict[str, Tensor]]:
     """Super-resolve the first ``count`` images of ``data``, each from its own average-pooled
     low-resolution version, sampled at ``temperature`` (0 = greedy: the most probable
-    intensity at every sub-pixel, given those chosen before).
+    intensity at every sub-pixel, given those chosen before). With ``samples`` > 1 (and a
+    temperature > 0) each output is the per-pixel mean of that many samples, rounded: an
+    estimate of the posterior mean, the output with the least expected squared error.
 
     Returns ``(results, images)``: ``results`` holds ``psnr_model`` and ``psnr_bicubic`` (dB,
     the mean over images of each image's PSNR against its original; an image reproduced
@@ -93,6 +95,11 @@ def evaluate_super_resolution(model, data: ImageSet, count: int, *, batch_size: 
         raise ValueError("not a super-resolution model (its low_resolution is 0)")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count={count!r} must be a positive integer")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples={samples!r} must be a positive integer")
+    if samples > 1 and temperature == 0:
+        raise ValueError(f"samples={samples}: greedy outputs (temperature 0) are all the same; sample at a "
+                         "temperature > 0 to average several")
     count = min(count, len(data))
     device = model.head.weight.device
     parts: dict[str, list[Tensor]] = {"low": [], "bicubic": [], "output": [], "original": []}
@@ -100,16 +107,19 @@ def evaluate_super_resolution(model, data: ImageSet, count: int, *, batch_size: 
         stop = min(count, start + batch_size)
         original = data.images[start:stop]
         low = downsample(original, size)
-        labels = data.labels[start:stop].to(device) if model.config.num_classes else None
-        output = sample_images(model, stop - start, labels=labels, low_res=low.to(device), temperature=temperature,
+        labels = data.labels[start:stop].to(device).repeat_interleave(samples) if model.config.num_classes else None
+        output = sample_images(model, (stop - start) * samples, labels=labels,
+                               low_res=low.to(device).repeat_interleave(samples, dim=0), temperature=temperature,
                                top_k=top_k, generator=generator).cpu()
+        if samples > 1:  # the samples of an image are consecutive
+            output = output.view(stop - start, samples, *output.shape[1:]).double().mean(1).round().to(torch.uint8)
         for name, images in (("low", low), ("bicubic", bicubic_upsample(low, model.config.height)),
                              ("output", output), ("original", original)):
             parts[name].append(images)
         if progress is not None:
             progress(stop - start)
     images = {name: torch.cat(chunks) for name, chunks in parts.items()}
-    results: dict[str, float] = {"images": count, "temperature": temperature}
+    results: dict[str, float] = {"images": count, "temperature": temperature, "samples": samples}
     errors = {}
     for name, key in (("model", "output"), ("bicubic", "bicubic")):
         mse = ((images[key].double() - images["original"].double()) ** 2).flatten(1).mean(1)  # per image
