@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attnlab.generation.search import Hypothesis, _check_beam_arguments, _max_lengths, length_penalty
+
 __all__ = ["beam_search_fixed_shape", "greedy_fixed_shape"]
 
 
@@ -102,21 +104,17 @@ def beam_search_fixed_shape(model, src_ids: Tensor, *, beam_size: int = 4, alpha
     fixed_shape=True)`` and ``step`` (the Transformer). Returns, per source, the ``nbest``
     best :class:`~attnlab.generation.search.Hypothesis`, best first.
     """
-    from attnlab.generation.search import Hypothesis, _check_beam_arguments, _max_lengths, length_penalty
-
     _check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            return _beam_fixed(model, src_ids, beam_size, alpha, max_len_a, max_len_b, nbest, use_graph,
-                               Hypothesis, _max_lengths, length_penalty)
+            return _beam_fixed(model, src_ids, beam_size, alpha, max_len_a, max_len_b, nbest, use_graph)
     finally:
         model.train(was_training)
 
 
-def _beam_fixed(model, src_ids, k, alpha, max_len_a, max_len_b, nbest, use_graph, Hypothesis, _max_lengths,
-                length_penalty):
+def _beam_fixed(model, src_ids, k, alpha, max_len_a, max_len_b, nbest, use_graph):
     config, decoder = model.config, model.decoder
     memory, memory_mask = model.encode(src_ids)
     device = memory.device
@@ -209,9 +207,8 @@ def _beam_fixed(model, src_ids, k, alpha, max_len_a, max_len_b, nbest, use_graph
     def step() -> None:
         choose(decoder.step(state["tokens"], cache, memory_mask))
 
-    done_at = 1
     if not use_graph:
-        for done_at in range(1, steps):
+        for _ in range(1, steps):
             if bool(state["done"].all()):
                 break
             step()
@@ -229,12 +226,11 @@ def _beam_fixed(model, src_ids, k, alpha, max_len_a, max_len_b, nbest, use_graph
         with torch.cuda.graph(graph):
             step()
         cache.length = length
-        for done_at in range(2, steps):
-            if done_at % 8 == 0 and bool(state["done"].all()):
+        for index in range(2, steps):
+            if index % 8 == 0 and bool(state["done"].all()):
                 break
             graph.replay()
             cache.length += 1
-    del done_at
 
     fin_tokens = state["fin_tokens"].cpu()
     fin_lp, fin_len, fin_count = state["fin_lp"].tolist(), state["fin_len"].tolist(), state["fin_count"].tolist()
