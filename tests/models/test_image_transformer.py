@@ -238,6 +238,8 @@ def test_low_res_input_adds_the_covering_low_resolution_sub_pixel_to_every_decod
             for t, raster in enumerate(order):
                 row, col, channel = raster // 18, raster // 3 % 6, raster % 3
                 token = int(low[b, channel, row // 2, col // 2]) + 256 * channel  # the 2×2 block's low-res pixel
+                # float64 (tiny() builds the model in double): a sum and a difference of a few
+                # numbers of size ~10 round at ~1e-15, far inside 1e-12 on any CPU.
                 torch.testing.assert_close(with_it[b, t] - without[b, t], table(torch.tensor([token]))[0],
                                            rtol=1e-12, atol=1e-12)
     model.train()
@@ -247,6 +249,9 @@ def test_low_res_input_adds_the_covering_low_resolution_sub_pixel_to_every_decod
     loaded = attnlab.load_model(tmp_path).double().eval()
     assert loaded.config.low_res_input is True
     with torch.no_grad():
+        # The weights were drawn in float32 and never updated, so they survive the round trip
+        # exactly; both models then run in float64, where other buffers or BLAS blockings
+        # differ by ~1e-15, far inside 1e-10.
         torch.testing.assert_close(loaded(x, labels, low), model(x, labels, low), rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="low_res_input=True needs a super-resolution model"):
         tiny(low_res_input=True)

@@ -33,7 +33,8 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.image import check_output, check_png, load_image_model, progress_bar, read_png, sampling_options, write_png
+    from attnlab.cli.image import (check_output, check_png, load_image_model, progress_bar, read_png,
+                                   sampling_options, write_png)
     from attnlab.cli.options import resolve_device
     from attnlab.generation.images import sample_images
     from attnlab.tasks.images import bicubic_upsample, downsample, psnr

@@ -159,36 +159,36 @@ def _beam_fixed(model, src_ids, k, alpha, max_len_a, max_len_b, nbest, use_graph
         top_beam, top_token = top_index // vocab, top_index % vocab
         is_eos = top_token == config.eos_id
         live = ~s["done"][:, None]
+
+        def finish(eligible: Tensor, tokens: Tensor, log_probs: Tensor, most: int) -> None:
+            """Append the ``eligible`` candidates ``(B, n)`` (their tokens ``(B, n, steps)``
+            up to this step) to their sources' finished slots in rank order, while a source
+            has fewer than ``most``; the others write into the discarded slot."""
+            slot = s["fin_count"][:, None] + eligible.long().cumsum(1) - 1
+            accept = eligible & (slot < most)
+            slot = torch.where(accept, slot, slots)
+            tokens = torch.where(positions > step, 0, tokens)
+            s["fin_tokens"].scatter_(1, slot[:, :, None].expand(-1, -1, steps), tokens)
+            s["fin_lp"].scatter_(1, slot, log_probs)
+            s["fin_len"].scatter_(1, slot, length.expand_as(slot))
+            s["fin_count"] += accept.long().sum(1)
+
         # EOS continuations among the best k finish, in rank order, while a source has < k.
         first = min(k, top_lp.shape[1])
-        eligible = is_eos[:, :first] & (top_lp[:, :first] > neg_inf) & live
-        slot = s["fin_count"][:, None] + eligible.long().cumsum(1) - 1
-        accept = eligible & (slot < k)
-        slot = torch.where(accept, slot, slots)
-        origin = base + top_beam[:, :first]  # (B, first) rows they extend
-        ended = s["history"][origin.view(-1)].view(batch, first, steps)
-        ended = torch.where(positions == step, config.eos_id, ended)
-        ended = torch.where(positions > step, 0, ended)
-        s["fin_tokens"].scatter_(1, slot[:, :, None].expand(-1, -1, steps), ended)
-        s["fin_lp"].scatter_(1, slot, top_lp[:, :first])
-        s["fin_len"].scatter_(1, slot, length.expand(batch, first))
-        s["fin_count"] += accept.long().sum(1)
+        ended = s["history"][(base + top_beam[:, :first]).view(-1)].view(batch, first, steps)
+        finish(is_eos[:, :first] & (top_lp[:, :first] > neg_inf) & live,
+               torch.where(positions == step, config.eos_id, ended), top_lp[:, :first], k)
         # The best k continuations that do not end in EOS survive.
         beam_lp, pick = top_lp.masked_fill(is_eos, neg_inf).topk(k, dim=1)
         next_beam = top_beam.gather(1, pick)
         next_token = top_token.gather(1, pick)
         origin = (base + next_beam).view(-1)
-        # Sources at their length limit (still under k finished) finish their live rows as they stand.
-        cut = live[:, 0] & (s["fin_count"] < k) & (length >= limits)  # (B,)
-        eligible = cut[:, None] & (beam_lp > neg_inf)
-        slot = torch.where(eligible, s["fin_count"][:, None] + eligible.long().cumsum(1) - 1, slots)
         survivors = s["history"][origin].view(batch, k, steps)
         survivors = torch.where(positions == step, next_token[:, :, None], survivors)
-        s["fin_tokens"].scatter_(1, slot[:, :, None].expand(-1, -1, steps),
-                                 torch.where(positions > step, 0, survivors))
-        s["fin_lp"].scatter_(1, slot, beam_lp)
-        s["fin_len"].scatter_(1, slot, length.expand(batch, k))
-        s["fin_count"] += eligible.long().sum(1)
+        # Sources at their length limit (still under k finished) finish their live rows as they
+        # stand, all of them (up to 2k - 1 finished, as the eager search keeps).
+        cut = live[:, 0] & (s["fin_count"] < k) & (length >= limits)  # (B,)
+        finish(cut[:, None] & (beam_lp > neg_inf), survivors, beam_lp, slots)
         s["done"] |= (s["fin_count"] >= k) | cut
         # The survivors' rows: their history and their cached keys and values (in place).
         s["history"].copy_(survivors.view(rows, steps))

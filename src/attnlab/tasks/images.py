@@ -120,21 +120,26 @@ def evaluate_super_resolution(model, data: ImageSet, count: int, *, batch_size: 
             progress(stop - start)
     images = {name: torch.cat(chunks) for name, chunks in parts.items()}
     results: dict[str, float] = {"images": count, "temperature": temperature, "samples": samples}
+    reference = images["original"].double()
     errors = {}
     for name, key in (("model", "output"), ("bicubic", "bicubic")):
-        mse = ((images[key].double() - images["original"].double()) ** 2).flatten(1).mean(1)  # per image
+        mse = ((images[key].double() - reference) ** 2).flatten(1).mean(1)  # per image
         errors[name] = mse
         finite = mse[mse > 0]
         results[f"psnr_{name}"] = float((10 * torch.log10(255.0 ** 2 / finite)).mean()) if len(finite) else math.inf
         results[f"exact_{name}"] = int((mse == 0).sum())
-        results[f"psnr_{name}_pooled"] = psnr(images[key], images["original"])
+        results[f"psnr_{name}_pooled"] = _decibels(float(mse.mean()))  # equal-sized images: the pooled MSE
     results["model_better"] = float((errors["model"] < errors["bicubic"]).double().mean())
     return results, images
 
 
 def psnr(a: Tensor, b: Tensor) -> float:
     """Peak signal-to-noise ratio in dB of two uint8 images (or batches)."""
-    mse = float(((a.double() - b.double()) ** 2).mean())
+    return _decibels(float(((a.double() - b.double()) ** 2).mean()))
+
+
+def _decibels(mse: float) -> float:
+    """PSNR in dB of a mean squared error of 8-bit intensities (inf when 0)."""
     return math.inf if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
 
 
