@@ -8,7 +8,7 @@ import torch
 
 import attnlab
 from attnlab.generation import generate
-from attnlab.generation.graphs import greedy_fixed_shape
+from attnlab.generation.graphs import GreedyGraphs, greedy_fixed_shape, greedy_graphs
 from attnlab.generation.sampling import _left_pad
 
 
@@ -45,6 +45,100 @@ def test_zero_and_one_new_token():
     assert greedy_fixed_shape(model, ids, None, 0, use_graph=False).shape == (1, 0)
     assert greedy_fixed_shape(model, ids, None, 1, use_graph=False).tolist() == generate(
         model, [[1, 2, 3]], max_new_tokens=1, greedy=True)
+
+
+# -- kept captures, bucketed by batch and length (GreedyGraphs), run eagerly on the CPU ---------
+def _double_lm(seed: int, **overrides):
+    """lm_tiny in float64 (no near-ties in an argmax) with larger random weights: at its
+    initial scale the tied head only repeats the last token, whatever the context."""
+    torch.manual_seed(seed)
+    model = attnlab.create_model("lm_tiny", **overrides).double().eval()
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if weight.dim() == 2 and not name.startswith("decoder.embed."):
+                weight.normal_(0, 0.5)
+    return model
+
+
+def _pooled(pool, model, prompts, new):
+    ids, mask = _left_pad(prompts, model.config.pad_id, torch.device("cpu"))
+    return pool(ids, mask, new).tolist()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"positional": "sinusoidal"}])
+def test_kept_captures_equal_generate_call_after_call(overrides):
+    # Calls of different batch sizes and lengths, padded and not, in an order where a bucket's
+    # cache is reused after a longer, padded call left keys, values and a key mask behind.
+    model = _double_lm(3, **overrides)
+    pool = GreedyGraphs(model, batch_buckets=(1, 2, 4), length_multiple=16, max_graphs=8, use_graph=False)
+    calls = [([[7, 8, 9, 10, 11, 12, 13], [1], [2, 3]], 9),   # rows 4, capacity 16, padded
+             ([[4, 4, 5]], 5),                                  # rows 1, capacity 16
+             ([[9, 9, 9], [3, 1, 4], [2, 7, 1]], 6),            # rows 4 again: no padding, shorter
+             ([[5, 6], [6, 5]], 20),                            # rows 2, capacity 32
+             ([[1, 2, 3, 4, 5, 6], [7], [8, 9], [10], [11, 12, 13]], 4)]  # 5 rows: 2 x 4 = 8
+    for prompts, new in calls:
+        assert _pooled(pool, model, prompts, new) == generate(model, prompts, max_new_tokens=new, greedy=True)
+    assert sorted(key[:2] for key in pool._captures) == [(1, 16), (2, 32), (4, 16), (8, 16)]
+
+
+def test_a_kept_capture_is_reused_in_place():
+    model = _double_lm(4)
+    pool = GreedyGraphs(model, batch_buckets=(2,), length_multiple=32, use_graph=False)
+    _pooled(pool, model, [[1, 2, 3], [4]], 10)
+    (capture,) = pool._captures.values()
+    buffers = [kv.data_ptr() for kv in capture.cache.kv] + [capture.cache.key_mask.data_ptr(),
+                                                          capture.cache.write_index.data_ptr()]
+    assert _pooled(pool, model, [[5, 6]], 7) == generate(model, [[5, 6]], max_new_tokens=7, greedy=True)
+    (again,) = pool._captures.values()
+    assert again is capture
+    assert [kv.data_ptr() for kv in again.cache.kv] + [again.cache.key_mask.data_ptr(),
+                                                       again.cache.write_index.data_ptr()] == buffers
+
+
+def test_buckets():
+    model = _double_lm(5)  # max_positions 64
+    pool = GreedyGraphs(model, batch_buckets=(1, 2, 4, 8), length_multiple=16, use_graph=False)
+    assert pool.bucket(1, 1) == (1, 16)
+    assert pool.bucket(3, 16) == (4, 16)
+    assert pool.bucket(3, 17) == (4, 32)
+    assert pool.bucket(9, 30) == (16, 32)  # beyond the last bucket: a multiple of it
+    assert pool.bucket(17, 60) == (24, 64)
+    assert pool.bucket(1, 50) == (1, 64)  # rounded up to 64, the model's context: not beyond it
+    exact = GreedyGraphs(model, batch_buckets=(), length_multiple=1)
+    assert exact.bucket(3, 17) == (3, 17)
+
+
+def test_least_recently_used_capture_is_dropped_and_moving_the_model_drops_all():
+    model = _double_lm(6)
+    pool = GreedyGraphs(model, batch_buckets=(1, 2, 4), length_multiple=8, max_graphs=2, use_graph=False)
+    _pooled(pool, model, [[1]], 3)           # (1, 8)
+    _pooled(pool, model, [[1], [2]], 3)      # (2, 8)
+    _pooled(pool, model, [[3]], 3)           # (1, 8) used again
+    _pooled(pool, model, [[1]] * 3, 3)       # (4, 8): drops (2, 8)
+    assert [key[:2] for key in pool._captures] == [(1, 8), (4, 8)]
+    model.float()  # new parameter tensors: a capture would read the old ones
+    assert _pooled(pool, model, [[1, 2]], 4) == generate(model, [[1, 2]], max_new_tokens=4, greedy=True)
+    assert [key[:2] for key in pool._captures] == [(1, 8)]
+    pool.clear()
+    assert len(pool) == 0
+
+
+def test_greedy_graphs_bad_arguments():
+    model = _double_lm(7)
+    for bad in [dict(batch_buckets=(4, 2)), dict(batch_buckets=(0,)), dict(batch_buckets=(2, 2)),
+                dict(length_multiple=0), dict(max_graphs=0), dict(max_graphs=True)]:
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            GreedyGraphs(model, **bad)
+    with pytest.raises(ValueError, match="CUDA device"):
+        GreedyGraphs(model, use_graph=True)(torch.tensor([[1, 2]]), None, 3)
+    assert GreedyGraphs(model)(torch.tensor([[1, 2]]), None, 0).shape == (1, 0)
+    assert len(GreedyGraphs(model)) == 0
+
+
+def test_generate_keeps_one_pool_per_model():
+    model = _double_lm(8)
+    assert greedy_graphs(model) is greedy_graphs(model)
+    assert greedy_graphs(model) is not greedy_graphs(_double_lm(8))
 
 
 # -- beam search as one fixed-shape step -----------------------------------------------------

@@ -78,6 +78,24 @@ def test_cuda_graph_greedy_equals_eager(dtype):
         assert generate(model, prompts, max_new_tokens=64, greedy=True, on_token=lambda row, token: None) == graphed
 
 
+
+def test_kept_cuda_graphs_replay_across_calls():
+    """GreedyGraphs: a bucket's graph, captured on the first call, replayed by later calls of
+    other sizes in the same bucket (cache reset in place), equals the eager pool."""
+    from attnlab.generation.graphs import GreedyGraphs
+    from attnlab.generation.sampling import _left_pad
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_char_small", vocab_size=97).cuda().eval()
+    graphs = GreedyGraphs(model, batch_buckets=(1, 4), length_multiple=64, use_graph=True)
+    eager = GreedyGraphs(model, batch_buckets=(1, 4), length_multiple=64, use_graph=False)
+    calls = [([[5, 9, 2], [1, 2, 3, 4, 5, 6, 7, 8], [40]], 40), ([[7, 7]], 30), ([[3, 1, 4], [1, 5, 9]], 50),
+             ([[2] * 20, [3], [4, 5], [6]], 20)]
+    for prompts, new in calls:
+        ids, mask = _left_pad(prompts, model.config.pad_id, torch.device("cuda"))
+        assert graphs(ids, mask, new).tolist() == eager(ids, mask, new).tolist()
+    assert len(graphs) == 2 and all(capture.graph is not None for capture in graphs._captures.values())
+
 def test_cuda_graph_beam_search_equals_eager():
     from attnlab.generation import beam_search
     from attnlab.generation.graphs import beam_search_fixed_shape

@@ -17,69 +17,188 @@ same for the encoder–decoder beam search: its eager form is tested on the CPU 
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
+
 import torch
 from torch import Tensor
 
+from attnlab.attention.cache import StaticKVCache
 from attnlab.generation.search import Hypothesis, _check_beam_arguments, _max_lengths, length_penalty
 
-__all__ = ["beam_search_fixed_shape", "greedy_fixed_shape"]
+__all__ = ["GreedyGraphs", "beam_search_fixed_shape", "greedy_fixed_shape", "greedy_graphs"]
 
 
-@torch.inference_mode()
 def greedy_fixed_shape(model, ids: Tensor, mask: Tensor | None, max_new_tokens: int, *,
                        use_graph: bool | None = None) -> Tensor:
     """Greedy continuation of left-padded prompts ``ids`` ``(B, L)`` (``mask``: True = real
     token, None = no padding) by exactly ``max_new_tokens`` tokens; returns ``(B, N)``.
 
-    ``use_graph``: capture and replay a CUDA graph (default: when the model is on a CUDA
-    device). The caller checks that ``L + max_new_tokens`` fits the model's context.
+    One call, sized exactly, nothing kept (:class:`GreedyGraphs` keeps its captures for the
+    next call). ``use_graph``: capture and replay a CUDA graph (default: when the model is on
+    a CUDA device). The caller checks that ``L + max_new_tokens`` fits the model's context.
     """
-    batch = ids.shape[0]
-    device = ids.device
-    if use_graph is None:
-        use_graph = device.type == "cuda"
-    produced = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
-    if max_new_tokens == 0:
-        return produced
-    cache = model.new_cache(batch, ids.shape[1] + max_new_tokens, fixed_shape=True)
-    tokens = model.prefill(ids, cache, mask).argmax(-1)  # (B,)
-    produced.select(1, 0).copy_(tokens)
-    if max_new_tokens == 1:
-        return produced
-    if not use_graph:
+    return GreedyGraphs(model, batch_buckets=(), length_multiple=1, max_graphs=1, use_graph=use_graph)(
+        ids, mask, max_new_tokens)
+
+
+class _Capture:
+    """One bucket of :class:`GreedyGraphs`: its cache, its token buffer and its graph."""
+
+    __slots__ = ("cache", "current", "graph")
+
+    def __init__(self, cache: StaticKVCache, current: Tensor):
+        self.cache, self.current, self.graph = cache, current, None
+
+
+class GreedyGraphs:
+    """Greedy decoding of a causal LM by CUDA graphs that are captured once and replayed by
+    every later call that falls in the same bucket.
+
+    A graph replays fixed buffers, so each capture owns a ``fixed_shape``
+    :class:`StaticKVCache` for ``rows`` × ``capacity`` positions: the batch is rounded up to
+    the next of ``batch_buckets`` (beyond the last: to a multiple of it; the extra rows
+    repeat the first prompt and are dropped) and prompt + new tokens up to a multiple of
+    ``length_multiple`` (at most the model's ``max_positions``). A call resets its bucket's
+    cache in place (count, write position, key mask; stale keys and values beyond the
+    prompt stay, masked by position), prefills the prompts eagerly, and replays the step.
+    At most ``max_graphs`` buckets are kept, the least recently used dropped first; each
+    holds its cache (GPT-2 small, 16 rows × 1,024 positions: 1.2 GB in float32), so
+    :meth:`clear` frees them. Moving or casting the model's parameters drops every capture.
+
+    ``use_graph=False`` (and always on the CPU, by default) runs the same buckets, buffers
+    and resets eagerly: what the tests check against :func:`~attnlab.generation.generate`.
+    """
+
+    def __init__(self, model, *, batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
+                 length_multiple: int = 256, max_graphs: int = 4, use_graph: bool | None = None):
+        buckets = tuple(batch_buckets)
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets) or list(buckets) != sorted(
+                set(buckets)):
+            raise ValueError(f"batch_buckets={batch_buckets!r} must be increasing positive integers")
+        for name, value in (("length_multiple", length_multiple), ("max_graphs", max_graphs)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        self.model = model
+        self.batch_buckets, self.length_multiple, self.max_graphs = buckets, length_multiple, max_graphs
+        self.use_graph = use_graph
+        self._captures: OrderedDict[tuple, _Capture] = OrderedDict()
+        self._weights: tuple = ()
+
+    def bucket(self, batch: int, length: int) -> tuple[int, int]:
+        """``(rows, capacity)`` of the capture that serves ``batch`` prompts needing ``length`` positions."""
+        rows = next((size for size in self.batch_buckets if size >= batch), None)
+        if rows is None:
+            top = self.batch_buckets[-1] if self.batch_buckets else 1
+            rows = -(-batch // top) * top
+        capacity = -(-length // self.length_multiple) * self.length_multiple
+        limit = getattr(self.model.config, "max_positions", None)
+        if limit is not None:
+            capacity = max(length, min(capacity, limit))
+        return rows, capacity
+
+    def clear(self) -> None:
+        """Drop every capture (their caches and graphs)."""
+        self._captures.clear()
+
+    def __len__(self) -> int:
+        return len(self._captures)
+
+    @torch.inference_mode()
+    def __call__(self, ids: Tensor, mask: Tensor | None, max_new_tokens: int) -> Tensor:
+        """:func:`greedy_fixed_shape` through this pool's captures: ``(B, N)`` new tokens."""
+        batch, length = ids.shape
+        device = ids.device
+        use_graph = device.type == "cuda" if self.use_graph is None else self.use_graph
+        if use_graph and device.type != "cuda":
+            raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {device}")
+        produced = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
+        if max_new_tokens == 0:
+            return produced
+        capture = self._capture_for(batch, length + max_new_tokens, device, use_graph)
+        cache, current = capture.cache, capture.current
+        rows = current.shape[0]
+        if rows > batch:  # the extra rows repeat the first prompt; their tokens are dropped
+            ids = torch.cat([ids, ids[:1].expand(rows - batch, -1)])
+            mask = None if mask is None else torch.cat([mask, mask[:1].expand(rows - batch, -1)])
+        # Reset in place (a graph holds these very tensors): prefill writes from slot 0 and
+        # sets the padding of the prompt's slots; later slots are real keys.
+        cache.length = 0
+        cache.write_index.zero_()
+        cache.key_mask.fill_(True)
+        current.copy_(self.model.prefill(ids, cache, mask).argmax(-1))
+        produced.select(1, 0).copy_(current[:batch])
+        if max_new_tokens == 1:
+            return produced
+        if not use_graph:
+            for index in range(1, max_new_tokens):
+                current.copy_(self.model.step(current, cache).argmax(-1))
+                produced.select(1, index).copy_(current[:batch])
+            return produced
+        if capture.graph is None:
+            capture.graph = self._record(capture)
         for index in range(1, max_new_tokens):
-            tokens = model.step(tokens, cache).argmax(-1)
-            produced.select(1, index).copy_(tokens)
+            capture.graph.replay()
+            produced.select(1, index).copy_(current[:batch])
+        cache.length += max_new_tokens - 1  # the host's count (replay does not move it)
         return produced
 
-    current = tokens.clone()  # the graph's input and output: it overwrites it with the next token
+    def _capture_for(self, batch: int, length: int, device, use_graph: bool) -> _Capture:
+        weights = tuple((p.data_ptr(), p.dtype, p.device) for p in self.model.parameters())
+        if weights != self._weights:  # moved or cast: the captures read the old tensors
+            self._captures.clear()
+            self._weights = weights
+        rows, capacity = self.bucket(batch, length)
+        key = (rows, capacity, use_graph)
+        capture = self._captures.pop(key, None)
+        if capture is None:
+            while len(self._captures) >= self.max_graphs:
+                self._captures.popitem(last=False)
+            cache = self.model.new_cache(rows, capacity, fixed_shape=True)
+            cache.key_mask = torch.ones(rows, 1, 1, capacity, dtype=torch.bool, device=device)
+            capture = _Capture(cache, torch.zeros(rows, dtype=torch.long, device=device))
+        self._captures[key] = capture  # the most recently used last
+        return capture
 
-    def step() -> None:
-        current.copy_(model.step(current, cache).argmax(-1))
+    def _record(self, capture: _Capture) -> "torch.cuda.CUDAGraph":
+        """Capture one step (``current`` <- argmax of the step on ``current``) after a warm-up
+        step whose writes are undone."""
+        cache, current, model = capture.cache, capture.current, self.model
+        device = current.device
 
-    # Warm up on a side stream (as CUDA graph capture requires: lazy initialisations and the
-    # allocator's first blocks), then undo what the warm-up step wrote: the write position,
-    # the positions and the host's count (the slot it wrote is overwritten by the next step).
-    saved = (cache.write_index.clone(), cache.positions.clone(), cache.length, current.clone())
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    cache.write_index.copy_(saved[0])
-    cache.positions.copy_(saved[1])
-    cache.length = saved[2]
-    current.copy_(saved[3])
+        def step() -> None:
+            current.copy_(model.step(current, cache).argmax(-1))
 
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # records the kernels; nothing runs (the host count moves once)
-        step()
-    cache.length = saved[2]
-    for index in range(1, max_new_tokens):
-        graph.replay()
-        produced.select(1, index).copy_(current)
-    cache.length += max_new_tokens - 1
-    return produced
+        # Warm up on a side stream (as CUDA graph capture requires: lazy initialisations and the
+        # allocator's first blocks), then undo what the warm-up step wrote: the write position,
+        # the positions and the host's count (the slot it wrote is overwritten by the next step).
+        saved = (cache.write_index.clone(), cache.positions.clone(), cache.length, current.clone())
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            step()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        cache.write_index.copy_(saved[0])
+        cache.positions.copy_(saved[1])
+        cache.length = saved[2]
+        current.copy_(saved[3])
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # records the kernels; nothing runs (the host count moves once)
+            step()
+        cache.length = saved[2]
+        return graph
+
+
+_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def greedy_graphs(model) -> GreedyGraphs:
+    """The model's :class:`GreedyGraphs` with the default buckets (made on first use, dropped
+    with the model): what :func:`~attnlab.generation.generate` decodes through on a GPU."""
+    pool = _POOLS.get(model)
+    if pool is None:
+        pool = _POOLS[model] = GreedyGraphs(model)
+    return pool
 
 
 @torch.no_grad()

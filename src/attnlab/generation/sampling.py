@@ -178,10 +178,11 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
         raise ValueError("cuda_graph=True needs greedy decoding on a CUDA device without stops, on_token or "
                          "sliding_window")
     if graph_fits and cuda_graph is not False:
-        # Nothing to look at between tokens: one replayed CUDA graph per token.
-        from attnlab.generation.graphs import greedy_fixed_shape
+        # Nothing to look at between tokens: one replayed CUDA graph per token, captured once
+        # per batch and length bucket and kept for later calls.
+        from attnlab.generation.graphs import greedy_graphs
 
-        return greedy_fixed_shape(model, ids, mask, max_new_tokens).tolist()
+        return greedy_graphs(model)(ids, mask, max_new_tokens).tolist()
     capacity = ids.shape[1] + max_new_tokens
     cache = model.new_cache(batch, min(capacity, config.max_positions) if sliding_window else capacity)
     logits = model.prefill(ids, cache, mask)
