@@ -198,6 +198,12 @@ def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, fol
          "--samples 3: greedy outputs (--temperature 0) are all the same"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--samples", "0",
           "--temperature", "1"], "--samples=0 must be at least 1"),
+        (["evaluate-image", "--model", str(super_resolution), "--samples", "4", "--temperature", "1"],
+         "--samples 4 averages super-resolution outputs: pass --super-resolve N too"),
+        (["train", "image", "--data", "nowhere", "--out", str(tmp_path / "run"), *TINY],
+         "neither a named image set (mnist, fashion-mnist, digits, emoji) nor a directory"),
+        (["train", "image", "--data", str(folder), "--set", "low_res_input=nan", "--out", str(tmp_path / "run"),
+          *TINY], "ImageTransformerConfig.low_res_input=nan is not true or false"),
     ]
     for argv, message in cases:
         assert main([*argv, "--no-progress", "--device", "cpu"]) != 0, argv

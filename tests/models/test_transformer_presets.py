@@ -127,8 +127,8 @@ def test_unknown_override_is_a_value_error_naming_it():
     (dict(num_heads=0), "num_heads=0"),
     (dict(d_model=-32), "d_model=-32"),
     (dict(num_decoder_layers=0), "num_decoder_layers=0"),
-    (dict(d_model="32"), "d_model"),
-    (dict(norm_first="no"), "norm_first"),
+    (dict(d_model="32"), "d_model='32' is not an integer"),
+    (dict(norm_first="no"), "norm_first='no' is not true or false"),
 ])
 def test_inconsistent_configs_are_value_errors(overrides, fragment):
     with pytest.raises(ValueError) as error:

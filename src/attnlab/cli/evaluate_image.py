@@ -68,6 +68,8 @@ def run(args) -> int:
     if args.samples > 1 and args.temperature == 0:
         raise ValueError(f"--samples {args.samples}: greedy outputs (--temperature 0) are all the same; give a "
                          "--temperature above 0 to average several samples")
+    if args.samples > 1 and not args.super_resolve:
+        raise ValueError(f"--samples {args.samples} averages super-resolution outputs: pass --super-resolve N too")
     if args.figure and not args.super_resolve:
         raise ValueError("--figure shows super-resolution outputs: pass --super-resolve N too")
     figure = check_png(args.figure, force=args.force, scale=args.scale, name="--figure") if args.figure else None

@@ -62,9 +62,7 @@ def load_image_set(source: str, split: str, *, image_size=None, channels=None):
     from attnlab.data import emoji
     from attnlab.data.images import load_images
 
-    if source == "emoji":
-        return emoji.load_emoji_set(split)
-    return load_images(source, split, image_size=image_size, channels=channels)
+    return load_images(source, split, image_size=image_size, channels=channels, named={"emoji": emoji.load_emoji_set})
 
 
 def run(args) -> int:

@@ -69,20 +69,22 @@ class ImageSet:
 
 
 def load_images(source: str, split: str = "train", *, image_size: int | None = None,
-                channels: int | None = None) -> ImageSet:
+                channels: int | None = None, named: dict | None = None) -> ImageSet:
     """A named set (``mnist``, ``fashion-mnist``, ``digits``) or an image directory.
 
     ``image_size``/``channels`` apply to directories (images are resized to a square and
     converted to grey (1) or RGB (3)); by default a directory's first image decides.
+    ``named``: more named sets, name -> ``loader(split)`` (a verb's own, e.g. emoji).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if source in IMAGE_SETS:
-        return IMAGE_SETS[source](split)
+    sets = {**IMAGE_SETS, **(named or {})}
+    if source in sets:
+        return sets[source](split)
     path = Path(source)
     if path.is_dir():
         return _load_directory(path, split, image_size=image_size, channels=channels)
-    raise ValueError(f"--data {source!r}: neither a named image set ({', '.join(IMAGE_SETS)}) nor a directory "
+    raise ValueError(f"--data {source!r}: neither a named image set ({', '.join(sets)}) nor a directory "
                      "of class sub-folders")
 
 

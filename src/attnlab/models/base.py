@@ -42,7 +42,7 @@ class ModelConfig:
         hints = typing.get_type_hints(cls)
         for name, value in values.items():
             if not _fits_type(value, hints.get(name)):
-                raise ValueError(f"{source}: {cls.__name__}.{name}={value!r} is not of type {hints[name]}")
+                raise ValueError(f"{source}: {cls.__name__}.{name}={value!r} is not {_type_name(hints[name])}")
             problem = _field_range_problem(name, value)
             if problem:
                 raise ValueError(f"{source}: {cls.__name__}.{name}={value!r} {problem}")
@@ -171,6 +171,16 @@ def _fits_type(value: Any, annotation: Any) -> bool:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return any(_fits_type(value, arg) for arg in typing.get_args(annotation))
     return True
+
+
+def _type_name(annotation: Any) -> str:
+    """How an error names what a field takes: ``bool`` -> "true or false"."""
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "none"}
+    if annotation in names:
+        return names[annotation]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(annotation))
+    return f"of type {annotation}"
 
 
 def check_token_ids(ids, vocab_size: int, name: str) -> None:
