@@ -135,10 +135,21 @@ def test_greedy_graphs_bad_arguments():
     assert len(GreedyGraphs(model)) == 0
 
 
-def test_generate_keeps_one_pool_per_model():
+def test_generate_keeps_one_pool_per_model_and_lets_the_model_go():
+    import gc
+    import weakref
+
     model = _double_lm(8)
-    assert greedy_graphs(model) is greedy_graphs(model)
-    assert greedy_graphs(model) is not greedy_graphs(_double_lm(8))
+    pool = greedy_graphs(model)
+    assert greedy_graphs(model) is pool
+    assert greedy_graphs(_double_lm(8)) is not pool
+    _pooled(pool, model, [[1, 2]], 3)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None  # the pool (and its caches) did not keep the model alive
+    with pytest.raises(ValueError, match="no longer exists"):
+        pool(torch.tensor([[1, 2]]), None, 3)
 
 
 # -- beam search as one fixed-shape step -----------------------------------------------------

@@ -79,11 +79,18 @@ class GreedyGraphs:
         for name, value in (("length_multiple", length_multiple), ("max_graphs", max_graphs)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
-        self.model = model
+        self._model = weakref.ref(model)  # the pool of greedy_graphs() must not keep its model alive
         self.batch_buckets, self.length_multiple, self.max_graphs = buckets, length_multiple, max_graphs
         self.use_graph = use_graph
         self._captures: OrderedDict[tuple, _Capture] = OrderedDict()
         self._weights: tuple = ()
+
+    @property
+    def model(self):
+        model = self._model()
+        if model is None:
+            raise ValueError("this GreedyGraphs' model no longer exists")
+        return model
 
     def bucket(self, batch: int, length: int) -> tuple[int, int]:
         """``(rows, capacity)`` of the capture that serves ``batch`` prompts needing ``length`` positions."""
