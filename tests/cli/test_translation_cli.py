@@ -123,6 +123,22 @@ def test_set_overrides_preset_fields_and_bad_fields_are_named(multi30k_root, tmp
     assert "FIELD=VALUE" in capsys.readouterr().err
 
 
+def test_varlen_training_logs_the_padded_runs_losses(multi30k_root, tmp_path, capsys):
+    common = ["train", "translation", "--data", "multi30k", "--data-root", str(multi30k_root),
+              "--max-train-pairs", "60", "--preset", "transformer_tiny", "--vocab-size", "200", "--set", "dropout=0",
+              "--max-tokens", "512", "--max-steps", "3", "--log-every", "1", "--val-every", "0", "--no-progress"]
+    losses = {}
+    for name, extra in (("padded", []), ("varlen", ["--varlen"])):
+        assert main(common + ["--out", str(tmp_path / name), *extra]) == 0
+        lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        losses[name] = [line["loss"] for line in lines if "loss" in line]
+    assert "variable-length attention (no padding)" in capsys.readouterr().err
+    assert len(losses["varlen"]) == 3
+    # Without dropout the same updates: only the float32 rounding of the two computations differs.
+    for padded, varlen in zip(losses["padded"], losses["varlen"]):
+        assert abs(padded - varlen) < 1e-3 * abs(padded)
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 def _error(capsys) -> str:

@@ -110,3 +110,35 @@ def test_cuda_graph_beam_search_equals_eager():
     reference = beam_search(model, src, beam_size=4, nbest=4)
     for a, b, c in zip(graphed, eager, reference, strict=True):
         assert [h.tokens for h in a] == [h.tokens for h in b] == [h.tokens for h in c]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_flash_kernel_equals_the_reference(causal):
+    """attend_varlen on CUDA in bf16 (torch's varlen_attn) against its own reference path
+    (the re-padded masked call) in float32 on the same inputs."""
+    from attnlab.attention.varlen import Segments, _flash_varlen, attend_varlen, pack_right_padded
+
+    if _flash_varlen() is None:
+        pytest.skip("this torch has no torch.nn.attention.varlen")
+    torch.manual_seed(0)
+    real = torch.arange(40, device="cuda")[None, :] < torch.tensor([40, 7, 23, 1], device="cuda")[:, None]
+    packing = pack_right_padded(real, "x")
+    q, k, v = (torch.randn(1, 4, packing.tokens, 64, device="cuda") for _ in range(3))
+    segments = Segments(packing, packing)
+    flash, _ = attend_varlen(q.bfloat16(), k.bfloat16(), v.bfloat16(), segments, causal=causal)
+    reference, _ = attend_varlen(q, k, v, segments, causal=causal)
+    torch.testing.assert_close(flash.float(), reference, rtol=0, atol=3e-2)
+
+
+def test_varlen_training_loss_on_cuda_equals_padded():
+    from attnlab.tasks.translation import translation_loss
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny", dropout=0.0, d_model=64, num_heads=2).cuda().eval()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0], [11, 2, 0, 0, 0]], device="cuda")
+    tgt_in = torch.tensor([[1, 12, 13, 14], [1, 15, 0, 0], [1, 16, 17, 0]], device="cuda")
+    batch = {"src": src, "tgt_in": tgt_in, "tgt_out": torch.roll(tgt_in, -1, 1).masked_fill(tgt_in == 0, 0)}
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        padded = translation_loss(0.1)(model, batch)[0].float()
+        packed = translation_loss(0.1, varlen=True)(model, batch)[0].float()
+    torch.testing.assert_close(packed, padded, rtol=2e-2, atol=0)

@@ -35,6 +35,53 @@ def test_loss_is_label_smoothed_sum_over_real_tokens(tokenizer):
     torch.testing.assert_close(logs["nll"], expected.nll_sum)
 
 
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned", "max_positions": 64}])
+def test_varlen_loss_and_gradients_equal_the_padded_ones(tokenizer, overrides):
+    # float64, no dropout: the packed forward computes only the real tokens, the same maths.
+    torch.manual_seed(4)
+    model = attnlab.create_model("transformer_tiny", vocab_size=tokenizer.vocab_size, dropout=0.0,
+                                 **overrides).double()
+    batch = collate_translation(tokenizer.encode_pairs([SENTENCES[i] for i in (1, 0, 3, 2, 1)]))
+    assert (batch["src"] == 0).any() and (batch["tgt_in"] == 0).any()  # both sides padded
+    results = []
+    for varlen in (False, True):
+        model.zero_grad()
+        loss_sum, tokens, logs = translation_loss(0.1, varlen=varlen)(model, batch)
+        loss_sum.backward()
+        results.append((loss_sum.detach(), tokens, logs["nll"].detach(),
+                        [p.grad.clone() for p in model.parameters()]))
+    (padded, padded_tokens, padded_nll, padded_grads), (packed, packed_tokens, packed_nll, packed_grads) = results
+    assert packed_tokens == padded_tokens
+    torch.testing.assert_close(packed, padded, rtol=0, atol=1e-10)
+    torch.testing.assert_close(packed_nll, padded_nll, rtol=0, atol=1e-10)
+    for got, expected in zip(packed_grads, padded_grads):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
+
+
+def test_varlen_logits_are_the_real_positions_of_the_padded_ones():
+    torch.manual_seed(5)
+    model = attnlab.create_model("transformer_tiny", dropout=0.0).double().eval()
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0], [11, 2, 0, 0, 0]])
+    tgt = torch.tensor([[1, 12, 13, 14], [1, 15, 0, 0], [1, 16, 17, 0]])
+    packed = model(src, tgt, varlen=True)
+    torch.testing.assert_close(packed, model(src, tgt)[tgt != 0], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="tgt_ids: variable-length attention needs right padding"):
+        model(src, torch.tensor([[1, 12, 13, 14], [0, 1, 15, 16], [1, 16, 17, 0]]), varlen=True)
+    with pytest.raises(ValueError, match="3 sources for 2 targets"):
+        model(src, tgt[:2], varlen=True)
+
+
+def test_varlen_option_refuses_a_pattern_without_it(tmp_path):
+    from attnlab.tasks.translation import train_translation
+
+    options = TranslationTrainOptions(out=str(tmp_path / "run"), preset="transformer_tiny", varlen=True,
+                                      model_overrides={"encoder_attention": {"name": "local_1d", "block_length": 4,
+                                                                             "masked": False}})
+    with pytest.raises(ValueError, match="--varlen: the encoder's attention pattern .* cannot attend packed"):
+        train_translation(options)
+    assert not (tmp_path / "run").exists()
+
+
 def test_length_filter_counts_what_it_drops(tokenizer):
     corpus = ParallelCorpus(SENTENCES[:4])
     examples, result = encode_and_filter(tokenizer, corpus, max_length=6)

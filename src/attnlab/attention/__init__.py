@@ -8,10 +8,12 @@ from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.attention.patterns import (AttentionContext, AttentionPattern, CausalAttention, FullAttention,
                                         build_pattern, list_patterns, register_pattern)
 from attnlab.attention.relative import RelativeShaw, RelativeSkew
+from attnlab.attention.varlen import Packing, Segments, attend_varlen, pack_right_padded
 
 __all__ = [
     "attend", "attend_unchecked", "band_mask", "causal_mask", "check_mask", "combine_masks", "key_padding_mask",
     "lengths_mask", "MultiHeadAttention", "AttentionContext", "AttentionPattern", "CausalAttention", "FullAttention",
     "build_pattern", "list_patterns", "register_pattern", "KVCache", "MemoryKVCache", "LayerCache", "StackCache",
     "StaticKVCache", "Local1D", "Local2D", "block_raster_order", "RelativeSkew", "RelativeShaw",
+    "Packing", "Segments", "attend_varlen", "pack_right_padded",
 ]

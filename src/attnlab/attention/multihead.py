@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.cache import KVCache, MemoryKVCache
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
+from attnlab.attention.varlen import Segments
 from attnlab.linear import Linear
 
 
@@ -80,9 +81,16 @@ class MultiHeadAttention(nn.Module):
         This is the only attention code path: the full forward, a cached decode step and
         a fixed-shape step differ only in the cache, which says where the keys sit.
         """
+        segments = None
+        if isinstance(mask, Segments):  # packed variable-length sequences (attnlab.attention.varlen)
+            if not getattr(self.pattern, "varlen", False) or cache is not None:
+                raise ValueError(f"attention pattern {self.pattern.spec()!r} cannot attend packed variable-length "
+                                 "sequences" + (" with a cache" if cache is not None else ""))
+            segments, mask = mask, None
         q, k, v, query_offset, key_offset, mask = self._project(x, memory, cache, mask)
         ctx = AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask, geometry=geometry,
-                               dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights)
+                               dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
+                               segments=segments)
         out, weights = self.pattern(q, k, v, ctx)
         return self._merge_heads(out), weights
 

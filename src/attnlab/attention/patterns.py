@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.core import attend_unchecked
 from attnlab.attention.masks import causal_mask, combine_masks
+from attnlab.attention.varlen import attend_varlen
 
 
 class AttentionContext:
@@ -54,15 +55,20 @@ class AttentionContext:
         geometry: the shape of the sequence's raster for 2D patterns, e.g. ``(H, W, C)``.
         dropout_p: dropout on the attention weights (0.0 in eval mode).
         need_weights: return the ``(B, H, Lq, Lk)`` weights.
+        segments: a :class:`~attnlab.attention.varlen.Segments` when q, k and v are packed
+            variable-length sequences ``(1, H, T, D)``; only patterns with ``varlen = True``
+            get one (:class:`~attnlab.attention.multihead.MultiHeadAttention` checks).
 
     Positions are slots of the sequence (cache slots), not the per-row token positions of
     a left-padded batch; padding is contiguous, so distances between real tokens are the same.
     """
 
-    __slots__ = ("query_offset", "key_offset", "mask", "geometry", "dropout_p", "need_weights")
+    __slots__ = ("query_offset", "key_offset", "mask", "geometry", "dropout_p", "need_weights", "segments")
 
     def __init__(self, *, query_offset: int | Tensor | None = None, key_offset: int = 0, mask: Tensor | None = None,
-                 geometry: tuple[int, ...] | None = None, dropout_p: float = 0.0, need_weights: bool = False):
+                 geometry: tuple[int, ...] | None = None, dropout_p: float = 0.0, need_weights: bool = False,
+                 segments=None):
+        self.segments = segments
         self.query_offset = query_offset
         self.key_offset = key_offset
         self.mask = mask
@@ -173,7 +179,11 @@ class FullAttention(AttentionPattern):
     """Every query attends every (unmasked) key. Time O(Lq·Lk·D), memory O(Lq·Lk) for the
     weights when they are requested (the fused kernel avoids materialising them)."""
 
+    varlen = True
+
     def forward(self, q, k, v, ctx):
+        if ctx.segments is not None:
+            return attend_varlen(q, k, v, ctx.segments, dropout_p=ctx.dropout_p, need_weights=ctx.need_weights)
         return attend_unchecked(q, k, v, mask=ctx.mask, dropout_p=ctx.dropout_p, need_weights=ctx.need_weights)
 
 
@@ -188,8 +198,12 @@ class CausalAttention(AttentionPattern):
     """
 
     causal = True
+    varlen = True
 
     def forward(self, q, k, v, ctx):
+        if ctx.segments is not None:
+            return attend_varlen(q, k, v, ctx.segments, causal=True, dropout_p=ctx.dropout_p,
+                                 need_weights=ctx.need_weights)
         query_len, key_len = q.shape[-2], k.shape[-2]
         mask = ctx.mask
         if not ctx.queries_are_last(query_len, key_len):

@@ -71,6 +71,9 @@ def _add_translation_arguments(parser) -> None:
     model.add_argument("--grad-accum", type=int, default=1, help="micro-batches per update (default: 1)")
     model.add_argument("--clip", type=float, default=None, help="clip the gradient norm to this (default: off)")
     add_precision_argument(model)
+    model.add_argument("--varlen", action="store_true",
+                       help="compute only the real tokens of each padded batch: attention on packed "
+                            "variable-length sequences (on a GPU in bf16: the pad-free flash kernel); the same loss")
     model.add_argument("--seed", type=int, default=1)
     add_device_argument(model, help=DEVICE_HELP + "; under torchrun with nccl each process takes its own GPU")
     model.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")

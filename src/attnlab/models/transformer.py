@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache
 from attnlab.attention.masks import check_mask
+from attnlab.attention.varlen import Packing, Segments, pack_right_padded
 from attnlab.layers.blocks import LayerAttention
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
@@ -169,10 +170,38 @@ class Transformer(AttnlabModel):
         """An empty growing decoder cache for incremental decoding (search reorders it)."""
         return self.decoder.new_growing_cache(capacity)
 
-    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
-        """Teacher-forced logits ``(B, T, V)``."""
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor, *, varlen: bool = False) -> Tensor:
+        """Teacher-forced logits ``(B, T, V)``.
+
+        ``varlen=True``: the same logits of the real (non-padding) target positions only,
+        packed row after row ``(T_real, V)``, computed without the padding: every token-wise
+        part on the real tokens alone and attention on packed variable-length sequences
+        (:mod:`attnlab.attention.varlen`; on a GPU in half precision the pad-free flash
+        kernel). Both sides must be right-padded; the attention patterns full and causal.
+        """
+        if varlen:
+            return self._forward_varlen(src_ids, tgt_in_ids)
         memory, memory_mask = self.encode(src_ids)
         return self.decode(tgt_in_ids, memory, memory_mask)
+
+    def _forward_varlen(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        c = self.config
+        check_token_ids(src_ids, c.vocab_size, "src_ids")
+        check_token_ids(tgt_in_ids, c.target_vocab_size, "tgt_ids")
+        if src_ids.shape[0] != tgt_in_ids.shape[0]:
+            raise ValueError(f"{src_ids.shape[0]} sources for {tgt_in_ids.shape[0]} targets")
+        source = pack_right_padded(src_ids != c.pad_id, "src_ids")
+        target = pack_right_padded(tgt_in_ids != c.pad_id, "tgt_ids")
+        encoder, decoder = self.encoder, self.decoder
+
+        def embed(part, packing: Packing, ids: Tensor) -> Tensor:  # (1, T, d): positions restart per row
+            positions = torch.arange(packing.length, device=ids.device).expand(packing.batch, -1)
+            return part.embed_tokens(packing.pack(ids)[None], packing.pack(positions)[None], bound=packing.length)
+
+        memory, _ = encoder.stack(embed(encoder, source, src_ids), self_mask=Segments(source, source))
+        hidden, _ = decoder.stack(embed(decoder, target, tgt_in_ids), self_mask=Segments(target, target),
+                                  memory=memory, memory_mask=Segments(target, source))
+        return decoder.head(hidden[0])
 
     def attention_maps(self, src_ids: Tensor, tgt_in_ids: Tensor) -> tuple[Tensor, Seq2SeqAttention]:
         """Logits and every layer's attention weights (for visualisation)."""

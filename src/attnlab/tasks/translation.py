@@ -37,6 +37,7 @@ from attnlab.data import (
     get_parallel_dataset,
     read_parallel,
 )
+from attnlab.attention import build_pattern
 from attnlab.data.tokenizer import TOKENIZER_FILE
 from attnlab.files import OutputLock, atomic_write_json, refuse_symlinks
 from attnlab.models.registry import create_model, get_preset
@@ -98,6 +99,7 @@ class TranslationTrainOptions:
     clip: float | None = None
     bf16: bool = False
     compile: bool = False
+    varlen: bool = False
     val_every: int | None = 500
     save_every: int | None = 1000
     keep: int = 5
@@ -111,13 +113,19 @@ class TranslationTrainOptions:
     model_overrides: dict[str, Any] = field(default_factory=dict)
 
 
-def translation_loss(label_smoothing: float = 0.1, pad_id: int = 0):
+def translation_loss(label_smoothing: float = 0.1, pad_id: int = 0, *, varlen: bool = False):
     """``loss_fn(model, batch)`` for the Trainer: label-smoothed cross-entropy summed over
-    the non-padding target tokens, with the plain NLL as a log (→ perplexity)."""
+    the non-padding target tokens, with the plain NLL as a log (→ perplexity). ``varlen``:
+    the model computes only the real tokens (``Transformer.forward(..., varlen=True)``);
+    the same loss."""
 
     def loss_fn(model, batch):
-        logits = model(batch["src"], batch["tgt_in"])  # (B, T, V); model may be the DDP wrapper
-        loss = label_smoothed_cross_entropy(logits, batch["tgt_out"], epsilon=label_smoothing, ignore_index=pad_id)
+        if varlen:
+            logits = model(batch["src"], batch["tgt_in"], varlen=True)  # (T_real, V); model may be the DDP wrapper
+            target = batch["tgt_out"].reshape(-1)[batch["tgt_in"].reshape(-1) != pad_id]  # in the same order
+        else:
+            logits, target = model(batch["src"], batch["tgt_in"]), batch["tgt_out"]  # (B, T, V), (B, T)
+        loss = label_smoothed_cross_entropy(logits, target, epsilon=label_smoothing, ignore_index=pad_id)
         return loss.loss_sum, loss.num_tokens, {"nll": loss.nll_sum}
 
     return loss_fn
@@ -211,6 +219,12 @@ def _check_train_options(options: TranslationTrainOptions) -> None:
     if options.keep < 1:
         raise ValueError(f"--keep={options.keep} must be at least 1")
     config = get_preset(options.preset, **options.model_overrides)
+    if options.varlen:
+        for side in ("encoder_attention", "decoder_attention"):
+            spec = getattr(config, side)
+            if not getattr(build_pattern(spec), "varlen", False):
+                raise ValueError(f"--varlen: the {side.split('_')[0]}'s attention pattern {spec!r} cannot attend "
+                                 "packed variable-length sequences (full and causal can)")
     TrainConfig(out_dir=str(options.out), max_steps=options.max_steps, schedule="noam", d_model=config.d_model,
                 lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
                 clip_grad_norm=options.clip, log_every=options.log_every, validate_every=options.val_every,
@@ -265,7 +279,8 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
     device = torch.device(context.device if context.device is not None else options.device)
     _say(context, "device: " + (f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
                                 else f"cpu ({torch.get_num_threads()} threads)")
-                  + (", bf16 autocast" if options.bf16 else ", float32") + (", compiled" if options.compile else ""))
+                  + (", bf16 autocast" if options.bf16 else ", float32") + (", compiled" if options.compile else "")
+                  + (", variable-length attention (no padding)" if options.varlen else ""))
 
     config = TrainConfig(
         out_dir=str(out), max_steps=options.max_steps, schedule="noam", d_model=model.config.d_model,
@@ -275,7 +290,8 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
         checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
         progress_bar=options.progress_bar, max_minutes=options.max_minutes,
     )
-    trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id), train_batches, config,
+    trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id, varlen=options.varlen),
+                      train_batches, config,
                       valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context,
                       run_info={"data": train_corpus.description, "training pairs": len(train_corpus),
                                 "languages": f"{options.src_lang}-{options.tgt_lang}",
