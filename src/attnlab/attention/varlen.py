@@ -66,7 +66,8 @@ class Packing:
 def pack_right_padded(real: Tensor, what: str = "batch") -> Packing:
     """The :class:`Packing` of a ``(B, L)`` boolean mask of real tokens, which must be
     right-padded (each row's real tokens first): ValueError naming ``what`` otherwise.
-    Reads the lengths on the host (one synchronisation on an accelerator)."""
+    Reads the check and the token count on the host (on an accelerator, two
+    synchronisations per call: a forward packs each side once)."""
     if real.dim() != 2 or real.dtype != torch.bool:
         raise ValueError(f"{what}: expected a (batch, length) boolean mask, got {tuple(real.shape)} {real.dtype}")
     batch, length = real.shape
