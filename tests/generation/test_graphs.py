@@ -220,3 +220,54 @@ def test_fixed_shape_beam_search_refuses_a_graph_on_the_cpu_and_bad_arguments():
         beam_search(model, src, cuda_graph=True, use_cache=False)
     with pytest.raises(ValueError, match="nbest=5 must be between 1 and beam_size=4"):
         beam_search_fixed_shape(model, src, nbest=5)
+
+
+def test_kept_beam_captures_equal_the_eager_search_call_after_call():
+    # Batches, source lengths, beam sizes and limits that share buckets, so kept buffers
+    # (state, cache, memory, cross-attention keys) are reset and refilled by later calls.
+    from attnlab.generation import beam_search
+    from attnlab.generation.graphs import BeamGraphs
+    from tests.generation.test_search import assert_same_hypotheses, sources
+
+    model = _beam_model(2, 1.5)
+    pool = BeamGraphs(model, batch_buckets=(2, 4), length_multiple=8, max_graphs=8, use_graph=False)
+    calls = [([5, 3, 7], 1, 3, 5), ([2], 2, 3, 4), ([6, 6, 1, 4], 3, 3, 5), ([4, 3], 4, 2, 3), ([9, 2, 5], 5, 3, 5),
+             ([1, 8, 3], 6, 3, 2)]
+    ended = 0
+    for lengths, seed, k, max_len_b in calls:
+        src = sources(lengths, seed)
+        expected = beam_search(model, src, beam_size=k, nbest=k, alpha=0.6, max_len_b=max_len_b)
+        got = pool(src, beam_size=k, nbest=k, alpha=0.6, max_len_b=max_len_b)
+        for g, w in zip(got, expected, strict=True):
+            assert_same_hypotheses(g, w)
+            ended += sum(h.tokens[-1] == 2 for h in g)
+    assert ended >= 5  # not only length-cut hypotheses
+    # (rows, k, steps, source): [5, 3, 7] -> 4 rows, steps 7 + 5 = 12 -> 16, source 7 -> 8; the
+    # third and the last call ([1, 8, 3]: 8 + 2 = 10 -> 16) search in the same kept buffers.
+    assert sorted(pool._captures) == [(2, 2, 8, 8, False), (2, 3, 8, 8, False), (4, 3, 16, 8, False),
+                                      (4, 3, 16, 16, False)]
+
+
+def test_beam_graphs_reuse_buffers_and_let_the_model_go():
+    import gc
+    import weakref
+
+    from attnlab.generation.graphs import BeamGraphs, beam_graphs
+    from tests.generation.test_search import sources
+
+    model = _beam_model(3, 0.7)
+    pool = BeamGraphs(model, batch_buckets=(4,), length_multiple=16, use_graph=False)
+    first = pool(sources([3, 2], 1), beam_size=2)
+    (capture,) = pool._captures.values()
+    buffers = [capture.memory.data_ptr(), capture.state["history"].data_ptr()] + [
+        k.data_ptr() for k, _ in capture.cross]
+    assert pool(sources([3, 2], 1), beam_size=2) == first
+    (again,) = pool._captures.values()
+    assert [again.memory.data_ptr(), again.state["history"].data_ptr()] + [
+        k.data_ptr() for k, _ in again.cross] == buffers
+    assert beam_graphs(model) is beam_graphs(model)
+    beam_graphs(model)
+    gone = weakref.ref(model)
+    del model, pool, capture, again
+    gc.collect()
+    assert gone() is None

@@ -142,3 +142,21 @@ def test_varlen_training_loss_on_cuda_equals_padded():
         padded = translation_loss(0.1)(model, batch)[0].float()
         packed = translation_loss(0.1, varlen=True)(model, batch)[0].float()
     torch.testing.assert_close(packed, padded, rtol=2e-2, atol=0)
+
+
+def test_kept_beam_graphs_replay_across_calls():
+    """BeamGraphs: captured on a bucket's first call, replayed by later calls of other batch
+    sizes, source lengths and limits in the same bucket; equals the eager pool."""
+    from attnlab.generation.graphs import BeamGraphs
+    from tests.generation.test_search import sources
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny", vocab_size=50).cuda().eval()
+    graphs = BeamGraphs(model, batch_buckets=(2, 4), length_multiple=8, use_graph=True)
+    eager = BeamGraphs(model, batch_buckets=(2, 4), length_multiple=8, use_graph=False)
+    for lengths, seed, max_len_b in [([5, 3, 7], 1, 5), ([6, 6, 1, 4], 3, 5), ([1, 8, 3], 6, 2), ([2], 2, 4)]:
+        src = sources(lengths, seed, vocab=50).cuda()
+        got = graphs(src, beam_size=3, nbest=3, max_len_b=max_len_b)
+        want = eager(src, beam_size=3, nbest=3, max_len_b=max_len_b)
+        assert [[h.tokens for h in row] for row in got] == [[h.tokens for h in row] for row in want]
+    assert len(graphs) == 2 and all(capture.graph is not None for capture in graphs._captures.values())

@@ -26,7 +26,8 @@ from torch import Tensor
 from attnlab.attention.cache import StaticKVCache
 from attnlab.generation.search import Hypothesis, _check_beam_arguments, _max_lengths, length_penalty
 
-__all__ = ["GreedyGraphs", "beam_search_fixed_shape", "greedy_fixed_shape", "greedy_graphs"]
+__all__ = ["BeamGraphs", "GreedyGraphs", "beam_graphs", "beam_search_fixed_shape", "greedy_fixed_shape",
+           "greedy_graphs"]
 
 
 def greedy_fixed_shape(model, ids: Tensor, mask: Tensor | None, max_new_tokens: int, *,
@@ -214,7 +215,8 @@ def beam_search_fixed_shape(model, src_ids: Tensor, *, beam_size: int = 4, alpha
                             use_graph: bool | None = None):
     """:func:`~attnlab.generation.search.beam_search` as one fixed-shape step that a CUDA
     graph can replay: the same rules and the same hypotheses, but no host synchronisation
-    between tokens and no shrinking batch.
+    between tokens and no shrinking batch. One call, sized exactly, nothing kept
+    (:class:`BeamGraphs` keeps its captures for the next call).
 
     Every source keeps its ``k`` rows to the end (a finished source's rows run on, their
     results unused); the finished hypotheses live on the device in ``2k`` slots per source,
@@ -230,139 +232,268 @@ def beam_search_fixed_shape(model, src_ids: Tensor, *, beam_size: int = 4, alpha
     fixed_shape=True)`` and ``step`` (the Transformer). Returns, per source, the ``nbest``
     best :class:`~attnlab.generation.search.Hypothesis`, best first.
     """
-    _check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            return _beam_fixed(model, src_ids, beam_size, alpha, max_len_a, max_len_b, nbest, use_graph)
-    finally:
-        model.train(was_training)
+    return BeamGraphs(model, batch_buckets=(), length_multiple=1, max_graphs=1, use_graph=use_graph)(
+        src_ids, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest)
 
 
-def _beam_fixed(model, src_ids, k, alpha, max_len_a, max_len_b, nbest, use_graph):
-    config, decoder = model.config, model.decoder
-    memory, memory_mask = model.encode(src_ids)
-    device = memory.device
-    if use_graph is None:
-        use_graph = device.type == "cuda"
-    elif use_graph and device.type != "cuda":
-        raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {device}")
-    batch, rows = memory.shape[0], memory.shape[0] * k
-    limits_list = _max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
-    steps = max(limits_list)
-    limits = torch.tensor(limits_list, device=device)
-    memory = memory.repeat_interleave(k, dim=0)
-    if memory_mask is not None:
-        memory_mask = memory_mask.expand(batch, *memory_mask.shape[1:]).repeat_interleave(k, dim=0)
-    neg_inf = float("-inf")
-    slots = 2 * k  # at most k - 1 finished by EOS, then up to k cut at the length limit; slot 2k: discarded writes
-    state = {
-        "beam_lp": torch.full((batch, k), neg_inf, device=device).index_fill_(1, torch.tensor([0], device=device), 0.0),
-        "history": torch.zeros(rows, steps, dtype=torch.long, device=device),  # tokens of each live row
-        "fin_tokens": torch.zeros(batch, slots + 1, steps, dtype=torch.long, device=device),
-        "fin_lp": torch.full((batch, slots + 1), neg_inf, device=device),
-        "fin_len": torch.zeros(batch, slots + 1, dtype=torch.long, device=device),
-        "fin_count": torch.zeros(batch, dtype=torch.long, device=device),
-        "done": torch.zeros(batch, dtype=torch.bool, device=device),
-        "step": torch.zeros(1, dtype=torch.long, device=device),  # the index of the token being chosen
-        "tokens": torch.full((rows,), config.bos_id, dtype=torch.long, device=device),
-    }
-    cache = decoder.new_cache(rows, steps + 1, fixed_shape=True)
-    base = torch.arange(batch, device=device)[:, None] * k  # (B, 1): first row of each source
-    positions = torch.arange(steps, device=device)
+class BeamGraphs:
+    """:func:`beam_search_fixed_shape` with its CUDA graphs kept and replayed by later calls
+    that fall in the same bucket, as :class:`GreedyGraphs` does for greedy decoding.
 
-    def choose(logits: Tensor) -> None:
-        """One token of the search from the step's logits ``(B·k, V)``: the eager search's
-        rules on fixed shapes (masks instead of Python lists)."""
-        s = state
-        step = s["step"]
-        length = step + 1
-        log_probs = torch.log_softmax(logits.float(), dim=-1).view(batch, k, -1)
-        vocab = log_probs.shape[-1]
-        candidates = (s["beam_lp"][:, :, None] + log_probs).view(batch, k * vocab)
-        top_lp, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
-        top_beam, top_token = top_index // vocab, top_index % vocab
-        is_eos = top_token == config.eos_id
-        live = ~s["done"][:, None]
+    A bucket is (rows, beam size, steps, source length): the batch rounded up to the next
+    of ``batch_buckets`` (beyond the last: a multiple of it; the extra sources repeat the
+    first and are dropped), the longest output the length limits allow and the source
+    length each rounded up to a multiple of ``length_multiple`` (the source with padding
+    the encoder masks; both at most the model's position table). A call encodes its
+    sources, copies memory and mask into its bucket's buffers, resets the search state in
+    place and replays. At most ``max_graphs`` buckets are kept (least recently used
+    dropped); moving or casting the parameters drops them all. ``use_graph=False`` (the
+    default on the CPU) runs the same buckets and resets eagerly.
+    """
 
-        def finish(eligible: Tensor, tokens: Tensor, log_probs: Tensor, most: int) -> None:
-            """Append the ``eligible`` candidates ``(B, n)`` (their tokens ``(B, n, steps)``
-            up to this step) to their sources' finished slots in rank order, while a source
-            has fewer than ``most``; the others write into the discarded slot."""
-            slot = s["fin_count"][:, None] + eligible.long().cumsum(1) - 1
-            accept = eligible & (slot < most)
-            slot = torch.where(accept, slot, slots)
-            tokens = torch.where(positions > step, 0, tokens)
-            s["fin_tokens"].scatter_(1, slot[:, :, None].expand(-1, -1, steps), tokens)
-            s["fin_lp"].scatter_(1, slot, log_probs)
-            s["fin_len"].scatter_(1, slot, length.expand_as(slot))
-            s["fin_count"] += accept.long().sum(1)
+    def __init__(self, model, *, batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
+                 length_multiple: int = 32, max_graphs: int = 4, use_graph: bool | None = None):
+        self._lengths = GreedyGraphs(model, batch_buckets=batch_buckets, length_multiple=length_multiple,
+                                     max_graphs=max_graphs, use_graph=use_graph)  # its checks and buckets
+        self.max_graphs, self.use_graph = max_graphs, use_graph
+        self._captures: OrderedDict[tuple, _BeamCapture] = OrderedDict()
+        self._weights: tuple = ()
 
-        # EOS continuations among the best k finish, in rank order, while a source has < k.
-        first = min(k, top_lp.shape[1])
-        ended = s["history"][(base + top_beam[:, :first]).view(-1)].view(batch, first, steps)
-        finish(is_eos[:, :first] & (top_lp[:, :first] > neg_inf) & live,
-               torch.where(positions == step, config.eos_id, ended), top_lp[:, :first], k)
-        # The best k continuations that do not end in EOS survive.
-        beam_lp, pick = top_lp.masked_fill(is_eos, neg_inf).topk(k, dim=1)
-        next_beam = top_beam.gather(1, pick)
-        next_token = top_token.gather(1, pick)
-        origin = (base + next_beam).view(-1)
-        survivors = s["history"][origin].view(batch, k, steps)
-        survivors = torch.where(positions == step, next_token[:, :, None], survivors)
-        # Sources at their length limit (still under k finished) finish their live rows as they
-        # stand, all of them (up to 2k - 1 finished, as the eager search keeps).
-        cut = live[:, 0] & (s["fin_count"] < k) & (length >= limits)  # (B,)
-        finish(cut[:, None] & (beam_lp > neg_inf), survivors, beam_lp, slots)
-        s["done"] |= (s["fin_count"] >= k) | cut
-        # The survivors' rows: their history and their cached keys and values (in place).
-        s["history"].copy_(survivors.view(rows, steps))
-        s["beam_lp"].copy_(beam_lp)
-        s["tokens"].copy_(next_token.view(-1))
-        for kv in cache.kv:
-            kv.copy_(kv.index_select(1, origin))
-        s["step"] += 1
+    @property
+    def model(self):
+        return self._lengths.model
 
-    # The first token: BOS through the layers with the memory (fills the cross-attention caches).
-    logits = decoder(state["tokens"][:, None], torch.zeros(1, dtype=torch.long, device=device), memory=memory,
-                     memory_mask=memory_mask, cache=cache, positions_bound=1)[:, -1]
-    cache.positions.fill_(1)
-    choose(logits)
+    def clear(self) -> None:
+        self._captures.clear()
 
-    def step() -> None:
-        choose(decoder.step(state["tokens"], cache, memory_mask))
+    def __len__(self) -> int:
+        return len(self._captures)
 
-    if not use_graph:
-        for _ in range(1, steps):
-            if bool(state["done"].all()):
-                break
-            step()
-    elif steps > 1:
-        # The second token runs eagerly on a side stream (CUDA graph capture wants lazy
-        # initialisations done and the allocator warm); the capture records the step without
-        # running it (the host's count of cache positions moves once: put back).
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        length = cache.length
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        cache.length = length
-        for index in range(2, steps):
-            if index % 8 == 0 and bool(state["done"].all()):
-                break
-            graph.replay()
-            cache.length += 1
+    def _round(self, length: int, limit: int | None) -> int:
+        multiple = self._lengths.length_multiple
+        rounded = -(-length // multiple) * multiple
+        return rounded if limit is None else max(length, min(rounded, limit))
 
-    fin_tokens = state["fin_tokens"].cpu()
-    fin_lp, fin_len, fin_count = state["fin_lp"].tolist(), state["fin_len"].tolist(), state["fin_count"].tolist()
-    results = []
-    for b in range(batch):
-        hyps = [Hypothesis(fin_tokens[b, j, :fin_len[b][j]].tolist(), fin_lp[b][j],
-                           fin_lp[b][j] / length_penalty(fin_len[b][j], alpha)) for j in range(fin_count[b])]
-        results.append(sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest])
-    return results
+    def __call__(self, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+                 max_len_b: float = 50, nbest: int = 1):
+        _check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                return self._search(model, src_ids, beam_size, alpha, max_len_a, max_len_b, nbest)
+        finally:
+            model.train(was_training)
+
+    def _search(self, model, src_ids, k, alpha, max_len_a, max_len_b, nbest):
+        device = src_ids.device
+        use_graph = device.type == "cuda" if self.use_graph is None else self.use_graph
+        if use_graph and device.type != "cuda":
+            raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {device}")
+        batch, source_len = src_ids.shape[:2]
+        rows = self._lengths.bucket(batch, 1)[0]
+        source_bucket = source_len
+        if not src_ids.is_floating_point():  # token ids: longer sources are more padding, which the encoder masks
+            source_bucket = self._round(source_len, getattr(model.config, "max_positions", None))
+        src = src_ids
+        if rows > batch:  # the extra sources repeat the first; their hypotheses are dropped
+            src = torch.cat([src, src[:1].expand(rows - batch, -1)])
+        if source_bucket > source_len:
+            src = torch.cat([src, src.new_full((rows, source_bucket - source_len), model.config.pad_id)], 1)
+        memory, memory_mask = model.encode(src)
+        if memory_mask is None:
+            memory_mask = torch.ones(rows, 1, 1, source_bucket, dtype=torch.bool, device=device)
+        limits = _max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
+        steps = max(limits[:batch])
+        steps_bucket = self._round(steps, model.max_output_length())
+
+        weights = tuple((p.data_ptr(), p.dtype, p.device) for p in model.parameters())
+        if weights != self._weights:  # moved or cast: the captures read the old tensors
+            self._captures.clear()
+            self._weights = weights
+        key = (rows, k, steps_bucket, source_bucket, use_graph)
+        capture = self._captures.pop(key, None)
+        if capture is None:
+            while len(self._captures) >= self.max_graphs:
+                self._captures.popitem(last=False)
+            capture = _BeamCapture(model, rows, k, steps_bucket, memory, device)
+        self._captures[key] = capture
+        fin_tokens, fin_lp, fin_len, fin_count = capture.run(model, memory, memory_mask, limits, steps, use_graph)
+        results = []
+        for b in range(batch):
+            hyps = [Hypothesis(fin_tokens[b, j, :fin_len[b][j]].tolist(), fin_lp[b][j],
+                               fin_lp[b][j] / length_penalty(fin_len[b][j], alpha)) for j in range(fin_count[b])]
+            results.append(sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest])
+        return results
+
+
+class _BeamCapture:
+    """One bucket of :class:`BeamGraphs`: the search state, the decoder cache, the memory
+    and its mask in buffers that every call resets in place, and the captured step."""
+
+    def __init__(self, model, batch: int, k: int, steps: int, memory: Tensor, device):
+        self.k, self.steps = k, steps  # (no reference to the model: the pool must not keep it alive)
+        config = model.config
+        rows = batch * k
+        neg_inf = float("-inf")
+        self.slots = slots = 2 * k  # at most k - 1 finished by EOS, then up to k cut at the limit; 2k: discarded
+        self.state = {
+            "beam_lp": torch.full((batch, k), neg_inf, device=device),
+            "history": torch.zeros(rows, steps, dtype=torch.long, device=device),  # tokens of each live row
+            "fin_tokens": torch.zeros(batch, slots + 1, steps, dtype=torch.long, device=device),
+            "fin_lp": torch.full((batch, slots + 1), neg_inf, device=device),
+            "fin_len": torch.zeros(batch, slots + 1, dtype=torch.long, device=device),
+            "fin_count": torch.zeros(batch, dtype=torch.long, device=device),
+            "done": torch.zeros(batch, dtype=torch.bool, device=device),
+            "step": torch.zeros(1, dtype=torch.long, device=device),  # the index of the token being chosen
+            "tokens": torch.full((rows,), config.bos_id, dtype=torch.long, device=device),
+            "limits": torch.zeros(batch, dtype=torch.long, device=device),
+        }
+        self.memory = memory.new_zeros(rows, *memory.shape[1:])
+        self.memory_mask = torch.zeros(rows, 1, 1, memory.shape[1], dtype=torch.bool, device=device)
+        self.cache = model.decoder.new_cache(rows, steps + 1, fixed_shape=True)
+        self.cross = None  # the cross-attention keys and values of every layer, kept buffers
+        self.base = torch.arange(batch, device=device)[:, None] * k  # (B, 1): first row of each source
+        self.positions = torch.arange(steps, device=device)
+        self.batch = batch
+        self.graph = None
+
+    def _reset(self, model, memory: Tensor, memory_mask: Tensor, limits: list[int]) -> None:
+        s, k = self.state, self.k
+        s["beam_lp"].fill_(float("-inf")).select(1, 0).fill_(0.0)
+        s["fin_lp"].fill_(float("-inf"))
+        for name in ("history", "fin_tokens", "fin_len", "fin_count", "done", "step"):
+            s[name].zero_()
+        s["tokens"].fill_(model.config.bos_id)
+        s["limits"].copy_(torch.tensor(limits, device=s["limits"].device))
+        self.memory.copy_(memory.repeat_interleave(k, dim=0))
+        self.memory_mask.copy_(memory_mask.expand(self.batch, *memory_mask.shape[1:]).repeat_interleave(k, dim=0))
+        cache = self.cache
+        cache.length = 0
+        cache.write_index.zero_()
+
+    def run(self, model, memory: Tensor, memory_mask: Tensor, limits: list[int], steps: int, use_graph: bool):
+        """Search the encoded ``memory`` of this bucket's batch; returns the finished
+        hypotheses (host copies: tokens, log-probabilities, lengths, counts)."""
+        decoder, cache, s = model.decoder, self.cache, self.state
+        self._reset(model, memory, memory_mask, limits)
+        config, k, batch, slots, positions, base = model.config, self.k, self.batch, self.slots, self.positions, self.base
+        width = self.steps
+        rows = batch * k
+        neg_inf = float("-inf")
+
+        def choose(logits: Tensor) -> None:
+            """One token of the search from the step's logits ``(B·k, V)``: the eager search's
+            rules on fixed shapes (masks instead of Python lists)."""
+            step = s["step"]
+            length = step + 1
+            log_probs = torch.log_softmax(logits.float(), dim=-1).view(batch, k, -1)
+            vocab = log_probs.shape[-1]
+            candidates = (s["beam_lp"][:, :, None] + log_probs).view(batch, k * vocab)
+            top_lp, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
+            top_beam, top_token = top_index // vocab, top_index % vocab
+            is_eos = top_token == config.eos_id
+            live = ~s["done"][:, None]
+
+            def finish(eligible: Tensor, tokens: Tensor, log_probs: Tensor, most: int) -> None:
+                """Append the ``eligible`` candidates ``(B, n)`` (their tokens ``(B, n, steps)``
+                up to this step) to their sources' finished slots in rank order, while a source
+                has fewer than ``most``; the others write into the discarded slot."""
+                slot = s["fin_count"][:, None] + eligible.long().cumsum(1) - 1
+                accept = eligible & (slot < most)
+                slot = torch.where(accept, slot, slots)
+                tokens = torch.where(positions > step, 0, tokens)
+                s["fin_tokens"].scatter_(1, slot[:, :, None].expand(-1, -1, width), tokens)
+                s["fin_lp"].scatter_(1, slot, log_probs)
+                s["fin_len"].scatter_(1, slot, length.expand_as(slot))
+                s["fin_count"] += accept.long().sum(1)
+
+            # EOS continuations among the best k finish, in rank order, while a source has < k.
+            first = min(k, top_lp.shape[1])
+            ended = s["history"][(base + top_beam[:, :first]).view(-1)].view(batch, first, width)
+            finish(is_eos[:, :first] & (top_lp[:, :first] > neg_inf) & live,
+                   torch.where(positions == step, config.eos_id, ended), top_lp[:, :first], k)
+            # The best k continuations that do not end in EOS survive.
+            beam_lp, pick = top_lp.masked_fill(is_eos, neg_inf).topk(k, dim=1)
+            next_beam = top_beam.gather(1, pick)
+            next_token = top_token.gather(1, pick)
+            origin = (base + next_beam).view(-1)
+            survivors = s["history"][origin].view(batch, k, width)
+            survivors = torch.where(positions == step, next_token[:, :, None], survivors)
+            # Sources at their length limit (still under k finished) finish their live rows as they
+            # stand, all of them (up to 2k - 1 finished, as the eager search keeps).
+            cut = live[:, 0] & (s["fin_count"] < k) & (length >= s["limits"])  # (B,)
+            finish(cut[:, None] & (beam_lp > neg_inf), survivors, beam_lp, slots)
+            s["done"] |= (s["fin_count"] >= k) | cut
+            # The survivors' rows: their history and their cached keys and values (in place).
+            s["history"].copy_(survivors.view(rows, width))
+            s["beam_lp"].copy_(beam_lp)
+            s["tokens"].copy_(next_token.view(-1))
+            for kv in cache.kv:
+                kv.copy_(kv.index_select(1, origin))
+            s["step"] += 1
+
+        # The first token: BOS through the layers with the memory. It computes the
+        # cross-attention keys and values; a kept capture's graph reads them from the
+        # buffers of its first call, so later calls copy theirs in.
+        for layer in cache.layers:
+            layer.cross_attn.k = layer.cross_attn.v = None
+        logits = decoder(s["tokens"][:, None], torch.zeros(1, dtype=torch.long, device=self.memory.device),
+                         memory=self.memory, memory_mask=self.memory_mask, cache=cache, positions_bound=1)[:, -1]
+        computed = [(layer.cross_attn.k, layer.cross_attn.v) for layer in cache.layers]
+        if self.cross is None:
+            self.cross = computed
+        else:
+            for (k_kept, v_kept), (k_new, v_new) in zip(self.cross, computed):
+                k_kept.copy_(k_new)
+                v_kept.copy_(v_new)
+            for layer, (k_kept, v_kept) in zip(cache.layers, self.cross):
+                layer.cross_attn.k, layer.cross_attn.v = k_kept, v_kept
+        cache.positions.fill_(1)
+        choose(logits)
+
+        def step() -> None:
+            choose(decoder.step(s["tokens"], cache, self.memory_mask))
+
+        if not use_graph:
+            for _ in range(1, steps):
+                if bool(s["done"].all()):
+                    break
+                step()
+        elif steps > 1:
+            first = 1
+            if self.graph is None:
+                # The second token runs eagerly on a side stream (CUDA graph capture wants lazy
+                # initialisations done and the allocator warm); the capture records the step
+                # without running it (the host's count of cache positions moves once: put back).
+                stream = torch.cuda.Stream(self.memory.device)
+                stream.wait_stream(torch.cuda.current_stream(self.memory.device))
+                with torch.cuda.stream(stream):
+                    step()
+                torch.cuda.current_stream(self.memory.device).wait_stream(stream)
+                length = cache.length
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph):
+                    step()
+                cache.length = length
+                first = 2
+            for index in range(first, steps):
+                if index % 8 == 0 and bool(s["done"].all()):
+                    break
+                self.graph.replay()
+                cache.length += 1
+
+        return (s["fin_tokens"].cpu(), s["fin_lp"].tolist(), s["fin_len"].tolist(), s["fin_count"].tolist())
+
+
+_BEAM_POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def beam_graphs(model) -> BeamGraphs:
+    """The model's :class:`BeamGraphs` with the default buckets (made on first use, dropped
+    with the model): what ``beam_search(cuda_graph=True)`` searches through."""
+    pool = _BEAM_POOLS.get(model)
+    if pool is None:
+        pool = _BEAM_POOLS[model] = BeamGraphs(model)
+    return pool

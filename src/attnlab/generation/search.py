@@ -165,15 +165,18 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     ``cuda_graph=True`` (a model on a CUDA device with a ``fixed_shape``-capable decoder, the
     Transformer): the same search as one fixed-shape step replayed from a captured CUDA graph
     (:func:`~attnlab.generation.graphs.beam_search_fixed_shape`): no shrinking batch and no
-    host synchronisation between tokens.
+    host synchronisation between tokens; the captures are kept with the model, one per
+    bucket of batch, output and source length (:class:`~attnlab.generation.graphs.BeamGraphs`).
     """
     if cuda_graph:
         if not use_cache:
             raise ValueError("cuda_graph=True decodes through the cache: use_cache=False cannot go with it")
-        from attnlab.generation.graphs import beam_search_fixed_shape
+        from attnlab.generation.graphs import beam_graphs
 
-        return beam_search_fixed_shape(model, src_ids, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
-                                       max_len_b=max_len_b, nbest=nbest, use_graph=True)
+        if not src_ids.is_cuda:
+            raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {src_ids.device}")
+        return beam_graphs(model)(src_ids, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
+                                  max_len_b=max_len_b, nbest=nbest)
     _check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
     config = model.config
     batch, k = src_ids.shape[0], beam_size
