@@ -197,6 +197,22 @@ def test_translate_missing_input_and_model(trained_model, tmp_path, capsys):
     assert main(["translate", "--model", str(tmp_path / "no_model"), "--input", str(missing)]) == 2
 
 
+def test_cuda_graph_and_batch_size_are_checked_before_anything_is_written(trained_model, small_corpus, tmp_path,
+                                                                          capsys):
+    out = tmp_path / "out.en"
+    for argv, message in [
+            (["translate", "--input", str(small_corpus["test.de"]), "-o", str(out), "--cuda-graph", "--device", "cpu"],
+             "--cuda-graph needs a CUDA GPU; the model runs on cpu"),
+            (["translate", "--input", str(small_corpus["test.de"]), "-o", str(out), "--batch-size", "0"],
+             "--batch-size=0 must be at least 1"),
+            (["evaluate", "--src-file", str(small_corpus["test.de"]), "--ref-file", str(small_corpus["test.en"]),
+              "-o", str(out), "--cuda-graph", "--device", "cpu"], "--cuda-graph needs a CUDA GPU")]:
+        assert main([*argv, "--model", str(trained_model)]) == 2
+        error = _error(capsys)
+        assert message in error and "Traceback" not in error
+    assert not out.exists()
+
+
 def test_evaluate_mismatched_files(trained_model, small_corpus, tmp_path, capsys):
     refs = tmp_path / "refs.en"
     refs.write_text("only one line\n", encoding="utf-8")

@@ -160,3 +160,26 @@ def test_kept_beam_graphs_replay_across_calls():
         want = eager(src, beam_size=3, nbest=3, max_len_b=max_len_b)
         assert [[h.tokens for h in row] for row in got] == [[h.tokens for h in row] for row in want]
     assert len(graphs) == 2 and all(capture.graph is not None for capture in graphs._captures.values())
+
+
+def test_translate_cli_cuda_graph_gives_the_eager_translations(tmp_path, capsys):
+    """`attnlab translate --cuda-graph` on a GPU: the same lines as without it."""
+    from attnlab.cli.main import main
+    from attnlab.data import Tokenizer
+
+    torch.manual_seed(0)
+    texts = ["ein hund läuft .", "a dog runs .", "zwei katzen schlafen .", "two cats sleep ."] * 10
+    tokenizer = Tokenizer.train(texts, vocab_size=40)
+    model = attnlab.create_model("transformer_tiny", vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
+                                 bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save(tmp_path / "model")
+    source = tmp_path / "in.de"
+    source.write_text("ein hund läuft .\nzwei katzen schlafen .\nein hund schläft .\n", encoding="utf-8")
+    outputs = []
+    for extra in ([], ["--cuda-graph"]):
+        out = tmp_path / f"out{len(extra)}.en"
+        assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(source), "-o", str(out),
+                     "--device", "cuda", *extra]) == 0
+        outputs.append(out.read_text(encoding="utf-8"))
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") == 3

@@ -1,7 +1,8 @@
 """``attnlab evaluate``: translate a test set and score it (sacreBLEU cased 13a, chrF,
 lower-cased tokenized BLEU), each with its sacrebleu signature."""
 
-from attnlab.cli.translate import add_decoding_arguments, decoding_options, set_threads
+from attnlab.cli.translate import (add_batch_arguments, add_decoding_arguments, batch_options, decoding_options,
+                                   set_threads)
 
 HELP = ("score a model directory: a translation model translates a test set (sacreBLEU with signature, chrF, "
         "lower-cased BLEU); other families go to their own evaluator (see --model)")
@@ -52,7 +53,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--src-file", help="your source sentences, one a line")
     parser.add_argument("--ref-file", help="reference translations aligned with --src-file")
     parser.add_argument("--limit", type=int, help="score only the first N sentences")
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    add_batch_arguments(parser)
     parser.add_argument("--output", "-o", help="also write the translations to this file")
     parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")
     parser.add_argument("--json", help="also write the scores as JSON to this file")
@@ -71,6 +72,7 @@ def run(args) -> int:
 
     device = resolve_device(args.device)
     translator = Translator.load(args.model, device=device)  # a missing model is the first thing to say
+    batching = batch_options(args, device)
     if (args.data is None) == (args.src_file is None and args.ref_file is None):
         raise ValueError("give either --data NAME or --src-file and --ref-file")
     if args.data is not None:
@@ -96,7 +98,7 @@ def run(args) -> int:
     references = [ref for _, ref in pairs]
 
     started = time.perf_counter()
-    hypotheses = translator.translate(sources, batch_size=args.batch_size, **decoding_options(args))
+    hypotheses = translator.translate(sources, **batching, **decoding_options(args))
     seconds = time.perf_counter() - started
     scores = score_translations(hypotheses, references)
     if args.output:

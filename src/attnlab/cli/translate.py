@@ -31,13 +31,30 @@ def set_threads(threads: int | None) -> None:
 
 def add_arguments(parser) -> None:
     add_decoding_arguments(parser)
-    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    add_batch_arguments(parser)
     parser.add_argument("--input", "-i", help="file of sentences, one a line (plain or .gz; default: stdin)")
     parser.add_argument("--output", "-o", help="write translations here (default: stdout)")
 
 
+def add_batch_arguments(parser) -> None:
+    """Options of the verbs that translate batches of sentences (translate, evaluate)."""
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="on a CUDA GPU, replay each batch's beam search from a captured CUDA graph "
+                             "(captures kept per batch and length bucket; the same translations)")
+
+
 def decoding_options(args) -> dict:
     return dict(beam_size=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+
+
+def batch_options(args, device: str) -> dict:
+    """``translate()``'s batch options from the arguments, checked against the device."""
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size={args.batch_size} must be at least 1")
+    if args.cuda_graph and not device.startswith("cuda"):
+        raise ValueError(f"--cuda-graph needs a CUDA GPU; the model runs on {device} (see --device)")
+    return dict(batch_size=args.batch_size, cuda_graph=args.cuda_graph)
 
 
 def run(args) -> int:
@@ -70,8 +87,10 @@ def run(args) -> int:
         raise ValueError(f"--output {args.output}: is a directory; give a file name")
     from attnlab.cli.options import resolve_device
 
-    translator = Translator.load(args.model, device=resolve_device(args.device))
-    translations = translator.translate(sentences, batch_size=args.batch_size, **decoding_options(args))
+    device = resolve_device(args.device)
+    batching = batch_options(args, device)
+    translator = Translator.load(args.model, device=device)
+    translations = translator.translate(sentences, **batching, **decoding_options(args))
     text = "".join(t + "\n" for t in translations)
     if args.output:
         atomic_write_bytes(args.output, text.encode("utf-8"))  # a killed run leaves no half-written file
