@@ -1,6 +1,6 @@
 """GPU speed of attnlab against its peers: one process, the same shapes and weights for each.
 
-    PYTHONPATH=src python3 benchmarks/gpu.py [--quick] [--translation-model DIR] [--only decode,train,translate]
+    PYTHONPATH=src python3 benchmarks/gpu.py [--quick] [--translation-model DIR] [--only decode,train,varlen,translate]
 
 Needs torch with CUDA and transformers (the peers). Every figure is a median of timed
 repetitions after a warm-up, with ``torch.cuda.synchronize()`` around each; the runs of the
@@ -17,10 +17,13 @@ libraries being compared are interleaved (A B A B ...) so a clock or thermal dri
   ``torch.compile``d vs ``torch.nn.Transformer`` (with tied embeddings and head) and HF
   Marian; target tokens/s and model-FLOPs utilisation (6 x parameters x target tokens over
   the bf16 dense peak: a rough figure, the source side is counted as the target's length).
+* **varlen**: the same training step on right-padded batches (400 x 64, lengths from 16 to
+  64): the padded forward vs ``varlen=True`` (packed tokens, flash ``varlen_attn``), bf16.
 * **translate**: beam-4 translation of Multi30k's test_2016_flickr (1,000 German sentences,
   shipped with attnlab) with a trained model directory (``--translation-model``), model
-  loaded and warmed up: sentences/s of the eager beam search and of ``cuda_graph=True`` (one
-  graph captured per batch's search, capture included), and how many translations agree.
+  loaded and warmed up: sentences/s of the eager beam search and of ``cuda_graph=True``
+  (graphs captured per batch and length bucket on the first pass, replayed after), and how
+  many translations agree.
 """
 
 from __future__ import annotations
@@ -166,6 +169,42 @@ def train(preset: str, batch: int, length: int, vocab: int, dtype: torch.dtype, 
     print(f"train {preset} V={vocab} {tokens} tgt tok {str(dtype)[6:]}: tok/s (MFU) {row} | best attnlab = {ratios}")
 
 
+def varlen(preset: str, batch: int, length: int, vocab: int, repeats: int) -> None:
+    """A training step on right-padded batches whose lengths spread from L/4 to L: the padded
+    forward vs ``varlen=True`` (packed tokens; flash ``varlen_attn`` in bf16), bf16 autocast."""
+    from attnlab import create_model
+    from attnlab.tasks.translation import translation_loss
+
+    torch.manual_seed(0)
+
+    def padded_ids(extra: int) -> torch.Tensor:
+        lengths = torch.randint(length // 4, length + 1, (batch,), device="cuda")
+        ids = torch.randint(4, vocab, (batch, length + extra), device="cuda")
+        return ids.masked_fill(torch.arange(length + extra, device="cuda") >= lengths[:, None] + extra, 0)
+
+    src, tgt = padded_ids(0), padded_ids(1)
+    data = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+    ours = create_model(preset, vocab_size=vocab).cuda().train()
+    optimizer = torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True)
+
+    def stepper(is_varlen: bool):
+        loss_fn = translation_loss(0.1, 0, varlen=is_varlen)
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss_sum, tokens, _ = loss_fn(ours, data)
+            (loss_sum / tokens).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return step
+
+    seconds = interleaved({"padded": stepper(False), "varlen": stepper(True)}, repeats)
+    real = int((data["tgt_in"] != 0).sum())
+    print(f"varlen {preset} {batch}x{length} (target {real} of {data['tgt_in'].numel()} tokens real): tok/s "
+          f"padded {real / seconds['padded']:7.0f} | varlen {real / seconds['varlen']:7.0f} | "
+          f"{seconds['padded'] / seconds['varlen']:4.2f}x")
+
+
 # ------------------------------------------------------------------------------ translation
 def translate(model_dir: str, repeats: int) -> None:
     from attnlab.data import get_parallel_dataset
@@ -191,7 +230,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and tokens")
     parser.add_argument("--translation-model", help="trained translation model directory for the beam-4 figure")
-    parser.add_argument("--only", default="decode,train,translate", help="comma-separated sections")
+    parser.add_argument("--only", default="decode,train,varlen,translate", help="comma-separated sections")
     parser.add_argument("--train-rows", default="0,1,2,3",
                         help="which training rows to run (0: base 3k TF32, 1: base 3k bf16, 2: base 25.6k bf16, "
                              "3: big 25.6k bf16; default: all)")
@@ -213,6 +252,9 @@ def main() -> None:
                 ("transformer_base", 400, 64, torch.bfloat16), ("transformer_big", 400, 64, torch.bfloat16))
         for preset, batch, length, dtype in (rows[int(i)] for i in args.train_rows.split(",")):
             train(preset, batch, length, 32000, dtype, repeats, compiled=dtype == torch.bfloat16)
+    if "varlen" in sections:
+        for preset in ("transformer_base", "transformer_big"):
+            varlen(preset, 400, 64, 32000, repeats)
     if "translate" in sections and args.translation_model:
         translate(args.translation_model, repeats)
 
