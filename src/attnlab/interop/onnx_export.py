@@ -46,6 +46,18 @@ class _LMGraph(nn.Module):
         return self.model(ids)
 
 
+class _TranslationGraph(nn.Module):
+    """The padded teacher-forced forward only (the tracer would pass every parameter of
+    ``Transformer.forward`` positionally, its keyword-only ``varlen`` too)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
+        return self.model(src_ids, tgt_in_ids)
+
+
 class _EncoderGraph(nn.Module):
     def __init__(self, model):
         super().__init__()
@@ -76,7 +88,7 @@ def _graph(model) -> tuple[nn.Module, list[str], list[str]]:
     if isinstance(model, DecoderLM):
         return _LMGraph(model), ["ids"], ["logits"]
     if isinstance(model, Transformer):
-        return model, ["src_ids", "tgt_in_ids"], ["logits"]
+        return _TranslationGraph(model), ["src_ids", "tgt_in_ids"], ["logits"]
     raise ValueError(f"ONNX export knows BertEncoder, DecoderLM and Transformer, not {type(model).__name__}")
 
 
