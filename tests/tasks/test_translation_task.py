@@ -82,6 +82,20 @@ def test_varlen_option_refuses_a_pattern_without_it(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_default_token_batches_are_larger_on_a_gpu(tmp_path, capsys):
+    from attnlab.tasks.translation import default_max_tokens, train_translation
+
+    assert default_max_tokens("cpu") == 4096
+    assert default_max_tokens("cuda") == default_max_tokens("cuda:1") == 25600
+    source, target = tmp_path / "train.de", tmp_path / "train.en"
+    source.write_text("".join(f"{de}\n" for de, _ in SENTENCES), encoding="utf-8")
+    target.write_text("".join(f"{en}\n" for _, en in SENTENCES), encoding="utf-8")
+    train_translation(TranslationTrainOptions(out=str(tmp_path / "run"), train_src=str(source), train_tgt=str(target),
+                                              preset="transformer_tiny", vocab_size=60, max_steps=1, val_every=None,
+                                              progress_bar=False))
+    assert "batches of <= 4096 tokens" in capsys.readouterr().err
+
+
 def test_length_filter_counts_what_it_drops(tokenizer):
     corpus = ParallelCorpus(SENTENCES[:4])
     examples, result = encode_and_filter(tokenizer, corpus, max_length=6)

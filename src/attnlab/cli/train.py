@@ -63,7 +63,8 @@ def _add_translation_arguments(parser) -> None:
                        help="model preset (attnlab presets); vocabulary and special ids come from the tokenizer")
     model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                        help="override a preset field, e.g. --set dropout=0.3 (repeatable)")
-    model.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch (default: 4096)")
+    model.add_argument("--max-tokens", type=int,
+                       help="padded tokens per batch and side (default: 4096 on a CPU, 25600 on a GPU)")
     model.add_argument("--max-steps", type=int, default=10000, help="optimizer updates (default: 10000)")
     model.add_argument("--warmup", type=int, default=4000, help="Noam warm-up steps (default: 4000)")
     model.add_argument("--lr-scale", type=float, default=1.0, help="factor on the Noam learning rate (default: 1)")
