@@ -279,7 +279,17 @@ class Trainer:
 
     def _to_device(self, batch: Batch) -> Batch:
         device = self.device
-        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        if device.type != "cuda":
+            return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        # From pinned host memory the copy is asynchronous: the host goes on queueing the step
+        # instead of waiting for the GPU to finish the previous one (a copy from pageable
+        # memory waits for the stream).
+        def move(value: torch.Tensor) -> torch.Tensor:
+            if value.device.type == "cpu":
+                return value.pin_memory().to(device, non_blocking=True)
+            return value.to(device)
+
+        return {k: move(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16)
