@@ -127,6 +127,8 @@ def test_varlen_flash_kernel_equals_the_reference(causal):
     segments = Segments(packing, packing)
     flash, _ = attend_varlen(q.bfloat16(), k.bfloat16(), v.bfloat16(), segments, causal=causal)
     reference, _ = attend_varlen(q, k, v, segments, causal=causal)
+    # bf16 keeps 8 bits of mantissa (~4e-3 relative per rounding); inputs, scores and the
+    # output of size ~1 are each rounded once or twice: 3e-2 holds with room.
     torch.testing.assert_close(flash.float(), reference, rtol=0, atol=3e-2)
 
 

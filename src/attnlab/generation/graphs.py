@@ -52,7 +52,95 @@ class _Capture:
         self.cache, self.current, self.graph = cache, current, None
 
 
-class GreedyGraphs:
+class _KeptCaptures:
+    """What :class:`GreedyGraphs` and :class:`BeamGraphs` share: the bucket arithmetic, the
+    least-recently-used captures (dropped when the parameters move) and a weak reference to
+    the model (the per-model pools must not keep their model alive)."""
+
+    def __init__(self, model, batch_buckets: tuple[int, ...], length_multiple: int, max_graphs: int,
+                 use_graph: bool | None):
+        buckets = tuple(batch_buckets)
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets) or list(buckets) != sorted(
+                set(buckets)):
+            raise ValueError(f"batch_buckets={batch_buckets!r} must be increasing positive integers")
+        for name, value in (("length_multiple", length_multiple), ("max_graphs", max_graphs)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        self._model = weakref.ref(model)
+        self.batch_buckets, self.length_multiple, self.max_graphs = buckets, length_multiple, max_graphs
+        self.use_graph = use_graph
+        self._captures: OrderedDict[tuple, object] = OrderedDict()
+        self._weights: tuple = ()
+
+    @property
+    def model(self):
+        model = self._model()
+        if model is None:
+            raise ValueError(f"this {type(self).__name__}' model no longer exists")
+        return model
+
+    def clear(self) -> None:
+        """Drop every capture (their buffers and graphs)."""
+        self._captures.clear()
+
+    def __len__(self) -> int:
+        return len(self._captures)
+
+    def _rows(self, batch: int) -> int:
+        """The batch rounded up to the next bucket (beyond the last: a multiple of it)."""
+        rows = next((size for size in self.batch_buckets if size >= batch), None)
+        if rows is None:
+            top = self.batch_buckets[-1] if self.batch_buckets else 1
+            rows = -(-batch // top) * top
+        return rows
+
+    def _round(self, length: int, limit: int | None) -> int:
+        """``length`` rounded up to a multiple of ``length_multiple``, at most ``limit`` (never below ``length``)."""
+        rounded = -(-length // self.length_multiple) * self.length_multiple
+        return rounded if limit is None else max(length, min(rounded, limit))
+
+    def _graph_wanted(self, device) -> bool:
+        use_graph = device.type == "cuda" if self.use_graph is None else self.use_graph
+        if use_graph and device.type != "cuda":
+            raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {device}")
+        return use_graph
+
+    def _kept(self, key: tuple, make):
+        """The capture of ``key``, made by ``make()`` if not kept, now the most recently used."""
+        weights = tuple((p.data_ptr(), p.dtype, p.device) for p in self.model.parameters())
+        if weights != self._weights:  # moved or cast: the captures read the old tensors
+            self._captures.clear()
+            self._weights = weights
+        capture = self._captures.pop(key, None)
+        if capture is None:
+            while len(self._captures) >= self.max_graphs:
+                self._captures.popitem(last=False)
+            capture = make()
+        self._captures[key] = capture
+        return capture
+
+
+def _record(step, cache: StaticKVCache, device, undo=None) -> "torch.cuda.CUDAGraph":
+    """Capture ``step`` as a CUDA graph after running it once on a side stream (capture
+    wants lazy initialisations done and the allocator warm); ``undo`` then takes back what
+    that run wrote, if it was not a real step. Recording does not run the kernels but moves
+    the host's count of cache positions once: put back."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    if undo is not None:
+        undo()
+    length = cache.length
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    cache.length = length
+    return graph
+
+
+class GreedyGraphs(_KeptCaptures):
     """Greedy decoding of a causal LM by CUDA graphs that are captured once and replayed by
     every later call that falls in the same bucket.
 
@@ -73,53 +161,18 @@ class GreedyGraphs:
 
     def __init__(self, model, *, batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
                  length_multiple: int = 256, max_graphs: int = 4, use_graph: bool | None = None):
-        buckets = tuple(batch_buckets)
-        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets) or list(buckets) != sorted(
-                set(buckets)):
-            raise ValueError(f"batch_buckets={batch_buckets!r} must be increasing positive integers")
-        for name, value in (("length_multiple", length_multiple), ("max_graphs", max_graphs)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
-        self._model = weakref.ref(model)  # the pool of greedy_graphs() must not keep its model alive
-        self.batch_buckets, self.length_multiple, self.max_graphs = buckets, length_multiple, max_graphs
-        self.use_graph = use_graph
-        self._captures: OrderedDict[tuple, _Capture] = OrderedDict()
-        self._weights: tuple = ()
-
-    @property
-    def model(self):
-        model = self._model()
-        if model is None:
-            raise ValueError("this GreedyGraphs' model no longer exists")
-        return model
+        super().__init__(model, batch_buckets, length_multiple, max_graphs, use_graph)
 
     def bucket(self, batch: int, length: int) -> tuple[int, int]:
         """``(rows, capacity)`` of the capture that serves ``batch`` prompts needing ``length`` positions."""
-        rows = next((size for size in self.batch_buckets if size >= batch), None)
-        if rows is None:
-            top = self.batch_buckets[-1] if self.batch_buckets else 1
-            rows = -(-batch // top) * top
-        capacity = -(-length // self.length_multiple) * self.length_multiple
-        limit = getattr(self.model.config, "max_positions", None)
-        if limit is not None:
-            capacity = max(length, min(capacity, limit))
-        return rows, capacity
-
-    def clear(self) -> None:
-        """Drop every capture (their caches and graphs)."""
-        self._captures.clear()
-
-    def __len__(self) -> int:
-        return len(self._captures)
+        return self._rows(batch), self._round(length, getattr(self.model.config, "max_positions", None))
 
     @torch.inference_mode()
     def __call__(self, ids: Tensor, mask: Tensor | None, max_new_tokens: int) -> Tensor:
         """:func:`greedy_fixed_shape` through this pool's captures: ``(B, N)`` new tokens."""
         batch, length = ids.shape
         device = ids.device
-        use_graph = device.type == "cuda" if self.use_graph is None else self.use_graph
-        if use_graph and device.type != "cuda":
-            raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {device}")
+        use_graph = self._graph_wanted(device)
         produced = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
         if max_new_tokens == 0:
             return produced
@@ -144,7 +197,7 @@ class GreedyGraphs:
                 produced.select(1, index).copy_(current[:batch])
             return produced
         if capture.graph is None:
-            capture.graph = self._record(capture)
+            capture.graph = self._capture_graph(capture)
         for index in range(1, max_new_tokens):
             capture.graph.replay()
             produced.select(1, index).copy_(current[:batch])
@@ -152,49 +205,31 @@ class GreedyGraphs:
         return produced
 
     def _capture_for(self, batch: int, length: int, device, use_graph: bool) -> _Capture:
-        weights = tuple((p.data_ptr(), p.dtype, p.device) for p in self.model.parameters())
-        if weights != self._weights:  # moved or cast: the captures read the old tensors
-            self._captures.clear()
-            self._weights = weights
         rows, capacity = self.bucket(batch, length)
-        key = (rows, capacity, use_graph)
-        capture = self._captures.pop(key, None)
-        if capture is None:
-            while len(self._captures) >= self.max_graphs:
-                self._captures.popitem(last=False)
+
+        def make() -> _Capture:
             cache = self.model.new_cache(rows, capacity, fixed_shape=True)
             cache.key_mask = torch.ones(rows, 1, 1, capacity, dtype=torch.bool, device=device)
-            capture = _Capture(cache, torch.zeros(rows, dtype=torch.long, device=device))
-        self._captures[key] = capture  # the most recently used last
-        return capture
+            return _Capture(cache, torch.zeros(rows, dtype=torch.long, device=device))
 
-    def _record(self, capture: _Capture) -> "torch.cuda.CUDAGraph":
-        """Capture one step (``current`` <- argmax of the step on ``current``) after a warm-up
-        step whose writes are undone."""
+        return self._kept((rows, capacity, use_graph), make)
+
+    def _capture_graph(self, capture: _Capture) -> "torch.cuda.CUDAGraph":
+        """Capture one step (``current`` <- argmax of the step on ``current``); the warm-up
+        step's writes are undone (the slot it wrote is overwritten by the next step)."""
         cache, current, model = capture.cache, capture.current, self.model
-        device = current.device
+        saved = (cache.write_index.clone(), cache.positions.clone(), cache.length, current.clone())
 
         def step() -> None:
             current.copy_(model.step(current, cache).argmax(-1))
 
-        # Warm up on a side stream (as CUDA graph capture requires: lazy initialisations and the
-        # allocator's first blocks), then undo what the warm-up step wrote: the write position,
-        # the positions and the host's count (the slot it wrote is overwritten by the next step).
-        saved = (cache.write_index.clone(), cache.positions.clone(), cache.length, current.clone())
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        cache.write_index.copy_(saved[0])
-        cache.positions.copy_(saved[1])
-        cache.length = saved[2]
-        current.copy_(saved[3])
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # records the kernels; nothing runs (the host count moves once)
-            step()
-        cache.length = saved[2]
-        return graph
+        def undo() -> None:
+            cache.write_index.copy_(saved[0])
+            cache.positions.copy_(saved[1])
+            cache.length = saved[2]
+            current.copy_(saved[3])
+
+        return _record(step, cache, current.device, undo)
 
 
 _POOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -209,7 +244,6 @@ def greedy_graphs(model) -> GreedyGraphs:
     return pool
 
 
-@torch.no_grad()
 def beam_search_fixed_shape(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6,
                             max_len_a: float = 1.0, max_len_b: float = 50, nbest: int = 1,
                             use_graph: bool | None = None):
@@ -236,7 +270,7 @@ def beam_search_fixed_shape(model, src_ids: Tensor, *, beam_size: int = 4, alpha
         src_ids, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest)
 
 
-class BeamGraphs:
+class BeamGraphs(_KeptCaptures):
     """:func:`beam_search_fixed_shape` with its CUDA graphs kept and replayed by later calls
     that fall in the same bucket, as :class:`GreedyGraphs` does for greedy decoding.
 
@@ -253,26 +287,7 @@ class BeamGraphs:
 
     def __init__(self, model, *, batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
                  length_multiple: int = 32, max_graphs: int = 4, use_graph: bool | None = None):
-        self._lengths = GreedyGraphs(model, batch_buckets=batch_buckets, length_multiple=length_multiple,
-                                     max_graphs=max_graphs, use_graph=use_graph)  # its checks and buckets
-        self.max_graphs, self.use_graph = max_graphs, use_graph
-        self._captures: OrderedDict[tuple, _BeamCapture] = OrderedDict()
-        self._weights: tuple = ()
-
-    @property
-    def model(self):
-        return self._lengths.model
-
-    def clear(self) -> None:
-        self._captures.clear()
-
-    def __len__(self) -> int:
-        return len(self._captures)
-
-    def _round(self, length: int, limit: int | None) -> int:
-        multiple = self._lengths.length_multiple
-        rounded = -(-length // multiple) * multiple
-        return rounded if limit is None else max(length, min(rounded, limit))
+        super().__init__(model, batch_buckets, length_multiple, max_graphs, use_graph)
 
     def __call__(self, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
                  max_len_b: float = 50, nbest: int = 1):
@@ -288,11 +303,9 @@ class BeamGraphs:
 
     def _search(self, model, src_ids, k, alpha, max_len_a, max_len_b, nbest):
         device = src_ids.device
-        use_graph = device.type == "cuda" if self.use_graph is None else self.use_graph
-        if use_graph and device.type != "cuda":
-            raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {device}")
+        use_graph = self._graph_wanted(device)
         batch, source_len = src_ids.shape[:2]
-        rows = self._lengths.bucket(batch, 1)[0]
+        rows = self._rows(batch)
         source_bucket = source_len
         if not src_ids.is_floating_point():  # token ids: longer sources are more padding, which the encoder masks
             source_bucket = self._round(source_len, getattr(model.config, "max_positions", None))
@@ -308,17 +321,8 @@ class BeamGraphs:
         steps = max(limits[:batch])
         steps_bucket = self._round(steps, model.max_output_length())
 
-        weights = tuple((p.data_ptr(), p.dtype, p.device) for p in model.parameters())
-        if weights != self._weights:  # moved or cast: the captures read the old tensors
-            self._captures.clear()
-            self._weights = weights
-        key = (rows, k, steps_bucket, source_bucket, use_graph)
-        capture = self._captures.pop(key, None)
-        if capture is None:
-            while len(self._captures) >= self.max_graphs:
-                self._captures.popitem(last=False)
-            capture = _BeamCapture(model, rows, k, steps_bucket, memory, device)
-        self._captures[key] = capture
+        capture = self._kept((rows, k, steps_bucket, source_bucket, use_graph),
+                             lambda: _BeamCapture(model, rows, k, steps_bucket, memory, device))
         fin_tokens, fin_lp, fin_len, fin_count = capture.run(model, memory, memory_mask, limits, steps, use_graph)
         results = []
         for b in range(batch):
@@ -463,20 +467,8 @@ class _BeamCapture:
                 step()
         elif steps > 1:
             first = 1
-            if self.graph is None:
-                # The second token runs eagerly on a side stream (CUDA graph capture wants lazy
-                # initialisations done and the allocator warm); the capture records the step
-                # without running it (the host's count of cache positions moves once: put back).
-                stream = torch.cuda.Stream(self.memory.device)
-                stream.wait_stream(torch.cuda.current_stream(self.memory.device))
-                with torch.cuda.stream(stream):
-                    step()
-                torch.cuda.current_stream(self.memory.device).wait_stream(stream)
-                length = cache.length
-                self.graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(self.graph):
-                    step()
-                cache.length = length
+            if self.graph is None:  # the second token runs eagerly (the warm-up), then the capture
+                self.graph = _record(step, cache, self.memory.device)
                 first = 2
             for index in range(first, steps):
                 if index % 8 == 0 and bool(s["done"].all()):
