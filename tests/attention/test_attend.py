@@ -299,3 +299,62 @@ def test_attend_rejects_mismatched_qkv(q_shape, k_shape, v_shape, words):
     for need_weights in (False, True):
         with pytest.raises(ValueError, match=words):
             attend(q, k, v, need_weights=need_weights)
+
+
+def dense_reference(q, k, v, mask, bias):
+    """Differentiable float64 attention with full-matrix masks: a blocked score is -1e300
+    (exp gives exactly 0, no -inf in the graph) and an empty row's weights are zeroed by the
+    mask itself, so its output and its gradients are 0."""
+    full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if bias is not None:
+        scores = scores + bias
+    allowed = torch.ones(full, dtype=torch.bool) if mask is None else torch.broadcast_to(mask, full)
+    weights = torch.softmax(torch.where(allowed, scores, torch.tensor(-1e300, dtype=scores.dtype)), -1) * allowed
+    return weights @ v
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 5, 7, 8, 8), (3, 2, 13, 17, 8, 3), (2, 1, 6, 6, 4, 4)], ids=shape_id)
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("bias_kind", ["full", "per_head"])
+@pytest.mark.parametrize("need_weights", [False, True], ids=["no-weights", "weights"])
+@pytest.mark.parametrize("finite_bias", [False, True], ids=["any-bias", "finite-bias"])
+def test_a_bias_that_needs_a_gradient_gives_the_reference_values_and_gradients(shape, mask_kind, bias_kind,
+                                                                                need_weights, finite_bias):
+    """A bias that needs a gradient (relative logits in training) takes the explicit path on
+    a CPU, masks added as 0/-inf: out and the gradients of q, k, v and the bias equal the
+    dense float64 reference, fully masked rows included (zeros, zero gradients); with
+    ``finite_bias`` (empty rows from the mask alone) too."""
+    q, k, v = (t.requires_grad_() for t in make_qkv(shape))
+    mask = make_mask(mask_kind, shape)
+    bias = make_bias(bias_kind, shape).requires_grad_()
+    grad_out = torch.randn(shape[0], shape[1], shape[2], shape[5], dtype=torch.float64)
+
+    out, weights = attend_unchecked(q, k, v, mask=mask, bias=bias, need_weights=need_weights,
+                                    finite_bias=finite_bias)
+    assert (weights is not None) == need_weights
+    got = torch.autograd.grad(out, (q, k, v, bias), grad_out)
+    expected_out = dense_reference(q, k, v, mask, bias)
+    expected = torch.autograd.grad(expected_out, (q, k, v, bias), grad_out)
+
+    # float64 throughout; the two differ only in summation order (~1e-15 relative).
+    torch.testing.assert_close(out, expected_out, rtol=1e-10, atol=1e-12)
+    for name, a, b in zip("qkv", got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"gradient of {name}")
+    torch.testing.assert_close(got[3], expected[3], rtol=1e-10, atol=1e-12, msg="gradient of the bias")
+    empty = empty_rows(mask, shape)
+    assert (out[empty] == 0).all() and (got[0][empty] == 0).all()
+
+
+def test_finite_bias_changes_nothing_without_a_gradient():
+    """Inference (no gradient: the fused path) with ``finite_bias=True`` equals the default."""
+    shape = (2, 2, 5, 7, 8, 8)
+    q, k, v = make_qkv(shape)
+    mask = make_mask("random", shape)
+    bias = make_bias("full", shape)
+    for need_weights in (False, True):
+        plain = attend_unchecked(q, k, v, mask=mask, bias=bias, need_weights=need_weights)
+        finite = attend_unchecked(q, k, v, mask=mask, bias=bias, need_weights=need_weights, finite_bias=True)
+        torch.testing.assert_close(finite[0], plain[0], rtol=0, atol=0)
+        expected, _ = naive_attention(q, k, v, mask=mask, bias=bias)
+        torch.testing.assert_close(finite[0], expected, rtol=1e-10, atol=1e-12)

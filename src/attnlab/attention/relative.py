@@ -218,7 +218,7 @@ class RelativeSkew(_Relative):
         bias = skew(relative, key_len)  # (B, H, Lq, Lk)
         mask = self._mask(ctx, query_len, key_len, q.device)
         return attend_unchecked(q, k, v, mask=mask, bias=bias, dropout_p=ctx.dropout_p,
-                                need_weights=ctx.need_weights)
+                                need_weights=ctx.need_weights, finite_bias=True)
 
 
 @register_pattern("relative_shaw")
@@ -243,7 +243,7 @@ class RelativeShaw(_Relative):
             bias = torch.einsum("bhqd,hqkd->bhqk", scaled, pairs)
         mask = self._mask(ctx, query_len, key_len, q.device)
         return attend_unchecked(q, k, v, mask=mask, bias=bias, dropout_p=ctx.dropout_p,
-                                need_weights=ctx.need_weights)
+                                need_weights=ctx.need_weights, finite_bias=True)
 
 
 __all__ = ["RelativeSkew", "RelativeShaw", "skew"]
