@@ -77,6 +77,25 @@ def test_evaluate_music_on_the_held_out_pieces(trained, midi_folder, tmp_path, c
     assert "nats/token" in capsys.readouterr().out
 
 
+def test_evaluate_music_with_a_stride(trained, midi_folder, tmp_path, capsys):
+    result_file = tmp_path / "r.json"
+    args = ["evaluate-music", "--model", str(trained / "model"), "--data", str(midi_folder), "--device", "cpu"]
+    assert main([*args, "--context", "16", "--stride", "4", "--json", str(result_file)]) == 0
+    assert "context 16 (windows every 4): valid NLL" in capsys.readouterr().out
+    strided = json.loads(result_file.read_text())["results"][0]
+    assert main([*args, "--context", "16", "--json", str(result_file)]) == 0
+    chunked = json.loads(result_file.read_text())["results"][0]
+    assert strided["stride"] == 4 and "stride" not in chunked and strided["tokens"] == chunked["tokens"]
+    capsys.readouterr()
+    for bad, message in (("0", "--stride=0 must be between 1 and --context 32"),
+                         ("17", "--stride=17 must be between 1 and --context 16")):
+        assert main([*args, "--context", "32", "16", "--stride", bad, "--json", str(tmp_path / "no.json")]) == 2
+        err = capsys.readouterr().err
+        assert message in err, err
+        _no_traceback(err)
+    assert not (tmp_path / "no.json").exists()
+
+
 def test_bad_inputs_give_one_clear_line(midi_folder, trained, tmp_path, capsys):
     bad = tmp_path / "bad"
     bad.mkdir()

@@ -106,3 +106,39 @@ def test_jsb_transpositions_add_shifted_training_chorales_only(tmp_path):
         load_music_data("jsb", data_dir=tmp_path, jsb_transpose=13)
     with pytest.raises(ValueError, match="--transpose is for --data jsb"):
         load_music_data(str(tmp_path), jsb_transpose=1)
+
+
+@pytest.mark.parametrize("context, stride", [(4, 1), (4, 3), (4, 4), (6, 4), (16, 5)])
+def test_evaluate_nll_with_a_stride_scores_every_token_once_with_its_window(context, stride):
+    """Token t (the t-th of a piece after START) is scored by the first window that reaches it:
+    windows end at min(n, context), then every `stride` further; a window holds the `context`
+    inputs before its end. Written out token by token against the model run on exactly that
+    window."""
+    torch.manual_seed(0)
+    model = attnlab.create_model("music_tiny").eval()
+    pieces = [list(range(4, 4 + 11)), [40, 41, 42, 43, 44], [50]]
+    result = evaluate_nll(model, pieces, context=context, batch_size=3, stride=stride)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for piece in pieces:
+            sequence = [music.START] + piece
+            ends = [min(len(piece), context)]
+            while ends[-1] < len(piece):
+                ends.append(min(len(piece), ends[-1] + stride))
+            for t in range(len(piece)):
+                end = next(e for e in ends if e > t)
+                begin = max(0, end - context)
+                logits = model(torch.tensor([sequence[begin:end]]))[0].double()
+                total -= float(F.log_softmax(logits[t - begin], -1)[sequence[t + 1]])
+                count += 1
+    assert result["tokens"] == count == 17 and result["stride"] == stride
+    assert math.isclose(result["nll"], total / count, rel_tol=1e-5)
+    if stride == context == 4:  # windows end every `context`: the chunks, except the last overlaps
+        assert result["tokens"] == evaluate_nll(model, pieces, context=4)["tokens"]
+
+
+def test_evaluate_nll_stride_bounds():
+    model = attnlab.create_model("music_tiny").eval()
+    for stride in (0, 5):
+        with pytest.raises(ValueError, match=f"stride={stride} must be between 1 and the context"):
+            evaluate_nll(model, [[5, 6, 7]], context=4, stride=stride)

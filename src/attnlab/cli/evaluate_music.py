@@ -21,6 +21,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", default="jsb", help="jsb (default), bach or a directory of .mid files")
     parser.add_argument("--data-dir", help="where named data lives (default: $ATTNLAB_DATA)")
     parser.add_argument("--context", type=int, nargs="+", default=[256], help="chunk lengths in tokens (default: 256)")
+    parser.add_argument("--stride", type=int,
+                        help="score with overlapping windows of each --context whose ends advance by STRIDE tokens "
+                             "(every token once, with at least context - STRIDE tokens before it; costs about "
+                             "context/STRIDE times more); default: consecutive chunks, each predicted on its own")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
@@ -36,6 +40,11 @@ def run(args) -> int:
     from attnlab.files import atomic_write_json
     from attnlab.tasks.music import load_music_model, evaluate_nll, load_music_data
 
+    for context in args.context:
+        if context < 1:
+            raise ValueError(f"--context {context} must be at least 1")
+        if args.stride is not None and not 1 <= args.stride <= context:
+            raise ValueError(f"--stride={args.stride} must be between 1 and --context {context}")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -47,10 +56,12 @@ def run(args) -> int:
     results = []
     for context in args.context:
         started = time.perf_counter()
-        result = evaluate_nll(model, data.valid, context=context, batch_size=args.batch_size, device=device)
+        result = evaluate_nll(model, data.valid, context=context, batch_size=args.batch_size, device=device,
+                              stride=args.stride)
         result["seconds"] = round(time.perf_counter() - started, 1)
         results.append(result)
-        print(f"context {context}: valid NLL {result['nll']:.4f} nats/token over {result['tokens']:,d} tokens "
+        windows = f" (windows every {args.stride})" if args.stride else ""
+        print(f"context {context}{windows}: valid NLL {result['nll']:.4f} nats/token over {result['tokens']:,d} tokens "
               f"({result['seconds']} s)", flush=True)
     if args.json:
         atomic_write_json(args.json, {"model": str(args.model), "data": args.data, "results": results})

@@ -19,6 +19,13 @@ each validation piece, cut into consecutive chunks of ``context`` tokens that ar
 predicted on their own (the first chunk after START); the END token is not scored.
 Scoring at a context of 2L for a model trained on windows of L measures how it holds up
 past its trained length.
+
+With ``stride=S`` (``evaluate-music --stride S``) the chunks overlap instead: windows of
+``context`` tokens whose ends advance by S, each scoring only the tokens the previous
+window did not, so every token is scored once, with at least ``context - S`` tokens of the
+piece before it (all of them near the start): a chunk's first tokens are no longer
+predicted from nothing, as they never are when the model plays a piece through. It costs
+about ``context / S`` times the chunked evaluation.
 """
 
 from __future__ import annotations
@@ -136,22 +143,35 @@ def music_stream(pieces: Sequence[Sequence[int]]) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate_nll(model, pieces: Sequence[Sequence[int]], *, context: int, batch_size: int = 8,
-                 device=None) -> dict:
-    """Nats per music token of ``pieces`` (see the module docstring). Returns
-    ``{"nll": ..., "tokens": ..., "context": ...}``."""
+                 device=None, stride: int | None = None) -> dict:
+    """Nats per music token of ``pieces`` (see the module docstring): consecutive chunks of
+    ``context`` tokens, or with ``stride`` overlapping windows whose ends advance by that
+    many tokens (each token scored once). Returns ``{"nll": ..., "tokens": ...,
+    "context": ...}`` (and ``"stride"`` when given)."""
     if context < 1:
         raise ValueError(f"context={context} must be >= 1")
     if context > model.config.max_positions:
         raise ValueError(f"context={context} exceeds the model's max_positions={model.config.max_positions}")
+    if stride is not None and not 1 <= stride <= context:
+        raise ValueError(f"stride={stride} must be between 1 and the context ({context})")
     was_training = model.training
     model.eval()
     device = device or next(model.parameters()).device
-    chunks = []  # (inputs, targets) of at most `context` predictions each
+    chunks = []  # (inputs, targets): -100 marks a target given as context, not scored
     for piece in pieces:
-        sequence = [music.START, *piece]
-        for first in range(0, len(piece), context):
-            targets = sequence[first + 1:first + 1 + context]
-            chunks.append((sequence[first:first + len(targets)], targets))
+        sequence = [music.START, *piece]  # input position t predicts sequence[t + 1]
+        if stride is None:
+            for first in range(0, len(piece), context):
+                targets = sequence[first + 1:first + 1 + context]
+                chunks.append((sequence[first:first + len(targets)], targets))
+            continue
+        scored = 0  # targets before this one are scored already
+        while scored < len(piece):
+            end = min(len(piece), context if scored == 0 else scored + stride)
+            begin = max(0, end - context)
+            targets = [-100] * (scored - begin) + sequence[scored + 1:end + 1]
+            chunks.append((sequence[begin:end], targets))
+            scored = end
     chunks.sort(key=lambda chunk: len(chunk[0]))
     total, count = 0.0, 0
     try:
@@ -170,7 +190,10 @@ def evaluate_nll(model, pieces: Sequence[Sequence[int]], *, context: int, batch_
             count += int((targets != -100).sum())
     finally:
         model.train(was_training)
-    return {"nll": total / count if count else math.nan, "tokens": count, "context": context}
+    result = {"nll": total / count if count else math.nan, "tokens": count, "context": context}
+    if stride is not None:
+        result["stride"] = stride
+    return result
 
 
 def primer_tokens(encoding: str, primer: str | None, *, data_dir=None, primer_steps: int = 16,
