@@ -20,7 +20,8 @@ has it (d_model 512, FFN 512). Routes:
   0/-inf, ``finite_bias``).
 
 Both routes compute the same function (tests/attention/test_attend.py); the script checks
-that the first update's loss agrees. Time: medians of interleaved updates in one process
+that the first update's loss agrees (each update is seeded by its index, so both routes
+draw the same dropout masks). Time: medians of interleaved updates in one process
 (benchmarks/common.py), each variant on its own model and optimizer.
 """
 
@@ -66,6 +67,7 @@ def make_update(shape: str, bf16: bool, route: str, ids: torch.Tensor):
     losses = []
 
     def update():
+        torch.manual_seed(len(losses))  # the n-th update of every variant draws the same dropout masks
         relative.attend_unchecked = attend  # the name RelativeSkew calls
         try:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -74,7 +76,7 @@ def make_update(shape: str, bf16: bool, route: str, ids: torch.Tensor):
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(float(loss))
+            losses.append(loss.item())
         finally:
             relative.attend_unchecked = core.attend_unchecked
 
@@ -101,7 +103,8 @@ def main() -> None:
                 runs[route], losses[route] = make_update(shape, bf16, route, ids)
             medians = interleaved_medians(runs, repeats=args.repeats)
             first = {route: values[0] for route, values in losses.items()}
-            if abs(first["sdpa"] - first["attnlab"]) > 1e-3 * abs(first["sdpa"]):
+            # bf16: the routes round differently (the explicit path's softmax is in float32)
+            if abs(first["sdpa"] - first["attnlab"]) > (1e-2 if bf16 else 1e-5) * abs(first["sdpa"]):
                 raise SystemExit(f"the routes disagree on the first loss: {first}")
             results[bf16] = medians
             print(f"{shape:6} {'bf16' if bf16 else 'float32':9} {medians['sdpa']:8.3f} {medians['attnlab']:9.3f} "
