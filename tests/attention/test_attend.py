@@ -358,3 +358,24 @@ def test_finite_bias_changes_nothing_without_a_gradient():
         torch.testing.assert_close(finite[0], plain[0], rtol=0, atol=0)
         expected, _ = naive_attention(q, k, v, mask=mask, bias=bias)
         torch.testing.assert_close(finite[0], expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_trace_without_empty_rows_still_zeroes_them_later():
+    """The CPU shortcut that skips the empty-row guard when no row is empty is a branch on
+    data: a graph traced (as ONNX export does) on an input without empty rows must keep
+    the guard for inputs that have them."""
+    shape = (1, 2, 3, 5, 4, 4)
+    q, k, v = make_qkv(shape)
+
+    def run(q, k, v, mask):  # the explicit path: an unguarded empty row would be NaN there
+        return attend_unchecked(q, k, v, mask=mask, need_weights=True)
+
+    traced = torch.jit.trace(run, (q, k, v, torch.ones(1, 1, 3, 5, dtype=torch.bool)))
+    mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
+    mask[0, 0, 1] = False
+    out, weights = traced(q, k, v, mask)
+    expected_out, expected_weights = naive_attention(q, k, v, mask=mask)
+    assert (out[:, :, 1] == 0).all() and (weights[:, :, 1] == 0).all()
+    torch.testing.assert_close(out, expected_out, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(weights, expected_weights, rtol=1e-10, atol=1e-12)
