@@ -361,6 +361,7 @@ def test_finite_bias_changes_nothing_without_a_gradient():
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # 1/sqrt(width): a shape, constant per trace
 def test_a_trace_without_empty_rows_still_zeroes_them_later():
     """The CPU shortcut that skips the empty-row guard when no row is empty is a branch on
     data: a graph traced (as ONNX export does) on an input without empty rows must keep
