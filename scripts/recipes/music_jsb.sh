@@ -2,7 +2,7 @@
 # JSB Chorales with the Music Transformer: relative attention vs absolute positions at the
 # same budget (issue 13; the paper's Table 2: baseline 0.417, relative 0.357 nats/token;
 # goal: relative <= 0.357 and below our own baseline), then length generalisation: each
-# model is trained on windows of L = 256 tokens and scored on the validation chorales in
+# model is trained on windows of L = CONTEXT tokens (default 256) and scored on the validation chorales in
 # chunks of L and 2L, and a Bach-primed continuation is generated at 2x the trained length.
 #
 #   bash scripts/recipes/music_jsb.sh                    # both runs side by side, <= 2 h each
@@ -10,7 +10,10 @@
 #   ONLY=relative bash scripts/recipes/music_jsb.sh      # one of them (relative | absolute)
 #   PRECISION=fp32 RELATIVE_STEPS=4000 ABSOLUTE_STEPS=6000 bash scripts/recipes/music_jsb.sh
 #                                                        # a CPU without fast bf16 (see below)
-#   ROOT=runs/x bash scripts/recipes/music_jsb.sh --set dropout=0.2   # extra arguments go to both runs
+#   ROOT=runs/x bash scripts/recipes/music_jsb.sh --set num_layers=6   # extra arguments go to both runs
+#   CONTEXT=512 RELATIVE_STEPS=3800 ONLY=relative bash scripts/recipes/music_jsb.sh
+#                                   # L = 512 (8 windows per update; ~1.85x the time per token here)
+#   DROPOUT=0.2 ONLY=relative bash scripts/recipes/music_jsb.sh
 #
 # Both models: 5 layers, d_model 256, FFN 1,024, 8 heads (the paper's baseline dimensions;
 # the relative model at these dimensions gets ~1.6x the updates of the paper's d_model 512 /
@@ -38,18 +41,21 @@ RELATIVE_STEPS="${RELATIVE_STEPS:-7200}"
 ABSOLUTE_STEPS="${ABSOLUTE_STEPS:-9600}"
 PRECISION="${PRECISION:-bf16}"
 TRANSPOSE="${TRANSPOSE:-5}"
+DROPOUT="${DROPOUT:-0.1}"
 ROOT="${ROOT:-runs/music_jsb}"
-CONTEXT=256
+CONTEXT="${CONTEXT:-256}"  # the training length L; scored at L and 2L
+BATCH="${BATCH:-$((4096 / CONTEXT))}"  # windows per update: 4,096 tokens
 
 run() {  # name preset steps [extra train arguments...]
   local name=$1 preset=$2 steps=$3 out="$ROOT/$1" start
   start=$(date +%s)
-  # Windows of 256 tokens (64 time steps = 4 bars of 16ths), 16 per update; cosine schedule
-  # from 1e-3 to 1e-4 after 200 warm-up updates; checkpoints and validation every 250.
-  attnlab train music --data jsb --preset "$preset" --context $CONTEXT --batch-size 16 --lr 1e-3 --warmup 200 \
+  # Windows of CONTEXT tokens (256 = 64 time steps = 4 bars of 16ths), 4,096 tokens per
+  # update; cosine schedule from 1e-3 to 1e-4 after 200 warm-up updates; checkpoints and
+  # validation every 250.
+  attnlab train music --data jsb --preset "$preset" --context "$CONTEXT" --batch-size "$BATCH" --lr 1e-3 --warmup 200 \
     --max-steps "$steps" --max-minutes "$MINUTES" --transpose "$TRANSPOSE" --precision "$PRECISION" \
-    --set dropout=0.1 --val-every 250 --save-every 250 --threads 1 --no-progress --out "$out" "${@:4}"
-  attnlab evaluate-music --model "$out/model" --data jsb --context $CONTEXT $((2 * CONTEXT)) --threads 1 \
+    --set dropout="$DROPOUT" --val-every 250 --save-every 250 --threads 1 --no-progress --out "$out" "${@:4}"
+  attnlab evaluate-music --model "$out/model" --data jsb --context "$CONTEXT" $((2 * CONTEXT)) --threads 1 \
     --json "$out/eval.json"
   attnlab generate-music --model "$out/model" --primer jsb-valid:0 --primer-steps 16 --length $((2 * CONTEXT)) \
     --top-k 8 --seed 1 --threads 1 --force --out "$out/bach_primed_2x.mid"
