@@ -44,7 +44,11 @@ TRANSPOSE="${TRANSPOSE:-5}"
 DROPOUT="${DROPOUT:-0.1}"
 ROOT="${ROOT:-runs/music_jsb}"
 CONTEXT="${CONTEXT:-256}"  # the training length L; scored at L and 2L
-BATCH="${BATCH:-$((4096 / CONTEXT))}"  # windows per update: 4,096 tokens
+if ! [[ "$CONTEXT" =~ ^[1-9][0-9]*$ ]]; then
+  echo "music_jsb.sh: CONTEXT=$CONTEXT: expected a positive whole number of tokens, e.g. CONTEXT=512" >&2
+  exit 2
+fi
+BATCH="${BATCH:-$(( CONTEXT >= 4096 ? 1 : 4096 / CONTEXT ))}"  # windows per update: 4,096 tokens
 
 run() {  # name preset steps [extra train arguments...]
   local name=$1 preset=$2 steps=$3 out="$ROOT/$1" start
