@@ -31,7 +31,7 @@
 # side by side, one thread each (the 2-core machine: run nothing else), logs in ROOT/NAME.log.
 # The learning rate follows a cosine over each run's update count, so the counts are what
 # the budget buys on this CPU with both runs going (measured with bf16 on this machine, which
-# has AMX, at L = 512: ~1.65 s per update for the relative model, 0.73 s for the baseline, with
+# has AMX, at L = 512: 1.69 s per update for the relative model, 0.75 s for the baseline, with
 # validation); the budget stops a run that is slower, before its cosine ends. bf16 autocast is
 # fast only on CPUs with AMX or AVX512-BF16 (`lscpu | grep -o 'amx_bf16\|avx512_bf16'`); elsewhere
 # use PRECISION=fp32 with about half the update counts (benchmarks/music_train_step.py measures
