@@ -17,6 +17,10 @@ Every writer in attnlab goes through this module (docs/files.md says what it pro
   a lock left by a killed run is stale and simply taken over.
 * :func:`refuse_symlinks`: the names a run writes inside its output directory must not
   be symlinks (a run would otherwise write through them into the link's target).
+* :func:`check_output_file` / :func:`check_output_directory`: the one rule for a verb's
+  outputs, checked before any work: an existing file, link or non-empty directory that
+  the verb did not write is refused unless ``--force`` says so (and then it is replaced
+  atomically, a link itself rather than its target).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_json",
+    "check_output_directory",
+    "check_output_file",
     "default_file_mode",
     "fsync_path",
     "json_safe",
@@ -246,6 +252,59 @@ def refuse_symlinks(directory: str | os.PathLike, names: Iterable[str]) -> None:
         if path.is_symlink():
             raise ValueError(f"{path}: is a symlink (to {os.readlink(path)}); attnlab writes this name itself "
                              "and does not follow symlinks there; remove the link or choose another output directory")
+
+
+# --------------------------------------------------------------------------- #
+# The output rule every verb follows
+# --------------------------------------------------------------------------- #
+def check_output_file(path: str | os.PathLike, *, force: bool, flag: str, suffixes: Iterable[str] = ()) -> Path:
+    """An output file named by option ``flag``, checked before any work is done.
+
+    Refused (ValueError naming ``flag``): a directory; an existing file or symlink unless
+    ``force`` (then :func:`atomic_write` replaces it: a link is replaced by the file, its
+    target is never written); a missing parent directory; a name without one of
+    ``suffixes`` (when given, lower-case, with the dot: ``(".png",)``).
+    """
+    out = Path(path)
+    suffixes = tuple(suffixes)
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise ValueError(f"{flag} {out}: give a file name ending in {' or '.join(suffixes)}")
+    if out.is_dir() and not out.is_symlink():
+        raise ValueError(f"{flag} {out}: is a directory; give a file name")
+    if (out.exists() or out.is_symlink()) and not force:
+        what = f"is a symlink (to {os.readlink(out)})" if out.is_symlink() else "exists"
+        raise ValueError(f"{flag} {out} {what}; pass --force to replace it, or choose a new name")
+    if not out.parent.is_dir():
+        raise ValueError(f"{flag} {out}: the directory {out.parent} does not exist")
+    return out
+
+
+def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
+                           own: Callable[[Path], bool] | None = None) -> Path:
+    """An output directory named by option ``flag``, checked before any work is done.
+
+    Accepted: a path that does not exist (its parent must), an empty directory, or one
+    for which ``own(path)`` says the verb wrote it itself (e.g. its own earlier output,
+    recognised by a marker it writes). Anything else — a file, a symlink, a directory
+    holding other files — is refused unless ``force``; with ``force`` the caller replaces
+    it as a whole with :func:`atomic_directory` (a symlink is never written through).
+    """
+    out = Path(path)
+    if out.is_symlink():
+        raise ValueError(f"{flag} {out}: is a symlink (to {os.readlink(out)}); attnlab does not write "
+                         "through symlinks; give a directory")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{flag} {out}: is a file, not a directory")
+    if not out.exists():
+        if not out.parent.is_dir():
+            raise ValueError(f"{flag} {out}: the directory {out.parent} does not exist")
+        return out
+    entries = sorted(entry.name for entry in out.iterdir())
+    if not entries or force or (own is not None and own(out)):
+        return out
+    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+    raise ValueError(f"{flag} {out}: the directory exists and holds files attnlab did not write here "
+                     f"({shown}); pass --force to replace it as a whole, or choose a new directory")
 
 
 # --------------------------------------------------------------------------- #

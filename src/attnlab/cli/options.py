@@ -5,7 +5,65 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["parse_overrides"]
+__all__ = [
+    "add_force_argument",
+    "add_runtime_arguments",
+    "add_threads_argument",
+    "apply_threads",
+    "bounded_int",
+    "parse_overrides",
+]
+
+MAX_THREADS = 1024
+
+
+def bounded_int(low: int, high: int | None = None):
+    """argparse ``type=`` for a whole number in ``low..high`` (``high`` None: no upper
+    bound). argparse names the flag in its message: ``argument --threads: 0 is not ...``."""
+    import argparse
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            span = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"
+            raise argparse.ArgumentTypeError(f"{value} must be {span}")
+        return value
+
+    convert.__name__ = "whole number"
+    return convert
+
+
+def add_threads_argument(parser) -> None:
+    """``--threads N`` (1..1024): torch's CPU threads for this command (default: torch's
+    choice, one per core). Apply it with :func:`apply_threads`."""
+    parser.add_argument("--threads", type=bounded_int(1, MAX_THREADS), metavar="N",
+                        help="torch CPU threads (default: torch's choice, one per core)")
+
+
+def apply_threads(args) -> None:
+    """Set torch's CPU threads from ``--threads`` when it was given."""
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def add_runtime_arguments(parser) -> None:
+    """The options every verb that runs a model shares: ``--device`` and ``--threads``."""
+    add_device_argument(parser)
+    add_threads_argument(parser)
+
+
+def add_force_argument(parser, what: str = "the outputs") -> None:
+    """``--force``: replace existing outputs (atomically); without it a verb refuses to
+    replace or delete anything it did not write (attnlab.files.check_output_file /
+    check_output_directory)."""
+    parser.add_argument("--force", action="store_true",
+                        help=f"replace {what} if they exist (atomically); without it existing files are refused")
 
 
 def parse_overrides(items: Iterable[str], flag: str = "--set") -> dict[str, Any]:
@@ -137,7 +195,7 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
     run.add_argument("--val-every", type=int, default=every, help=f"validate every N updates (0: never; default: {every})")
     run.add_argument("--save-every", type=int, default=every,
                      help=f"checkpoint every N updates (0: only at the end; default: {every})")
-    run.add_argument("--threads", type=int, help="torch CPU threads")
+    run.add_argument("--threads", type=bounded_int(1, MAX_THREADS), metavar="N", help="torch CPU threads")
     run.add_argument("--seed", type=int, default=seed)
     run.add_argument("--out", required=True, help="output directory")
     run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
