@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from attnlab.attention.cache import StaticKVCache
-from attnlab.generation.search import Hypothesis, _check_beam_arguments, _max_lengths, length_penalty
+from attnlab.generation.hypotheses import Hypothesis, check_beam_arguments, length_penalty, max_lengths
 
 __all__ = ["BeamGraphs", "GreedyGraphs", "beam_graphs", "beam_search_fixed_shape", "greedy_fixed_shape",
            "greedy_graphs"]
@@ -264,7 +264,7 @@ def beam_search_fixed_shape(model, src_ids: Tensor, *, beam_size: int = 4, alpha
 
     Needs an encoder–decoder whose ``decoder`` has ``new_cache(batch, capacity,
     fixed_shape=True)`` and ``step`` (the Transformer). Returns, per source, the ``nbest``
-    best :class:`~attnlab.generation.search.Hypothesis`, best first.
+    best :class:`~attnlab.generation.hypotheses.Hypothesis`, best first.
     """
     return BeamGraphs(model, batch_buckets=(), length_multiple=1, max_graphs=1, use_graph=use_graph)(
         src_ids, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest)
@@ -291,7 +291,7 @@ class BeamGraphs(_KeptCaptures):
 
     def __call__(self, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
                  max_len_b: float = 50, nbest: int = 1):
-        _check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
+        check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
         model = self.model
         was_training = model.training
         model.eval()
@@ -317,7 +317,7 @@ class BeamGraphs(_KeptCaptures):
         memory, memory_mask = model.encode(src)
         if memory_mask is None:
             memory_mask = torch.ones(rows, 1, 1, source_bucket, dtype=torch.bool, device=device)
-        limits = _max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
+        limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
         steps = max(limits[:batch])
         steps_bucket = self._round(steps, model.max_output_length())
 

@@ -19,61 +19,14 @@ counts the real (unmasked) memory positions, and at the model's ``max_output_len
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
+                                          max_lengths)
 from attnlab.linear import packed_inference
 
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """One output: ``tokens`` (without BOS, with EOS if it ended), total ``log_prob``,
-    length-penalised ``score``."""
-
-    tokens: list[int]
-    log_prob: float
-    score: float
-
-
-def length_penalty(length: int | Tensor, alpha: float):
-    """GNMT length penalty lp(L) = ((5 + L) / 6)^alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def _check_common(source, max_len_a: float, max_len_b: float, alpha: float) -> None:
-    if not hasattr(source, "shape") or len(source.shape) < 2 or source.shape[0] == 0:
-        raise ValueError(f"the source must be a non-empty (batch, ...) tensor, got "
-                         f"{tuple(source.shape) if hasattr(source, 'shape') else type(source).__name__}")
-    if max_len_a < 0 or max_len_b < 0:
-        raise ValueError(f"max_len_a={max_len_a} and max_len_b={max_len_b} must be >= 0")
-    # Any positive a or b allows at least one token (the limit is rounded up), e.g. a=0.5, b=0.
-    if max_len_a == 0 and max_len_b == 0:
-        raise ValueError(f"max_len_a={max_len_a}, max_len_b={max_len_b} allow no output token")
-    if alpha < 0:
-        raise ValueError(f"alpha={alpha} must be >= 0")
-
-
-def _check_beam_arguments(source, beam_size: int, nbest: int, max_len_a: float, max_len_b: float,
-                          alpha: float) -> None:
-    if beam_size < 1:
-        raise ValueError(f"beam_size={beam_size} must be >= 1")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest={nbest} must be between 1 and beam_size={beam_size}")
-    _check_common(source, max_len_a, max_len_b, alpha)
-
-
-def _max_lengths(model, memory: Tensor, memory_mask: Tensor | None, max_len_a: float, max_len_b: float) -> list[int]:
-    batch, source_len = memory.shape[0], memory.shape[1]
-    if memory_mask is None:
-        source_lengths = [source_len] * batch
-    else:
-        source_lengths = memory_mask.expand(batch, *memory_mask.shape[1:]).reshape(batch, -1).sum(-1).tolist()
-    limits = [max(1, math.ceil(max_len_a * n + max_len_b)) for n in source_lengths]
-    bound = model.max_output_length()  # e.g. a learned position table
-    return limits if bound is None else [min(limit, bound) for limit in limits]
+__all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
 
 class _Decoder:
@@ -121,11 +74,11 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
     """Pick the most probable token at every step. Returns one :class:`Hypothesis` per source.
 
     ``src_ids`` is whatever ``model.encode`` takes (token ids, image features, ...)."""
-    _check_common(src_ids, max_len_a, max_len_b, alpha)
+    check_common(src_ids, max_len_a, max_len_b, alpha)
     config = model.config
     batch = src_ids.shape[0]
     memory, memory_mask = model.encode(src_ids)
-    limits = _max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
+    limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
     decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache)
     step_input = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=memory.device)
     tokens = [[] for _ in range(batch)]
@@ -177,12 +130,12 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
             raise ValueError(f"a CUDA graph needs the model on a CUDA device, this one is on {src_ids.device}")
         return beam_graphs(model)(src_ids, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
                                   max_len_b=max_len_b, nbest=nbest)
-    _check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
+    check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
     config = model.config
     batch, k = src_ids.shape[0], beam_size
     memory, memory_mask = model.encode(src_ids)
     device = memory.device
-    limits = _max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
+    limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
     # Every hypothesis row b·k + j belongs to source b.
     memory = memory.repeat_interleave(k, dim=0)  # (B·k, S, d)
     if memory_mask is not None:
