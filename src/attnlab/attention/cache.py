@@ -153,6 +153,14 @@ class StaticKVCache:
     advanced in place) and attention runs over the whole buffer, the pattern masking the
     positions after the query. Otherwise (the default, faster eagerly) attention sees the
     filled prefix only (or the pattern's ``cache_window`` of it).
+
+    The cache owns its state: callers move it only through its methods — :meth:`advance`
+    (the stack, after a forward), :meth:`step_positions` / :meth:`set_positions` (the
+    model's next-token positions), :meth:`reset` (empty again, in place: a CUDA graph holds
+    these very tensors), :meth:`snapshot` / :meth:`restore`, :meth:`count_replayed` (steps
+    a replayed graph made on the device) and :meth:`set_conditioning` (what a model adds
+    at every step, e.g. the Image Transformer's positions + class + low-resolution image,
+    read back as ``conditioning``).
     """
 
     def __init__(self, num_layers: int, batch: int, num_heads: int, capacity: int, head_dim: int, *,
@@ -166,15 +174,65 @@ class StaticKVCache:
         self.write_index = torch.zeros(1, dtype=torch.long, device=device)
         self.positions = torch.zeros(batch, dtype=torch.long, device=device)
         self.key_mask: Tensor | None = None
+        self.conditioning: Tensor | None = None
         self.layers = [_StaticLayerCache(self, kv, cross_attention) for kv in self.kv]
 
     def __getitem__(self, i: int) -> "_StaticLayerCache":
         return self.layers[i]
 
     def advance(self, count: int) -> None:
+        """``count`` positions were written (the stack calls this after each forward/step)."""
         self.length += count
         if self.fixed_shape:
             self.write_index += count
+
+    def count_replayed(self, count: int) -> None:
+        """A replayed CUDA graph advanced the device state ``count`` steps; move the host's
+        count of positions to match (replay runs no Python)."""
+        self.length += count
+
+    def step_positions(self) -> None:
+        """Every row's next position moves on by one (in place: a graph may hold it)."""
+        self.positions += 1
+
+    def set_positions(self, value: int | Tensor) -> None:
+        """Each row's next position: one number for all rows, or ``(B,)`` (in place)."""
+        if isinstance(value, Tensor):
+            self.positions.copy_(value)
+        else:
+            self.positions.fill_(value)
+
+    def set_conditioning(self, value: Tensor | None) -> None:
+        """What the model adds at every step, computed once at prefill (read as ``conditioning``)."""
+        self.conditioning = value
+
+    def full_key_mask(self) -> Tensor:
+        """The key mask, made all-real if there is none yet (a fixed-shape capture needs the
+        tensor to exist before recording, so later calls can set padding in place)."""
+        if self.key_mask is None:
+            self.key_mask = torch.ones(self.positions.shape[0], 1, 1, self.capacity, dtype=torch.bool,
+                                       device=self.positions.device)
+        return self.key_mask
+
+    def reset(self) -> None:
+        """Empty again, in place: no positions written, every key real (stale keys and
+        values stay in the buffers, beyond the count, never read as real)."""
+        self.length = 0
+        self.write_index.zero_()
+        if self.key_mask is not None:
+            self.key_mask.fill_(True)
+
+    def snapshot(self) -> tuple[Tensor, Tensor, int]:
+        """The cursor (write index, positions, count) to :meth:`restore` later."""
+        return self.write_index.clone(), self.positions.clone(), self.length
+
+    def restore(self, state: tuple[Tensor, Tensor, int]) -> None:
+        """Put back a :meth:`snapshot`'s cursor, in place (keys and values are not restored:
+        slots past the count are overwritten by the next writes)."""
+        write_index, positions, length = state
+        self.write_index.copy_(write_index)
+        self.positions.copy_(positions)
+        self.length = length
 
     def set_key_padding(self, mask: Tensor) -> None:
         """Record ``(B, L)`` (True = real token) for the first L slots; later slots count as real."""

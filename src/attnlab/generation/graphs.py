@@ -132,11 +132,11 @@ def _record(step, cache: StaticKVCache, device, undo=None) -> "torch.cuda.CUDAGr
     torch.cuda.current_stream(device).wait_stream(stream)
     if undo is not None:
         undo()
-    length = cache.length
+    state = cache.snapshot()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    cache.length = length
+    cache.restore(state)
     return graph
 
 
@@ -184,9 +184,7 @@ class GreedyGraphs(_KeptCaptures):
             mask = None if mask is None else torch.cat([mask, mask[:1].expand(rows - batch, -1)])
         # Reset in place (a graph holds these very tensors): prefill writes from slot 0 and
         # sets the padding of the prompt's slots; later slots are real keys.
-        cache.length = 0
-        cache.write_index.zero_()
-        cache.key_mask.fill_(True)
+        cache.reset()
         current.copy_(self.model.prefill(ids, cache, mask).argmax(-1))
         produced.select(1, 0).copy_(current[:batch])
         if max_new_tokens == 1:
@@ -201,7 +199,7 @@ class GreedyGraphs(_KeptCaptures):
         for index in range(1, max_new_tokens):
             capture.graph.replay()
             produced.select(1, index).copy_(current[:batch])
-        cache.length += max_new_tokens - 1  # the host's count (replay does not move it)
+        cache.count_replayed(max_new_tokens - 1)
         return produced
 
     def _capture_for(self, batch: int, length: int, device, use_graph: bool) -> _Capture:
@@ -209,7 +207,7 @@ class GreedyGraphs(_KeptCaptures):
 
         def make() -> _Capture:
             cache = self.model.new_cache(rows, capacity, fixed_shape=True)
-            cache.key_mask = torch.ones(rows, 1, 1, capacity, dtype=torch.bool, device=device)
+            cache.full_key_mask()
             return _Capture(cache, torch.zeros(rows, dtype=torch.long, device=device))
 
         return self._kept((rows, capacity, use_graph), make)
@@ -218,16 +216,14 @@ class GreedyGraphs(_KeptCaptures):
         """Capture one step (``current`` <- argmax of the step on ``current``); the warm-up
         step's writes are undone (the slot it wrote is overwritten by the next step)."""
         cache, current, model = capture.cache, capture.current, self.model
-        saved = (cache.write_index.clone(), cache.positions.clone(), cache.length, current.clone())
+        saved, saved_current = cache.snapshot(), current.clone()
 
         def step() -> None:
             current.copy_(model.step(current, cache).argmax(-1))
 
         def undo() -> None:
-            cache.write_index.copy_(saved[0])
-            cache.positions.copy_(saved[1])
-            cache.length = saved[2]
-            current.copy_(saved[3])
+            cache.restore(saved)
+            current.copy_(saved_current)
 
         return _record(step, cache, current.device, undo)
 
@@ -373,9 +369,7 @@ class _BeamCapture:
         s["limits"].copy_(torch.tensor(limits, device=s["limits"].device))
         self.memory.copy_(memory.repeat_interleave(k, dim=0))
         self.memory_mask.copy_(memory_mask.expand(self.batch, *memory_mask.shape[1:]).repeat_interleave(k, dim=0))
-        cache = self.cache
-        cache.length = 0
-        cache.write_index.zero_()
+        self.cache.reset()
 
     def run(self, model, memory: Tensor, memory_mask: Tensor, limits: list[int], steps: int, use_graph: bool):
         """Search the encoded ``memory`` of this bucket's batch; returns the finished
@@ -454,7 +448,7 @@ class _BeamCapture:
                 v_kept.copy_(v_new)
             for layer, (k_kept, v_kept) in zip(cache.layers, self.cross):
                 layer.cross_attn.k, layer.cross_attn.v = k_kept, v_kept
-        cache.positions.fill_(1)
+        cache.set_positions(1)
         choose(logits)
 
         def step() -> None:
@@ -474,7 +468,7 @@ class _BeamCapture:
                 if index % 8 == 0 and bool(s["done"].all()):
                     break
                 self.graph.replay()
-                cache.length += 1
+                cache.count_replayed(1)
 
         return (s["fin_tokens"].cpu(), s["fin_lp"].tolist(), s["fin_len"].tolist(), s["fin_count"].tolist())
 

@@ -408,7 +408,7 @@ class ImageTransformer(AttnlabModel):
         added = self.embedder.position_vectors(0, length)
         if added is None:
             added = self.head.weight.new_zeros(length, self.config.d_model)
-        cache.image_added = added if extra is None else added + extra  # (L, d) or (B, L, d)
+        cache.set_conditioning(added if extra is None else added + extra)  # (L, d) or (B, L, d)
         inputs = torch.cat([values.new_zeros(batch, 1), values], 1).long()  # the first is not read
         x = self.embedder(inputs, shift=True, extra=extra)
         hidden, _ = self.stack(x, memory=self.encode(low_res), cache=cache)
@@ -420,7 +420,7 @@ class ImageTransformer(AttnlabModel):
         logits ``(B, 256)`` of the next one, extending ``cache`` (the stack's step path)."""
         position, embedder = cache.length, self.embedder
         x = embedder.embed(values.long()[:, None] + INTENSITIES * embedder.channel[position - 1])
-        x = x + cache.image_added[..., position:position + 1, :]  # (the same sum as forward's)
+        x = x + cache.conditioning[..., position:position + 1, :]  # (the same sum as forward's)
         return self.head(self.stack.step(x, cache)[:, 0])
 
 

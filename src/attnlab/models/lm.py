@@ -161,7 +161,7 @@ class DecoderLM(AttnlabModel):
                              f"max_positions={self.config.max_positions}")
         logits = self.decoder(ids, positions, self_mask=key_mask, cache=cache, positions_bound=bound)
         if isinstance(cache, StaticKVCache) and length:
-            cache.positions.copy_(positions[:, -1] + 1)
+            cache.set_positions(positions[:, -1] + 1)
         return logits
 
     # -- generation (the CausalLM protocol) ------------------------------------------------

@@ -146,7 +146,7 @@ class TokenDecoder(_Embedder):
         positions = cache.positions
         x = self.embed_tokens(tokens.unsqueeze(1), positions.unsqueeze(1), checked=False)  # (B, 1, d_model)
         hidden = self.stack.step(x, cache, memory_mask)
-        positions += 1
+        cache.step_positions()
         head = self._step_head()
         if head is None:
             return F.linear(hidden.squeeze(1), self.head.weight)  # (B, V); the head has no bias

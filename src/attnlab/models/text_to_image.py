@@ -179,7 +179,7 @@ class TextToImage(AttnlabModel):
         check_token_ids(ids, self.config.vocab_size, "ids")
         positions = torch.arange(ids.shape[1], device=ids.device)
         logits = self.decoder(ids, positions, cache=cache, positions_bound=ids.shape[1])[:, -1]
-        cache.positions.fill_(ids.shape[1])
+        cache.set_positions(ids.shape[1])
         return self._image_only(logits)
 
     @torch.inference_mode()
