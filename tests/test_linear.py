@@ -67,3 +67,18 @@ def test_greedy_and_beam_search_same_with_and_without_packing():
     assert [[h.tokens for h in b] for b in packed[1]] == [[h.tokens for h in b] for b in plain[1]]
     for a, b in zip(packed[0], plain[0]):
         assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_derived_key_changes_whenever_a_copy_would_be_stale():
+    from attnlab.linear import derived_key
+
+    weight = torch.nn.Parameter(torch.randn(4, 3))
+    key = derived_key(weight)
+    assert derived_key(weight) == key  # nothing changed
+    with torch.no_grad():
+        weight.add_(1.0)  # an optimizer step writes in place
+    assert derived_key(weight) != key
+    key = derived_key(weight)
+    weight.data = weight.data.clone()  # new storage
+    assert derived_key(weight) != key
+    assert derived_key(weight.double()) != derived_key(weight)

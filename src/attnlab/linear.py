@@ -19,6 +19,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+def derived_key(weight: Tensor) -> tuple:
+    """The one staleness rule for anything derived from a parameter's values (a packed or
+    transposed copy): the copy is current while this key is unchanged. It changes when the
+    tensor's storage moves (``.to()``, a new ``.data``), its dtype or device changes, or its
+    values are written in place (an optimizer step, ``load_state_dict``, ``copy_``: the
+    version counter)."""
+    return (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+
+
 _MKL_PACKED = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 _state = threading.local()
 
@@ -47,7 +56,7 @@ class Linear(nn.Linear):
         rows = x.numel() // x.shape[-1]
         previous_rows, self._last_rows = self._last_rows, rows
         weight = self.weight
-        key = (rows, weight.data_ptr(), weight._version)
+        key = (rows, derived_key(weight))
         if key != self._packed_key:
             if rows != previous_rows or rows < 2:
                 return F.linear(x, weight, self.bias)

@@ -23,7 +23,7 @@ from attnlab.attention.masks import key_padding_mask
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
-from attnlab.linear import Linear
+from attnlab.linear import Linear, derived_key
 from attnlab.models.base import StackConfig
 
 
@@ -165,7 +165,7 @@ class TokenDecoder(_Embedder):
         weight = self.head.weight
         if weight.device.type != "cpu":
             return None
-        key = (weight.data_ptr(), weight._version, weight.dtype)
+        key = derived_key(weight)
         if self._step_head_key != key:
             self._step_head_copy = weight.detach().t().contiguous()
             self._step_head_key = key
