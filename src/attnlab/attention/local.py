@@ -274,6 +274,9 @@ class Local2D(_BlockedLocal):
         return self.query_shape[0] * self.query_shape[1]
 
     def memory_index(self, num_blocks, ctx, device):
+        # A plain int: under tracing (ONNX export) the grid is then a constant of the image's
+        # fixed size, not a shape-dependent computation (whose unfold the exporter cannot read).
+        num_blocks = int(num_blocks)
         width = self.raster_width(ctx)
         (qh, qw), (fh, fw) = self.query_shape, self.memory_flange
         blocks_per_row = width // qw

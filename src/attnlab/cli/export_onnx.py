@@ -1,11 +1,15 @@
 """``attnlab export-onnx``: one ONNX graph of a model directory (BERT: ids, attention_mask,
-token_type_ids -> hidden states; LM: ids -> logits; translation: src_ids, tgt_in_ids ->
-logits) with dynamic batch and length axes, checked against onnxruntime when installed.
+token_type_ids -> hidden states; LM and Music Transformer: ids -> logits; translation: src_ids,
+tgt_in_ids -> logits; ViT: images -> logits; captioner: images, tgt_in_ids -> logits;
+text-to-image: text_ids, codes -> logits; Image Transformer: images (+ labels, + low_res) ->
+logits) with a dynamic batch (and dynamic token lengths), checked against onnxruntime when
+installed; a model it cannot represent (the VQ-VAE, the scene-attribute reader) is refused
+with the reason.
 A translation model also gets its two halves for decoding outside torch, beside OUT:
 OUT.encoder.onnx (src_ids -> memory, memory_mask) and OUT.decoder.onnx (tgt_in_ids, memory,
 memory_mask -> logits); see attnlab.interop.onnx_export.onnx_greedy_translate."""
 
-HELP = "export a model directory to ONNX (dynamic batch and length) and check it with onnxruntime"
+HELP = "export a model directory of any family to ONNX (dynamic batch and length) and check it with onnxruntime"
 
 
 def add_arguments(parser) -> None:

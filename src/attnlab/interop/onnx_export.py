@@ -1,8 +1,13 @@
 """ONNX export of attnlab models with dynamic batch and length axes, checked with onnxruntime.
 
 One graph per model: BERT ``(ids, attention_mask, token_type_ids) -> hidden``, the
-decoder-only LM ``ids -> logits``, the translation Transformer ``(src_ids, tgt_in_ids) ->
-logits`` (teacher-forced: encoder and decoder in one graph). For decoding outside torch the
+decoder-only LM and the Music Transformer ``ids -> logits``, the translation Transformer
+``(src_ids, tgt_in_ids) -> logits`` (teacher-forced: encoder and decoder in one graph), the
+ViT ``images -> logits`` (normalised pixels), the captioner ``(images, tgt_in_ids) ->
+logits``, text-to-image ``(text_ids, codes) -> logits`` and the Image Transformer ``images
+(+ labels, + low_res) -> logits (B, C, H, W, 256)`` (teacher-forced; batch dynamic, image
+sizes as built). The VQ-VAE and the scene-attribute reader are not exported
+(:data:`NOT_EXPORTED` says why). For decoding outside torch the
 translation model is also exported in two parts (:func:`export_translation_parts`): the
 encoder ``src_ids -> (memory, memory_mask)``, run once per source, and the decoder
 ``(tgt_in_ids, memory, memory_mask) -> logits``, run once per generated token over the
@@ -77,28 +82,109 @@ class _DecoderGraph(nn.Module):
         return self.model.decode(tgt_in_ids, memory, memory_mask[:, None, None, :])
 
 
+class _ForwardGraph(nn.Module):
+    """``model(*inputs)``, positionally (ViT, the captioner, text-to-image)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        return self.model(*inputs)
+
+
+class _ImageTransformerGraph(nn.Module):
+    """The Image Transformer's teacher-forced logits, with its conditioning by keyword."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.names = [name for name, wanted in (("labels", model.config.num_classes),
+                                                ("low_res", model.config.low_resolution)) if wanted]
+
+    def forward(self, images: Tensor, *conditioning: Tensor) -> Tensor:
+        return self.model(images, **dict(zip(self.names, conditioning)))
+
+
+# What ONNX export cannot represent, and why (the families a model directory may hold).
+NOT_EXPORTED = {
+    "VQVAE": "the VQ-VAE is the text-to-image model's image tokenizer (its codebook lookup is an argmin over "
+             "distances with a straight-through estimator); export the text-to-image model's directory instead",
+    "SceneAttributeReader": "the scene-attribute reader is text-to-image's fidelity judge, not a model to deploy",
+}
+
+
 def _graph(model) -> tuple[nn.Module, list[str], list[str]]:
     """The module to trace, its input names and output names."""
     from attnlab.models.bert import BertEncoder
+    from attnlab.models.captioner import Captioner
+    from attnlab.models.image_transformer import ImageTransformer
     from attnlab.models.lm import DecoderLM
+    from attnlab.models.text_to_image import TextToImage
     from attnlab.models.transformer import Transformer
+    from attnlab.models.vit import VisionTransformer
 
     if isinstance(model, BertEncoder):
         return _BertGraph(model), ["ids", "attention_mask", "token_type_ids"], ["hidden"]
-    if isinstance(model, DecoderLM):
+    if isinstance(model, DecoderLM):  # the Music Transformer is one too
         return _LMGraph(model), ["ids"], ["logits"]
     if isinstance(model, Transformer):
         return _TranslationGraph(model), ["src_ids", "tgt_in_ids"], ["logits"]
-    raise ValueError(f"ONNX export knows BertEncoder, DecoderLM and Transformer, not {type(model).__name__}")
+    if isinstance(model, VisionTransformer):
+        return _ForwardGraph(model), ["images"], ["logits"]
+    if isinstance(model, Captioner):
+        return _ForwardGraph(model), ["images", "tgt_in_ids"], ["logits"]
+    if isinstance(model, TextToImage):
+        return _ForwardGraph(model), ["text_ids", "codes"], ["logits"]
+    if isinstance(model, ImageTransformer):
+        graph = _ImageTransformerGraph(model)
+        return graph, ["images", *graph.names], ["logits"]
+    name = type(model).__name__
+    why = NOT_EXPORTED.get(name, "no ONNX graph is defined for this model class")
+    raise ValueError(f"ONNX export does not cover {name}: {why}")
+
+
+def _dynamic_axes(model, inputs: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
+    """Batch is dynamic everywhere; token inputs also have a dynamic length (the output
+    follows the decoder's, or the only input's, length). Images, codes and labels keep the
+    sizes the model was built for."""
+    fixed = {"images", "low_res", "labels", "codes", "text_ids"}
+    axes = {name: {0: "batch"} if name in fixed else {0: "batch", 1: f"{name}_length"} for name in inputs}
+    if "attention_mask" in axes:  # BERT: one length for its three inputs
+        axes["attention_mask"] = axes["token_type_ids"] = {0: "batch", 1: "ids_length"}
+    token_inputs = [name for name in inputs if name not in fixed and name not in ("attention_mask", "token_type_ids")]
+    for name in outputs:
+        axes[name] = {0: "batch", 1: axes[token_inputs[-1]][1]} if token_inputs else {0: "batch"}
+    return axes
 
 
 def example_inputs(model, batch: int = 2, length: int = 7, seed: int = 0) -> dict[str, Tensor]:
     """Random valid inputs for ``model``'s graph, with right padding in the last row."""
     from attnlab.models.bert import BertEncoder
+    from attnlab.models.captioner import Captioner
+    from attnlab.models.image_transformer import ImageTransformer
+    from attnlab.models.text_to_image import TextToImage
     from attnlab.models.transformer import Transformer
+    from attnlab.models.vit import VisionTransformer
 
     generator = torch.Generator().manual_seed(seed)
     c = model.config
+    if isinstance(model, VisionTransformer):
+        return {"images": torch.randn(batch, c.in_channels, c.image_size, c.image_size, generator=generator)}
+    if isinstance(model, ImageTransformer):
+        inputs = {"images": torch.randint(0, 256, (batch, c.channels, c.height, c.width), generator=generator)}
+        if c.num_classes:
+            inputs["labels"] = torch.randint(0, c.num_classes, (batch,), generator=generator)
+        if c.low_resolution:
+            inputs["low_res"] = torch.randint(0, 256, (batch, c.channels, c.low_resolution, c.low_resolution),
+                                              generator=generator)
+        return inputs
+    if isinstance(model, TextToImage):
+        return {"text_ids": torch.randint(0, c.text_vocab_size, (batch, c.text_length), generator=generator),
+                "codes": torch.randint(0, c.image_vocab_size, (batch, c.image_tokens), generator=generator)}
+    if isinstance(model, Captioner):
+        images = torch.rand(batch, c.in_channels, c.image_size, c.image_size, generator=generator)
+        return {"images": images, "tgt_in_ids": torch.randint(3, c.vocab_size, (batch, length), generator=generator)}
     pad = getattr(c, "pad_id", 0)
     low = 3 if isinstance(model, Transformer) else 0  # keep clear of pad/bos/eos
 
@@ -123,11 +209,7 @@ def export_onnx(model, path: str | os.PathLike, *, opset: int = 17) -> list[str]
     length axes; returns the graph's input names."""
     module, inputs, outputs = _graph(model.eval())
     example = example_inputs(model)
-    axes = {name: {0: "batch", 1: f"{name}_length"} for name in inputs}
-    axes["attention_mask"] = axes["token_type_ids"] = {0: "batch", 1: "ids_length"}  # BERT: one length
-    axes = {name: axes[name] for name in inputs}
-    first = inputs[-1] if len(inputs) == 2 else inputs[0]  # outputs follow the decoder's/ids' length
-    axes.update({name: {0: "batch", 1: axes[first][1]} for name in outputs})
+    axes = _dynamic_axes(model, inputs, outputs)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracer's notes on Python-side checks
         torch.onnx.export(module, tuple(example[name] for name in inputs), str(path), dynamo=False,
