@@ -11,6 +11,7 @@ HELP = ("score a model directory: a translation model translates a test set (sac
 # models are evaluated here; ``attnlab evaluate --model DIR ...`` for any other family runs that
 # verb with the same arguments (main.py asks :func:`routed_argv` before parsing).
 FAMILY_EVALUATORS = {
+    "decoder_lm": "evaluate-lm",
     "vit": "evaluate-vit",
     "captioner": "evaluate-caption",
     "text_to_image": "evaluate-text-to-image",

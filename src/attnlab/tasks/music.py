@@ -38,10 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from attnlab.data import music
-from attnlab.tasks.lm import lm_loss
+from attnlab.tasks.lm import lm_loss, score_windows, scoring_windows
 
 __all__ = ["load_music_model", "MusicData", "load_music_data", "music_stream", "evaluate_nll", "lm_loss", "TRANSPOSITIONS", "STRETCHES",
            "primer_tokens", "tokens_to_notes"]
@@ -154,42 +153,10 @@ def evaluate_nll(model, pieces: Sequence[Sequence[int]], *, context: int, batch_
         raise ValueError(f"context={context} exceeds the model's max_positions={model.config.max_positions}")
     if stride is not None and not 1 <= stride <= context:
         raise ValueError(f"stride={stride} must be between 1 and the context ({context})")
-    was_training = model.training
-    model.eval()
-    device = device or next(model.parameters()).device
-    chunks = []  # (inputs, targets): -100 marks a target given as context, not scored
+    windows = []  # every piece scored from its START, as the model plays it
     for piece in pieces:
-        sequence = [music.START, *piece]  # input position t predicts sequence[t + 1]
-        if stride is None:
-            for first in range(0, len(piece), context):
-                targets = sequence[first + 1:first + 1 + context]
-                chunks.append((sequence[first:first + len(targets)], targets))
-            continue
-        scored = 0  # targets before this one are scored already
-        while scored < len(piece):
-            end = min(len(piece), context if scored == 0 else scored + stride)
-            begin = max(0, end - context)
-            targets = [-100] * (scored - begin) + sequence[scored + 1:end + 1]
-            chunks.append((sequence[begin:end], targets))
-            scored = end
-    chunks.sort(key=lambda chunk: len(chunk[0]))
-    total, count = 0.0, 0
-    try:
-        for start in range(0, len(chunks), batch_size):
-            batch = chunks[start:start + batch_size]
-            width = max(len(inputs) for inputs, _ in batch)
-            ids = torch.full((len(batch), width), model.config.pad_id, dtype=torch.long)
-            targets = torch.full((len(batch), width), -100, dtype=torch.long)
-            for row, (inputs, wanted) in enumerate(batch):
-                ids[row, :len(inputs)] = torch.tensor(inputs)
-                targets[row, :len(wanted)] = torch.tensor(wanted)
-            # Right padding: a causal model's earlier positions never see it; it is not scored.
-            logits = model(ids.to(device)).float()
-            total += float(F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100,
-                                           reduction="sum"))
-            count += int((targets != -100).sum())
-    finally:
-        model.train(was_training)
+        windows.extend(scoring_windows([music.START, *piece], context=context, stride=stride))
+    total, count = score_windows(model, windows, batch_size=batch_size, pad_id=model.config.pad_id, device=device)
     result = {"nll": total / count if count else math.nan, "tokens": count, "context": context}
     if stride is not None:
         result["stride"] = stride
