@@ -89,6 +89,15 @@ def test_scoring_does_one_batch_even_when_the_budget_is_spent(clock):
     assert len(scored_by(scoring, clock, 0.01)) == 8 and scoring.cut
 
 
+def test_a_small_first_batch_is_the_least_a_spent_budget_scores(clock):
+    budget = command_budget(1)
+    clock.advance(59.5)  # half a second left
+    scoring = Scoring("fidelity", 100, unit="prompt", batch_size=64, first_batch=16, budget=budget, progress=False)
+    assert len(scored_by(scoring, clock, 0.01)) == 16 and scoring.cut  # 0.16 s, then 64 x 0.01 s > 0.34 s left
+    unlimited = Scoring("fidelity", 100, unit="prompt", batch_size=64, first_batch=16, progress=False)
+    assert [len(index) for index in unlimited] == [16, 64, 20]
+
+
 def test_scoring_that_fits_scores_everything(clock):
     scoring = Scoring("test", 40, unit="image", batch_size=10, budget=command_budget(1), progress=False)
     assert sorted(scored_by(scoring, clock, 0.1)) == list(range(40)) and not scoring.cut
@@ -118,8 +127,7 @@ def test_train_within_gives_the_trainer_what_is_left_less_the_reserve(clock):
     trainer = _Trainer()
     assert train_within(trainer, budget, reserve=12, resume=True, say=said.append) == {"step": 1}
     assert trainer.config.max_minutes == pytest.approx((120 - 30 - 12) / 60, abs=1e-4) and trainer.resumed
-    assert said == ["training: up to 1 min 18 s of the budget (30 s of it went to loading and setting up; "
-                    "12 s kept for scoring)"]
+    assert said == ["training: up to 1 min 18 s of the budget (30 s of it already spent; 12 s kept for scoring)"]
     clock.advance(100)  # nothing left: the trainer still makes one update
     trainer = _Trainer()
     train_within(trainer, budget, reserve=12)

@@ -492,7 +492,7 @@ def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3,
     model.eval()
     grounded = getattr(data, "unseen", None) is not None and getattr(data, "masks", None) is not None
     scoring = Scoring(f"test captions (beam {beam_size})", len(data), unit="image", batch_size=batch_size,
-                      budget=budget, progress=progress)
+                      budget=budget, progress=progress, first_batch=20)
     captions: list[CaptionedImage] = []
     grounding: list[tuple[list[float], list[float], int]] = []
     for index in scoring:

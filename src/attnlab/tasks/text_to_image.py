@@ -432,7 +432,7 @@ def evaluate_text_to_image(model, vqvae, tokenizer: Tokenizer, classifier, test,
     for k in range(max(len(rows) for rows in groups.values())):
         items += [(name, rows[k]) for name, rows in groups.items() if k < len(rows)]
     scoring = Scoring("fidelity: sampling an image per prompt", len(items), unit="prompt", batch_size=batch_size,
-                      budget=budget, progress=progress)
+                      budget=budget, progress=progress, first_batch=16)
     generated: dict[int, Tensor] = {}
     for number, index in enumerate(scoring):
         texts = [test.captions[items[k][1]][0] for k in index.tolist()]

@@ -126,7 +126,7 @@ def train_within(trainer, budget: Budget, *, reserve: float = 0.0, resume: bool 
         if say is not None:
             spent, notes = budget.elapsed(), []
             if spent >= 0.5:
-                notes.append(f"{describe_seconds(spent)} of it went to loading and setting up")
+                notes.append(f"{describe_seconds(spent)} of it already spent")
             if reserve:
                 notes.append(f"{describe_seconds(reserve)} kept for scoring")
             say(f"{what}: up to {describe_seconds(max(0.0, seconds))} of the budget"
@@ -143,7 +143,9 @@ class Scoring:
     unlimited one) every item comes, in order. With one, items come in a fixed random order
     (seed ``seed``) and the iteration stops before a batch that the time left would not
     hold (judged by the mean time of the batches so far), or once the budget is spent,
-    after at least ``minimum_batches`` batches. A labelled tqdm bar (``label``, ``unit``)
+    after at least ``minimum_batches`` batches. The first batch holds ``first_batch`` items
+    (default ``batch_size``): the least a cut scoring scores when the budget is spent already,
+    and the first measure of an item's time. A labelled tqdm bar (``label``, ``unit``)
     shows the progress on stderr unless ``progress`` is false.
 
     After the loop: :attr:`scored`, :attr:`cut`, :meth:`indices` (the items scored, in the
@@ -151,10 +153,12 @@ class Scoring:
     """
 
     def __init__(self, label: str, total: int, *, unit: str, batch_size: int, budget: Budget | None = None,
-                 progress: bool = True, minimum_batches: int = 1, seed: int = 0) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+                 progress: bool = True, minimum_batches: int = 1, first_batch: int | None = None,
+                 seed: int = 0) -> None:
+        if batch_size < 1 or (first_batch is not None and first_batch < 1):
+            raise ValueError(f"batch_size={batch_size} and first_batch={first_batch} must be >= 1")
         self.label, self.total, self.unit, self.batch_size = label, int(total), unit, batch_size
+        self.first_batch = batch_size if first_batch is None else min(first_batch, batch_size)
         self.budget = budget if budget is not None and budget.limited else None
         self.progress, self.minimum_batches = progress, minimum_batches
         self.order = (torch.randperm(self.total, generator=torch.Generator().manual_seed(seed))
@@ -170,8 +174,9 @@ class Scoring:
                    disable=not self.progress, dynamic_ncols=True)
         batches = 0
         try:
-            for start in range(0, self.total, self.batch_size):
-                index = self.order[start:start + self.batch_size]
+            starts = [0, *range(self.first_batch, self.total, self.batch_size)] if self.total else []
+            for start, stop in zip(starts, [*starts[1:], self.total]):
+                index = self.order[start:stop]
                 if self.budget is not None and batches >= self.minimum_batches:
                     left = self.budget.left()
                     needed = self.seconds / self.scored * len(index) if self.scored else 0.0  # mean time per item so far
