@@ -33,7 +33,7 @@ def test_a_refused_run_leaves_an_earlier_run_intact(lm_run, lm_text, tmp_path, c
 def test_options_are_checked_before_anything_is_written(lm_text, tmp_path, capsys):
     out = tmp_path / "fresh"
     code, err = run_cli(lm_args(lm_text, out, "--max-minutes", "-1"), capsys)
-    assert code == 2 and "max_minutes" in err
+    assert code == 2 and "--max-minutes" in err
     assert not out.exists()
 
 

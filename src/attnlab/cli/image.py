@@ -78,13 +78,19 @@ def run(args) -> int:
     from attnlab.tasks.classification import ImageBatches
     from attnlab.tasks.images import evaluate_bits_per_dim, image_loss
     from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.phases import (Scoring, budget_plan, budget_report, command_budget, scoring_reserve,
+                                         train_within)
     from attnlab.training.trainer import TrainConfig, Trainer
 
+    budget = command_budget(args.max_minutes)  # the whole command's: training and the test split's scoring
     _check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "val_images", "test_images"))
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(resolve_device(args.device))
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    plan = budget_plan(budget, scoring="the test split's bits/dim")
+    if plan:
+        say(plan)
 
     train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels)
     kwargs = dict(image_size=train.image_size, channels=train.channels)
@@ -129,20 +135,24 @@ def run(args) -> int:
     trainer = Trainer(model, image_loss, ImageBatches(train, args.batch_size, seed=args.seed, raw=True), config,
                       valid_batches=valid_batches, model_files=[info_file])
     started = time.perf_counter()
-    last = trainer.train(resume=args.resume)
+    last = train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
     if not trainer.context.is_main:
         return 0
     minutes = (time.perf_counter() - started) / 60
     model_dir = model.save_pretrained(out / "model", extra_files={IMAGE_FILE: info_bytes})
-    results = evaluate_bits_per_dim(model, test, batch_size=max(args.batch_size, 32), limit=args.test_images)
+    scoring = Scoring("test bits/dim", len(test) if args.test_images is None else min(args.test_images, len(test)),
+                      unit="image", batch_size=max(args.batch_size, 32), budget=budget, progress=not args.no_progress)
+    results = evaluate_bits_per_dim(model, test, batches=scoring)
     results.update({"data": str(args.data), "split": "test", "updates": trainer.step,
-                    "train_minutes": round(minutes, 2)})
+                    "train_minutes": round(minutes, 2), "scoring": scoring.record()})
     from attnlab.files import atomic_write_json
 
     (out / "evaluation").mkdir(exist_ok=True)
     atomic_write_json(out / "evaluation" / "results.json", results)
     say(f"done: {trainer.step} updates in {minutes:.1f} min; last loss {last.get('loss', float('nan')):.4f} nats/dim")
-    say(f"test: {results['bits_per_dim']:.4f} bits/dim over {results['images']} images")
+    say(f"test: {results['bits_per_dim']:.4f} bits/dim over {scoring.summary('images')}")
+    if budget.limited:
+        say(budget_report(budget))
     print(model_dir)
     return 0
 

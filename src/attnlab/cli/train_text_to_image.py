@@ -44,7 +44,10 @@ def add_arguments(parser) -> None:
     model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
     model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
-    model.add_argument("--max-minutes", type=float, help="wall-clock budget of the text-to-image model's training")
+    model.add_argument("--max-minutes", type=float,
+                       help="wall-clock budget of the whole command: the VQ-VAE and the attribute reader train on "
+                            "20 %% and 15 %% of it, fidelity is scored in the last 10 %%, the text-to-image model "
+                            "has the rest")
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--eval-prompts", type=int, default=400, help="held-out prompts, half unseen (default: 400)")
     evaluation.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
@@ -86,6 +89,10 @@ def report(results: dict) -> str:
     """The VQ-VAE's PSNR and a fidelity line per composition kind (generated vs real)."""
     lines = [f"VQ-VAE test PSNR {results['vqvae']['psnr_test']:.2f} dB, "
              f"{results['vqvae']['codes_used']} of {results['vqvae']['codebook_size']} codes used"]
+    scoring = results.get("scoring")
+    if scoring and scoring["cut_by_budget"]:
+        lines.append(f"fidelity scored on {scoring['scored']:,d} of {scoring['total']:,d} prompts (a random sample: "
+                     "the time budget ran out)")
     for part, scores in results["fidelity"].items():
         g, r = scores["generated"], scores["real_test_images"]
         lines.append(f"fidelity ({part} compositions, {g['prompts']} prompts): objects {_pct(g['objects'])} "

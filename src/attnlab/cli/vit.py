@@ -76,12 +76,14 @@ def run(args) -> int:
     import attnlab
     from attnlab.cli.options import parse_overrides, resolve_precision
     from attnlab.data.images import describe, load_images
-    from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
-                                              evaluation_batches, save_confusion_matrix)
+    from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluation_batches,
+                                              save_confusion_matrix)
     from attnlab.files import atomic_write_bytes
     from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
     from attnlab.training.trainer import TrainConfig, Trainer
 
+    budget = command_budget(args.max_minutes)  # the whole command's: training and the test split's scoring
     _check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
     if not 0.0 <= args.label_smoothing < 1.0:
         raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
@@ -95,6 +97,9 @@ def run(args) -> int:
     device = resolve_device(args.device)
     warmup = min(args.warmup, max(1, args.max_steps // 10)) if args.warmup > args.max_steps else args.warmup
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    plan = budget_plan(budget, scoring="the test split's accuracy")
+    if plan:
+        say(plan)
 
     train = load_images(args.data, "train", image_size=args.image_size, channels=args.channels)
     kwargs = dict(image_size=train.image_size, channels=train.channels)
@@ -136,21 +141,44 @@ def run(args) -> int:
                                    hflip=args.hflip), config,
                       valid_batches=evaluation_batches(valid), model_files=[classes_file])
     started = time.perf_counter()
-    last = trainer.train(resume=args.resume)
+    last = train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
     if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
         return 0
     model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})
-    evaluation = evaluate_classifier(model, test)
-    write_evaluation(evaluation, out / "evaluation", test)
+    evaluation, scored, scoring = score_test_split(model, test, budget, progress=not args.no_progress)
+    write_evaluation(evaluation, out / "evaluation", scored, scoring=scoring.record())
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s; "
         + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_correct") if k in last))
-    say(f"test {evaluation.summary()}")
+    say(f"test ({scoring.summary('images')}): {evaluation.summary()}")
+    if budget.limited:
+        say(budget_report(budget))
     print(model_dir)
     return 0
 
 
-def write_evaluation(evaluation, directory: Path, data) -> None:
-    """``results.json`` (accuracy, per-class accuracy, confusion matrix) and ``confusion_matrix.png``."""
+def score_test_split(model, test, budget, *, progress: bool = True, batch_size: int = 500):
+    """The classifier's :class:`~attnlab.tasks.classification.Evaluation` on as much of
+    ``test`` as ``budget`` leaves time for (all of it without a budget; see
+    :class:`attnlab.training.phases.Scoring`): ``(evaluation, the images scored, the Scoring)``."""
+    import torch
+
+    from attnlab.tasks.classification import Evaluation, evaluate_classifier
+    from attnlab.training.phases import Scoring, take
+
+    scoring = Scoring("test accuracy", len(test), unit="image", batch_size=batch_size, budget=budget,
+                      progress=progress)
+    confusion = torch.zeros(len(test.classes), len(test.classes), dtype=torch.long)
+    for index in scoring:
+        confusion += evaluate_classifier(model, take(test, index), batch_size=batch_size).confusion
+    scored = take(test, scoring.indices())
+    per_class = (confusion.diagonal().double() / confusion.sum(1).double()).tolist()
+    evaluation = Evaluation(float(confusion.trace()) / max(1, len(scored)), per_class, confusion, list(test.classes))
+    return evaluation, scored, scoring
+
+
+def write_evaluation(evaluation, directory: Path, data, *, scoring: dict | None = None) -> None:
+    """``results.json`` (accuracy, per-class accuracy, confusion matrix; ``scoring``: how much
+    of the split a time budget let it score) and ``confusion_matrix.png``."""
     from attnlab.models.base import _atomic_write
     from attnlab.tasks.classification import save_confusion_matrix
 
@@ -158,6 +186,8 @@ def write_evaluation(evaluation, directory: Path, data) -> None:
     results = {"data": data.name, "split": data.split, "images": len(data), "accuracy": evaluation.accuracy,
                "per_class_accuracy": dict(zip(evaluation.classes, evaluation.per_class)),
                "confusion_matrix": evaluation.confusion.tolist(), "classes": evaluation.classes}
+    if scoring is not None:
+        results["scoring"] = scoring
     text = (json.dumps(results, indent=2) + "\n").encode()
     _atomic_write(directory / "results.json", lambda path: Path(path).write_bytes(text))
     save_confusion_matrix(evaluation, directory / "confusion_matrix.png",

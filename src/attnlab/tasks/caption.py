@@ -298,26 +298,36 @@ def grounding_score(model, tokenizer: Tokenizer, scenes, captions: Sequence[Capt
     "unmatched": shape words naming no object of the scene}``."""
     model.eval()
     indices = range(len(captions)) if indices is None else indices
-    hits, chance, unmatched = [], [], 0
-    for index in indices:
-        caption = captions[index]
-        if not caption.tokens:
-            continue
-        words = _words(tokenizer.decode(caption.tokens))
-        starts = _word_starts(tokenizer, caption.tokens)
-        if len(starts) != len(words):
-            continue  # a word the tokenizer splits oddly (e.g. punctuation); not scored
-        references = object_references(words, scenes.objects[index])
-        unmatched += sum(w in ("circle", "square", "triangle") for w in words) - len(references)
-        if not references:
-            continue
-        attention = word_attention(model, scenes.images[index], caption.tokens)
-        for word, obj in references:
-            hits.append(grounding_hit(attention[starts[word]], scenes.masks[index][obj]))
-            chance.append(float(scenes.masks[index][obj].double().mean()))
+    return _grounding_summary([_image_grounding(model, tokenizer, scenes, captions[i], i) for i in indices])
+
+
+def _image_grounding(model, tokenizer: Tokenizer, scenes, caption: CaptionedImage,
+                     index: int) -> tuple[list[float], list[float], int]:
+    """``(hits, chance, unmatched)`` of the generated ``caption`` of scene ``index``:
+    :func:`grounding_hit` and the object's area fraction for each object word, and the
+    number of shape words naming no object of the scene."""
+    if not caption.tokens:
+        return [], [], 0
+    words = _words(tokenizer.decode(caption.tokens))
+    starts = _word_starts(tokenizer, caption.tokens)
+    if len(starts) != len(words):
+        return [], [], 0  # a word the tokenizer splits oddly (e.g. punctuation); not scored
+    references = object_references(words, scenes.objects[index])
+    unmatched = sum(w in ("circle", "square", "triangle") for w in words) - len(references)
+    if not references:
+        return [], [], unmatched
+    attention = word_attention(model, scenes.images[index], caption.tokens)
+    hits = [grounding_hit(attention[starts[word]], scenes.masks[index][obj]) for word, obj in references]
+    chance = [float(scenes.masks[index][obj].double().mean()) for _, obj in references]
+    return hits, chance, unmatched
+
+
+def _grounding_summary(parts: Sequence[tuple[list[float], list[float], int]]) -> dict[str, float]:
+    hits = [hit for part in parts for hit in part[0]]
+    chance = [value for part in parts for value in part[1]]
     return {"grounding": sum(hits) / len(hits) if hits else None,
             "grounding_uniform": sum(chance) / len(chance) if chance else None, "object_words": len(hits),
-            "unmatched": unmatched}
+            "unmatched": sum(part[2] for part in parts)}
 
 
 # -- data, training, evaluation -----------------------------------------------------------
@@ -379,9 +389,14 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     from attnlab.files import atomic_write_json
     from attnlab.models.registry import create_model, get_preset
     from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
     from attnlab.training.trainer import TrainConfig, Trainer
 
     o = options
+    budget = command_budget(o.max_minutes)  # the whole command's: data, vocabulary, training, test captions
+    plan = budget_plan(budget, scoring="the test split's captions (BLEU-4, CIDEr)")
+    if plan:
+        o.log(plan)
     if get_preset(o.preset).family != "captioner":
         raise ValueError(f"--preset {o.preset!r} is not a captioner preset")
     out = Path(o.out)
@@ -421,16 +436,22 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
                                      seed=o.seed),
                       train_config, valid_batches=valid_batches, model_files=[tokenizer_file, info_file])
     started = time.perf_counter()
-    last = trainer.train(resume=o.resume)
+    last = train_within(trainer, budget, reserve=scoring_reserve(budget), resume=o.resume, say=o.log)
     seconds = time.perf_counter() - started
     model_dir = model.save_pretrained(out / "model", extra_files={
         "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()})
     o.log(f"trained {trainer.step} updates in {seconds:.0f} s; "
           + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_ppl") if k in last))
-    results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size)
+    results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size, budget=budget,
+                                    progress=o.progress_bar)
+    if results["scoring"]["cut_by_budget"]:
+        o.log(f"test captions: {results['scoring']['scored']:,d} of {results['scoring']['total']:,d} images "
+              "(a random sample: the time budget ran out)")
     results.update(updates=trainer.step, train_seconds=round(seconds, 1))
     (out / "evaluation").mkdir(exist_ok=True)
     atomic_write_json(out / "evaluation" / "results.json", results, indent=2)
+    if budget.limited:
+        o.log(budget_report(budget))
     return model_dir, results
 
 
@@ -458,26 +479,44 @@ def load_captioner(directory: str | Path, device: str = "cpu"):
     return model, tokenizer, info if isinstance(info, dict) else {}
 
 
-def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3,
-                       meteor: bool = False) -> tuple[dict, list[CaptionedImage]]:
+def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3, meteor: bool = False,
+                       budget=None, progress: bool = False, batch_size: int = 100) -> tuple[dict, list[CaptionedImage]]:
     """BLEU-4 and CIDEr of beam-search captions of ``data`` against its captions; for scenes
     also the grounding score, and everything again on the seen and unseen compositions;
-    ``meteor``: METEOR too (Java). Returns ``(results, captions)``."""
-    captions = generate_captions(model, tokenizer, data.images, beam_size=beam_size)
+    ``meteor``: METEOR too (Java). With a ``budget`` (:mod:`attnlab.training.phases`) only
+    the images its time left allows are captioned and scored (a random sample; results'
+    ``images`` and ``scoring`` say how many of how many); ``progress``: a bar. Returns
+    ``(results, captions)``, the captions of the images scored, in the order scored."""
+    from attnlab.training.phases import Scoring, take
+
+    model.eval()
+    grounded = getattr(data, "unseen", None) is not None and getattr(data, "masks", None) is not None
+    scoring = Scoring(f"test captions (beam {beam_size})", len(data), unit="image", batch_size=batch_size,
+                      budget=budget, progress=progress, first_batch=20)
+    captions: list[CaptionedImage] = []
+    grounding: list[tuple[list[float], list[float], int]] = []
+    for index in scoring:
+        batch = generate_captions(model, tokenizer, data.images[index], beam_size=beam_size, batch_size=batch_size)
+        captions += batch
+        if grounded:  # in the same batch, so the time it takes counts in the scoring's budget too
+            grounding += [_image_grounding(model, tokenizer, data, caption, i)
+                          for caption, i in zip(batch, index.tolist())]
+    data = take(data, scoring.indices())
     texts = [c.text for c in captions]
     results: dict[str, Any] = {"data": getattr(data, "name", "?"), "split": getattr(data, "split", "?"),
                                "images": len(data), "beam_size": beam_size,
                                "empty_captions": sum(not t for t in texts),
                                **caption_scores(texts, data.captions, meteor=meteor)}
-    unseen = getattr(data, "unseen", None)
-    if unseen is not None and getattr(data, "masks", None) is not None:
-        results.update(grounding_score(model, tokenizer, data, captions))
+    if grounded:
+        results.update(_grounding_summary(grounding))
         for name, flag in (("seen", False), ("unseen", True)):
-            chosen = [i for i, u in enumerate(unseen) if u == flag]
+            chosen = [i for i, u in enumerate(data.unseen) if u == flag]
             if chosen:
                 part = caption_scores([texts[i] for i in chosen], [data.captions[i] for i in chosen], meteor=meteor)
-                part.update(grounding_score(model, tokenizer, data, captions, chosen), images=len(chosen))
+                part.update(_grounding_summary([grounding[i] for i in chosen]), images=len(chosen))
                 results[name] = part
     results["examples"] = [{"caption": texts[i], "references": list(data.captions[i][:3])}
                            for i in range(min(5, len(texts)))]
+    if budget is not None:
+        results["scoring"] = scoring.record()
     return results, captions

@@ -7,7 +7,7 @@ evaluation in bits per dimension.
   their number, so the trainer's ``loss`` is nats per sub-pixel (bits/dim = loss / ln 2);
   class labels go in when the model is class-conditional, and a super-resolution model
   gets the batch's own images downsampled (:func:`downsample`);
-* :func:`evaluate_bits_per_dim`: the mean over a whole split;
+* :func:`evaluate_bits_per_dim`: the mean over a whole split (or the batches a time budget allows);
 * :func:`evaluate_super_resolution`: a super-resolution model's outputs for the first
   images of a split, their PSNR against the originals next to bicubic upsampling's.
 """
@@ -15,6 +15,7 @@ evaluation in bits per dimension.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -51,21 +52,27 @@ def image_loss(model, batch: dict[str, Tensor]):
 
 @torch.no_grad()
 def evaluate_bits_per_dim(model, data: ImageSet, *, batch_size: int = 64, limit: int | None = None,
-                          progress=None) -> dict[str, float]:
+                          progress=None, batches: Iterable[Tensor] | None = None) -> dict[str, float]:
     """Mean negative log2-likelihood per sub-pixel over ``data`` (its first ``limit``
-    images when given): ``{"bits_per_dim", "nats_per_dim", "images"}``."""
+    images when given, ``batch_size`` at a time), or over the images of ``batches``
+    (batches of indices into ``data``, e.g. a time-bounded
+    :class:`~attnlab.training.phases.Scoring`): ``{"bits_per_dim", "nats_per_dim", "images"}``."""
     model.eval()
     device = model.head.weight.device
-    count = len(data) if limit is None else min(limit, len(data))
-    total, sub_pixels = 0.0, 0
-    for start in range(0, count, batch_size):
-        stop = min(count, start + batch_size)
-        batch = {"images": data.images[start:stop].to(device), "labels": data.labels[start:stop].to(device)}
+    if batches is None:
+        size = len(data) if limit is None else min(limit, len(data))
+        batches = [torch.arange(start, min(size, start + batch_size)) for start in range(0, size, batch_size)]
+    total, sub_pixels, count = 0.0, 0, 0
+    for index in batches:
+        batch = {"images": data.images[index].to(device), "labels": data.labels[index].to(device)}
         nll, n, _ = image_loss(model, batch)
         total += float(nll)
         sub_pixels += n
+        count += len(index)
         if progress is not None:
-            progress(stop - start)
+            progress(len(index))
+    if not count:
+        raise ValueError(f"{data.name} {data.split}: no images to score")
     nats = total / sub_pixels
     return {"bits_per_dim": nats / math.log(2), "nats_per_dim": nats, "images": count}
 

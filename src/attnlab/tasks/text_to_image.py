@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,11 @@ __all__ = ["TensorBatches", "caption_log_likelihood", "TextToImageTrainOptions",
 
 TASK_FILE = "text_to_image.json"
 VQVAE_SUBDIR = "vqvae"
+VQVAE_SHARE = 0.20
+READER_SHARE = 0.15
+"""The fractions of ``--max-minutes`` the VQ-VAE and the attribute reader may train for
+(each stops when its share is spent); final scoring keeps
+:data:`attnlab.training.phases.SCORING_SHARE` and the text-to-image model has the rest."""
 
 
 class TensorBatches(EpochPosition):
@@ -314,25 +320,72 @@ class TextToImageTrainOptions:
 
 
 def _train_part(model, loss_fn, batches, out: Path, *, steps: int, lr: float, seed: int, progress: bool,
-                warmup: int = 200, max_minutes: float | None = None, valid=None, files=()) -> Path:
-    """One model through the shared Trainer (AdamW, warm-up + cosine) -> ``out/model``."""
+                warmup: int = 200, max_minutes: float | None = None, valid=None, files=(), budget=None,
+                reserve: float = 0.0, label: str | None = None, log: Callable[[str], None] | None = None) -> Path:
+    """One model through the shared Trainer (AdamW, warm-up + cosine) -> ``out/model``,
+    within ``budget`` (less ``reserve`` seconds; :func:`attnlab.training.phases.train_within`).
+    ``label``: an auxiliary model, shown on a progress bar of its own name (the Trainer's
+    bar says "train")."""
+    from attnlab.training.phases import command_budget, train_within
     from attnlab.training.trainer import TrainConfig, Trainer
 
     config = TrainConfig(out_dir=str(out), max_steps=steps, schedule="cosine", peak_lr=lr, min_lr=lr / 100,
                          warmup_steps=min(warmup, max(1, steps // 10)), betas=(0.9, 0.98), eps=1e-9, optimizer="adamw",
                          weight_decay=0.01, clip_grad_norm=1.0, log_every=50,
                          validate_every=max(1, steps // 4) if valid is not None else None,
-                         checkpoint_every=None, keep_last=1, seed=seed, progress_bar=progress,
+                         checkpoint_every=None, keep_last=1, seed=seed, progress_bar=progress and label is None,
                          max_minutes=max_minutes)
-    Trainer(model, loss_fn, batches, config, valid_batches=valid, model_files=list(files)).train()
+    bar = _UpdateBar(label, steps) if label is not None and progress else None
+    if bar is not None:
+        loss_fn = bar.counting(loss_fn)
+    trainer = Trainer(model, loss_fn, batches, config, valid_batches=valid, model_files=list(files))
+    try:
+        train_within(trainer, budget if budget is not None else command_budget(max_minutes), reserve=reserve,
+                     say=log, what=label or "training")
+    finally:
+        if bar is not None:
+            bar.close()
+    if label is not None and log is not None:
+        stopped = f" (its time share was spent at update {trainer.step:,d})" if trainer.step < steps else ""
+        log(f"{label}: {trainer.step:,d} of {steps:,d} updates{stopped}")
     return out
 
 
+class _UpdateBar:
+    """A progress bar named after an auxiliary model (the Trainer's own says "train"), in
+    updates: :meth:`counting` wraps the loss function so that each training call advances it,
+    one per update (the parts train without gradient accumulation); validation calls (model
+    in eval mode) do not count. The bar opens at the first update, below the lines before it."""
+
+    def __init__(self, label: str, steps: int) -> None:
+        self.label, self.steps, self.bar = label, steps, None
+
+    def counting(self, loss_fn):
+        def counted(model, batch):
+            result = loss_fn(model, batch)
+            if model.training:
+                if self.bar is None:
+                    from tqdm.auto import tqdm
+
+                    self.bar = tqdm(total=self.steps, desc=self.label, unit="update", file=sys.stderr,
+                                    dynamic_ncols=True)
+                self.bar.update(1)
+            return result
+
+        return counted
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def train_attribute_reader(out: str | Path, *, steps: int = 2000, batch_size: int = 64, seed: int = 0,
-                           device: str = "cpu", progress: bool = True, images: int | None = None):
+                           device: str = "cpu", progress: bool = True, images: int | None = None, budget=None,
+                           log: Callable[[str], None] | None = None):
     """The attribute reader, trained on the scenes' ``reader`` split (every colour-shape
     pair, so it can judge unseen compositions too; ``images`` of it, default all 20,000)
-    -> ``out/model``; returns the model."""
+    -> ``out/model``, within ``budget`` (a :class:`~attnlab.training.budget.Budget`,
+    reading the split included); returns the model."""
     from attnlab.data.scenes import load_scenes
     from attnlab.models.registry import create_model
 
@@ -341,18 +394,26 @@ def train_attribute_reader(out: str | Path, *, steps: int = 2000, batch_size: in
     out = Path(out)
     _train_part(classifier, attribute_loss, TensorBatches(attribute_targets(load_scenes("reader", count=images)), batch_size,
                                                           seed=seed, transform=_pixels),
-                out, steps=steps, lr=2e-3, seed=seed, progress=progress)
+                out, steps=steps, lr=2e-3, seed=seed, progress=progress, budget=budget, label="attribute reader",
+                log=log)
     classifier.save_pretrained(out / "model")
     return classifier.eval()
 
 
 @torch.no_grad()
 def evaluate_text_to_image(model, vqvae, tokenizer: Tokenizer, classifier, test, *, prompts: int = 400,
-                           temperature: float = 1.0, top_k: int | None = 32, seed: int = 0) -> dict[str, Any]:
+                           temperature: float = 1.0, top_k: int | None = 32, seed: int = 0, budget=None,
+                           progress: bool = False, batch_size: int = 64) -> dict[str, Any]:
     """VQ-VAE test PSNR and codebook use, and the fidelity of one image sampled for each of
     ``prompts`` held-out prompts (the first caption of test scenes; half seen, half unseen
-    compositions) next to the same reading of the real test images (the ceiling)."""
+    compositions) next to the same reading of the real test images (the ceiling).
+
+    The prompts are sampled ``batch_size`` at a time, seen and unseen interleaved; with a
+    ``budget`` (:class:`attnlab.training.phases.Scoring`) only as many as its time left
+    allows (a random sample; ``results["scoring"]`` says how many of how many);
+    ``progress``: a bar over the prompts."""
     from attnlab.models.vqvae import psnr
+    from attnlab.training.phases import Scoring
 
     model.eval()
     vqvae.eval()
@@ -364,13 +425,30 @@ def evaluate_text_to_image(model, vqvae, tokenizer: Tokenizer, classifier, test,
                                          **vqvae.codebook_usage(codes), "codebook_size": vqvae.config.codebook_size},
                                "fidelity": {}}
     text_length = model.config.text_length
-    for name, flag in (("seen", False), ("unseen", True)):
-        chosen = [i for i, u in enumerate(test.unseen) if u == flag
-                  and len(tokenizer.encode(test.captions[i][0])) + 2 <= text_length][: prompts // 2]
-        texts = [test.captions[i][0] for i in chosen]
-        generated = imagine(model, vqvae, tokenizer, texts, temperature=temperature, top_k=top_k, seed=seed)
-        results["fidelity"][name] = {"generated": fidelity(classifier, generated, texts),
-                                     "real_test_images": fidelity(classifier, test.images[chosen], texts)}
+    groups = {name: [i for i, u in enumerate(test.unseen) if u == flag
+                     and len(tokenizer.encode(test.captions[i][0])) + 2 <= text_length][: prompts // 2]
+              for name, flag in (("seen", False), ("unseen", True))}
+    items = []  # (group, test row): seen and unseen in turn
+    for k in range(max(len(rows) for rows in groups.values())):
+        items += [(name, rows[k]) for name, rows in groups.items() if k < len(rows)]
+    scoring = Scoring("fidelity: sampling an image per prompt", len(items), unit="prompt", batch_size=batch_size,
+                      budget=budget, progress=progress, first_batch=16)
+    generated: dict[int, Tensor] = {}
+    for number, index in enumerate(scoring):
+        texts = [test.captions[items[k][1]][0] for k in index.tolist()]
+        images = imagine(model, vqvae, tokenizer, texts, temperature=temperature, top_k=top_k,
+                         seed=seed * 1_000_003 + number, batch_size=batch_size)
+        generated.update(zip(index.tolist(), images))
+    for name in groups:
+        kept = [k for k in scoring.indices().tolist() if items[k][0] == name]
+        if not kept:
+            continue
+        rows = [items[k][1] for k in kept]
+        texts = [test.captions[row][0] for row in rows]
+        results["fidelity"][name] = {"generated": fidelity(classifier, torch.stack([generated[k] for k in kept]), texts),
+                                     "real_test_images": fidelity(classifier, test.images[rows], texts)}
+    if budget is not None:
+        results["scoring"] = scoring.record()
     return results
 
 
@@ -400,8 +478,10 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     from attnlab.files import atomic_write_json
     from attnlab.models.registry import create_model, get_preset, load_model
     from attnlab.tasks.caption import train_caption_tokenizer
+    from attnlab.training.phases import budget_plan, budget_report, command_budget, portion, scoring_reserve
 
     o = options
+    budget = command_budget(o.max_minutes)  # the whole command's: both auxiliary models, training, fidelity
     if o.data != "scenes":
         raise ValueError(f"--data {o.data!r}: text-to-image trains on scenes (the fidelity score needs their truth)")
     if get_preset(o.preset).family != "text_to_image":
@@ -409,6 +489,11 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     out = Path(o.out)
     if (out / "model").exists():
         raise ValueError(f"--out {out} already holds a trained model; choose another directory")
+    plan = budget_plan(budget, parts=[(name, share) for name, share, given in (
+        ("the VQ-VAE", VQVAE_SHARE, o.vqvae), ("the attribute reader", READER_SHARE, o.classifier)) if not given],
+        main="the text-to-image model", scoring="fidelity on held-out prompts")
+    if plan:
+        o.log(plan)
     train = load_scenes("train", count=o.train_images)
     valid, test = load_scenes("valid"), load_scenes("test")
     started = time.perf_counter()
@@ -418,13 +503,15 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     if o.vqvae:
         vqvae = load_model(o.vqvae, device=o.device)
     else:
+        share = portion(budget, VQVAE_SHARE)
         torch.manual_seed(o.seed)
         vqvae = create_model(o.vqvae_preset).to(o.device)
         o.log(f"VQ-VAE: {vqvae.num_parameters():,d} parameters, {o.vqvae_steps} updates")
         part = out / "vqvae"
         _train_part(vqvae, vqvae_loss, TensorBatches({"images": train.images}, o.batch_size, seed=o.seed,
                                                      transform=_pixels),
-                    part, steps=o.vqvae_steps, lr=2e-3, seed=o.seed, progress=o.progress_bar)
+                    part, steps=o.vqvae_steps, lr=2e-3, seed=o.seed, progress=o.progress_bar, budget=share,
+                    label="VQ-VAE", log=o.log)
         vqvae.save_pretrained(part / "model")
     vqvae.eval()
 
@@ -434,7 +521,7 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     else:
         classifier = train_attribute_reader(out / "attributes", steps=o.classifier_steps, batch_size=o.batch_size,
                                             seed=o.seed, device=o.device, progress=o.progress_bar,
-                                            images=o.reader_images)
+                                            images=o.reader_images, budget=portion(budget, READER_SHARE), log=o.log)
 
     # 3. the text-to-image model
     tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
@@ -465,8 +552,8 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
                 TensorBatches({"text": torch.tensor(texts), "codes": codes[torch.tensor(rows)]}, o.batch_size,
                               seed=o.seed),
                 out, steps=o.max_steps, lr=o.lr, seed=o.seed, progress=o.progress_bar, warmup=o.warmup,
-                max_minutes=o.max_minutes,
-                valid=valid_batches, files=[tokenizer_file])
+                valid=valid_batches, files=[tokenizer_file], budget=budget, reserve=scoring_reserve(budget),
+                log=o.log)
     info = {"data": o.data, "image_size": vqvae.config.image_size, "temperature": o.temperature, "top_k": o.top_k}
     model_dir = model.save_pretrained(out / "model", extra_files={
         "tokenizer.model": tokenizer_file.read_bytes(), TASK_FILE: (json.dumps(info) + "\n").encode()})
@@ -475,7 +562,10 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
 
     # 4. fidelity on held-out prompts (the first caption of test images), and the ceiling
     results.update(evaluate_text_to_image(model, vqvae, tokenizer, classifier, test, prompts=o.eval_prompts,
-                                          temperature=o.temperature, top_k=o.top_k, seed=o.seed))
+                                          temperature=o.temperature, top_k=o.top_k, seed=o.seed, budget=budget,
+                                          progress=o.progress_bar))
     (out / "evaluation").mkdir(exist_ok=True)
     atomic_write_json(out / "evaluation" / "results.json", results, indent=2)
+    if budget.limited:
+        o.log(budget_report(budget))
     return model_dir, results

@@ -51,6 +51,7 @@ from attnlab.training import (
     latest_checkpoint,
     list_checkpoints,
 )
+from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
 from attnlab.training.trainer import TRAINER_OUTPUTS
 
 __all__ = [
@@ -203,6 +204,7 @@ def train_translation(options: TranslationTrainOptions) -> Path:
     vocabulary. See the module docstring for what ends up where.
     """
     started = time.perf_counter()
+    budget = command_budget(options.max_minutes)  # the whole command's: data, vocabulary and training
     out = Path(options.out)
     if options.max_tokens is None:
         options = dataclasses.replace(options, max_tokens=default_max_tokens(options.device))
@@ -224,7 +226,7 @@ def train_translation(options: TranslationTrainOptions) -> Path:
     with lock:
         if context.is_main:
             refuse_symlinks(out, (*TRAINER_OUTPUTS, TOKENIZER_FILE, TASK_FILE, MODEL_SUBDIR))
-        return _train_translation(options, context, out, started)
+        return _train_translation(options, context, out, started, budget)
 
 
 def _check_train_options(options: TranslationTrainOptions) -> None:
@@ -246,7 +248,10 @@ def _check_train_options(options: TranslationTrainOptions) -> None:
                 max_minutes=options.max_minutes, tune_malloc=False)
 
 
-def _train_translation(options: TranslationTrainOptions, context, out: Path, started: float) -> Path:
+def _train_translation(options: TranslationTrainOptions, context, out: Path, started: float, budget) -> Path:
+    plan = budget_plan(budget)
+    if plan:
+        _say(context, plan)
     train_corpus, valid_corpus = load_training_corpora(options)
     _say(context, f"data: {train_corpus.description}: {len(train_corpus)} training pairs"
                   + (f" ({train_corpus.skipped_empty} empty lines skipped)" if train_corpus.skipped_empty else "")
@@ -310,7 +315,7 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
                       run_info={"data": train_corpus.description, "training pairs": len(train_corpus),
                                 "languages": f"{options.src_lang}-{options.tgt_lang}",
                                 "max_length": options.max_length, "max_tokens": options.max_tokens})
-    last = trainer.train(resume=options.resume)
+    last = train_within(trainer, budget, resume=options.resume, say=lambda message: _say(context, message))
 
     model_dir = out / MODEL_SUBDIR
     if context.is_main:
@@ -320,6 +325,8 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
         _say(context, f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s{summary}; "
                       f"model -> {model_dir}" + (f" (average of {len(checkpoints)} checkpoints)"
                                                  if len(checkpoints) > 1 else ""))
+        if budget.limited:
+            _say(context, budget_report(budget))
     context.barrier()
     return model_dir
 
