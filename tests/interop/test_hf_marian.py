@@ -255,6 +255,19 @@ def test_cli_translate_runs_on_a_marian_directory(marian_dir, monkeypatch, capsy
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
+def test_cli_translate_quantized(marian_dir, monkeypatch, capsys):
+    args = ["translate", "--model", str(marian_dir), "--beam", "2", "--max-len-a", "0", "--max-len-b", "20"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(SOURCE_TEXT[:4]) + "\n"))
+    assert main(args + ["--quantize", "int8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    translator = Translator.load(marian_dir)
+    translator.model.quantize("int8")
+    assert lines == translator.translate(SOURCE_TEXT[:4], beam_size=2, max_len_a=0, max_len_b=20)
+    with pytest.raises(SystemExit) as exit_info:
+        main(args + ["--quantize", "fp4"])
+    assert exit_info.value.code == 2 and "--quantize" in capsys.readouterr().err
+
+
 def test_pytorch_model_bin_is_read_weights_only(marian_dir, tmp_path):
     """Older opus-mt repositories hold pytorch_model.bin only: read with weights_only=True."""
     import shutil
