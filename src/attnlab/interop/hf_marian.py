@@ -295,7 +295,7 @@ def is_hf_marian_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace ``config.json`` with ``model_type: marian``."""
     try:
         values = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # not ours to judge: the model loader names the problem
         return False
     return isinstance(values, dict) and values.get("model_type") == "marian"
 
