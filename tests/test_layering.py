@@ -17,7 +17,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 LAYERS = [
-    {"linear", "files"},
+    {"linear", "files", "quantize"},
     {"attention"},
     {"layers"},
     {"models"},

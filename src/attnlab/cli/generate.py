@@ -30,8 +30,10 @@ def add_arguments(parser) -> None:
                         help="allow generating past the model's context (drops the oldest half when full)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     from attnlab.cli.options import add_device_argument
+    from attnlab.cli.translate import add_quantize_argument
 
     add_device_argument(parser)
+    add_quantize_argument(parser)
 
 
 class Continuation:
@@ -67,12 +69,15 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from attnlab.cli.options import resolve_device
+    from attnlab.cli.translate import apply_quantize
 
-    model = attnlab.load_model(args.model, device=resolve_device(args.device))
+    device = resolve_device(args.device)
+    model = attnlab.load_model(args.model, device=device)
     if model.config.family != "decoder_lm":
         raise ValueError(f"--model {args.model}: holds a {model.config.family!r} model; generate needs a language "
                          "model ('decoder_lm', from attnlab train lm); translation models are used with attnlab "
                          "translate")
+    apply_quantize(model, args.quantize, device)
     try:
         tokenizer = load_lm_tokenizer(args.model)
     except FileNotFoundError as error:

@@ -5,8 +5,11 @@ HELP = "translate sentences (one a line, from stdin or --input) with a trained m
 
 def add_decoding_arguments(parser) -> None:
     """Options shared by translate, evaluate and attention."""
-    parser.add_argument("--model", required=True, help="model directory (e.g. OUT/model from attnlab train)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default: 4)")
+    parser.add_argument("--model", required=True,
+                        help="model directory (e.g. OUT/model from attnlab train, or a HuggingFace MarianMT "
+                             "directory such as Helsinki-NLP/opus-mt-de-en)")
+    parser.add_argument("--beam", type=int, default=None,
+                        help="beam size; 1 = greedy (default: a MarianMT model's num_beams, else 4)")
     parser.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty alpha (default: 0.6)")
     parser.add_argument("--max-len-a", type=float, default=1.5,
                         help="output tokens <= a * source tokens + b (default a: 1.5)")
@@ -34,6 +37,26 @@ def add_arguments(parser) -> None:
     add_batch_arguments(parser)
     parser.add_argument("--input", "-i", help="file of sentences, one a line (plain or .gz; default: stdin)")
     parser.add_argument("--output", "-o", help="write translations here (default: stdout)")
+    add_quantize_argument(parser)
+
+
+QUANTIZE_CHOICES = ("int8",)  # attnlab.quantize.QUANTIZE_MODES, named here so no torch import is needed
+
+
+def add_quantize_argument(parser) -> None:
+    """``--quantize int8``: the decoding verbs' weight-quantised CPU mode (attnlab.quantize)."""
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="int8: quantise the linear layers' weights to int8 for faster CPU decoding "
+                             "(outputs may differ slightly from float32)")
+
+
+def apply_quantize(model, mode: str | None, device: str) -> None:
+    """Apply ``--quantize`` to a loaded model (CPU only)."""
+    if mode is None:
+        return
+    if not device.startswith("cpu"):
+        raise ValueError(f"--quantize {mode} runs on the CPU; the model is on {device} (use --device cpu)")
+    model.quantize(mode)
 
 
 def add_batch_arguments(parser) -> None:
@@ -90,6 +113,7 @@ def run(args) -> int:
     device = resolve_device(args.device)
     batching = batch_options(args, device)
     translator = Translator.load(args.model, device=device)
+    apply_quantize(translator.model, args.quantize, device)
     translations = translator.translate(sentences, **batching, **decoding_options(args))
     text = "".join(t + "\n" for t in translations)
     if args.output:

@@ -7,13 +7,14 @@ from torch import Tensor, nn
 
 from attnlab.linear import Linear
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
 
 
 class FeedForward(nn.Module):
     """FFN(x) = linear2(dropout(act(linear1(x)))), applied to each position alike.
 
-    ``activation`` is "relu" (the paper), "gelu" or "gelu_tanh" (GPT-2's approximation).
+    ``activation`` is "relu" (the paper), "gelu", "gelu_tanh" (GPT-2's approximation) or
+    "silu" (swish: x·sigmoid(x), MarianMT's).
     """
 
     def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", dropout: float = 0.0):

@@ -7,31 +7,50 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(length: int, d_model: int, *, base: float = 10000.0, dtype=torch.float32) -> Tensor:
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
+
+
+def sinusoidal_table(length: int, d_model: int, *, base: float = 10000.0, dtype=torch.float32,
+                     layout: str = "interleaved") -> Tensor:
     """``(length, d_model)`` table, "Attention Is All You Need" §3.5:
 
     PE(pos, 2i) = sin(pos / base^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / base^(2i/d_model)).
 
-    Sines on even and cosines on odd dimensions, interleaved as in the paper (some
-    libraries concatenate the two halves instead). Computed in float64, then cast.
+    ``layout="interleaved"``: sines on even and cosines on odd dimensions, as in the paper.
+    ``layout="halves"``: the same sines and cosines, the sines in the first ceil(d/2)
+    dimensions and the cosines after them (Marian's layout, HuggingFace's
+    ``MarianSinusoidalPositionalEmbedding``). Computed in float64, then cast.
     """
+    if layout not in SINUSOIDAL_LAYOUTS:
+        raise ValueError(f"unknown sinusoidal layout {layout!r}; choose one of {SINUSOIDAL_LAYOUTS}")
     position = torch.arange(length, dtype=torch.float64)[:, None]
     even = torch.arange(0, d_model, 2, dtype=torch.float64)
     angle = position / base ** (even / d_model)  # (length, ceil(d/2)); frequency falls with i
+    sines, cosines = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
+    if layout == "halves":
+        return torch.cat([sines, cosines], dim=1).to(dtype)
     table = torch.empty(length, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
     return table.to(dtype)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoidal positions for any length (the table grows on demand; nothing is saved)."""
+    """Fixed sinusoidal positions (nothing is saved). The table grows on demand; with
+    ``max_positions`` it is fixed at that many rows, as Marian's is, and a position beyond
+    it raises ValueError (as for a learned table). ``layout``: see :func:`sinusoidal_table`."""
 
-    def __init__(self, d_model: int, initial_length: int = 1024, base: float = 10000.0):
+    def __init__(self, d_model: int, initial_length: int = 1024, base: float = 10000.0, *,
+                 layout: str = "interleaved", max_positions: int | None = None):
         super().__init__()
         self.d_model = d_model
         self.base = base
-        self.register_buffer("table", sinusoidal_table(initial_length, d_model, base=base), persistent=False)
+        self.layout = layout
+        if max_positions is not None:
+            self.max_positions = max_positions
+            initial_length = min(initial_length, max_positions)
+        self.register_buffer("table", sinusoidal_table(initial_length, d_model, base=base, layout=layout),
+                             persistent=False)
 
     def forward(self, positions: Tensor) -> Tensor:
         """Integer positions of any shape -> ``(*positions.shape, d_model)``."""
@@ -41,9 +60,14 @@ class SinusoidalPositionalEncoding(nn.Module):
     def ensure_length(self, needed: int) -> None:
         """Grow the table to cover positions ``< needed`` (before a run of :meth:`lookup`)."""
         if needed > self.table.shape[0]:
+            bound = getattr(self, "max_positions", None)
+            if bound is not None and needed > bound:
+                raise ValueError(f"position {needed - 1} is beyond the sinusoidal position table "
+                                 f"(max_positions={bound}); use shorter sequences")
             length = max(needed, 2 * self.table.shape[0])
+            length = length if bound is None else min(length, bound)
             # Keep the buffer's device and dtype (the module may have been moved or cast).
-            table = sinusoidal_table(length, self.d_model, base=self.base, dtype=self.table.dtype)
+            table = sinusoidal_table(length, self.d_model, base=self.base, dtype=self.table.dtype, layout=self.layout)
             self.table = table.to(self.table.device)
 
     def lookup(self, positions: Tensor) -> Tensor:
@@ -51,7 +75,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         return nn.functional.embedding(positions, self.table)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, base={self.base}"
+        bound = f", max_positions={self.max_positions}" if hasattr(self, "max_positions") else ""
+        return f"d_model={self.d_model}, base={self.base}, layout={self.layout}{bound}"
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -79,8 +104,10 @@ class LearnedPositionalEmbedding(nn.Module):
         return nn.functional.embedding(positions, self.weight)
 
 
-POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
-"""What a config's ``positional`` may be. "none" (NoPE) adds no position information: only
+POSITIONAL_KINDS = ("sinusoidal", "learned", "none", "sinusoidal_halves")
+"""What a config's ``positional`` may be. "sinusoidal_halves" is Marian's table (sines in
+the first half, cosines in the second, ``max_positions`` rows, a longer input refused), for
+models converted from MarianMT (:mod:`attnlab.interop.hf_marian`). "none" (NoPE) adds no position information: only
 a causal stack can then tell positions apart (the mask breaks the permutation symmetry;
 Haviv et al. 2022, "Transformer Language Models without Positional Encodings Still Learn
 Positional Information")."""
@@ -97,6 +124,9 @@ def build_positional(kind: str, d_model: int, max_positions: int) -> nn.Module |
     check_positional(kind)
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, initial_length=min(max_positions, 4096))
+    if kind == "sinusoidal_halves":
+        return SinusoidalPositionalEncoding(d_model, initial_length=min(max_positions, 4096), layout="halves",
+                                            max_positions=max_positions)
     if kind == "learned":
         return LearnedPositionalEmbedding(max_positions, d_model)
     return None

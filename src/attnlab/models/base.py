@@ -267,6 +267,17 @@ class AttnlabModel(nn.Module):
                 renamed[sorted(names)[0]] = value
         return renamed
 
+    quantized: str | None = None
+    """The quantisation applied by :meth:`quantize` ("int8"), None for a float model."""
+
+    def quantize(self, mode: str = "int8") -> "AttnlabModel":
+        """Quantise the linear layers in place for CPU decoding and return the model (eval mode).
+        ``mode``: "int8" (int8 weights, one scale per output row, torch's dynamically quantised
+        linear kernel; see :mod:`attnlab.quantize`). Unknown modes raise ValueError."""
+        from attnlab.quantize import quantize_model
+
+        return quantize_model(self, mode)
+
     def save_pretrained(self, directory: str | os.PathLike, *, extra_files: dict[str, bytes] | None = None) -> Path:
         """Write ``config.json`` + ``model.safetensors`` (+ ``extra_files``) into ``directory``.
 
@@ -274,6 +285,9 @@ class AttnlabModel(nn.Module):
         place, so an interrupted save never leaves a half-written file under the real name.
         Tied weights are stored once.
         """
+        if getattr(self, "quantized", None):
+            raise ValueError(f"a {self.quantized}-quantised model is for decoding only and cannot be saved; save the "
+                             "float model and quantise it after loading")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         config_bytes = (json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n").encode()

@@ -92,17 +92,34 @@ class TokenDecoder(_Embedder):
         embed: the target token embedding (the head is tied to it when ``tie_head``).
         positions: the position module (None: no positions).
         stack: the layers (with cross-attention for an encoder–decoder).
-        head: the output projection, or None to tie it to ``embed`` (no bias).
+        head: the output projection, or None to tie it to ``embed``.
         dropout: dropout on the embeddings.
+        head_bias: give the tied head a bias (zeros; Marian's ``final_logits_bias``).
+        suppress_ids: token ids :meth:`suppress` (and so :meth:`step`) give -inf logits.
     """
 
     def __init__(self, embed: TokenEmbedding, positions: nn.Module | None, stack: TransformerStack, *,
-                 dropout: float, head: nn.Linear | None = None):
+                 dropout: float, head: nn.Linear | None = None, head_bias: bool = False,
+                 suppress_ids: list[int] | None = None):
         super().__init__(embed, positions, dropout)
         self.stack = stack
-        self.head = head if head is not None else Linear(embed.d_model, embed.vocab_size, bias=False)
+        self.head = head if head is not None else Linear(embed.d_model, embed.vocab_size, bias=head_bias)
         if head is None:
             self.head.weight = embed.weight
+            if head_bias:
+                nn.init.zeros_(self.head.bias)
+        if suppress_ids:
+            self.register_buffer("suppress_ids", torch.tensor(sorted(set(suppress_ids)), dtype=torch.long),
+                                 persistent=False)
+        else:
+            self.suppress_ids = None
+
+    def suppress(self, logits: Tensor) -> Tensor:
+        """``logits`` (``(..., V)``) with the suppressed ids' entries set to -inf (a new tensor;
+        ``logits`` itself when nothing is suppressed)."""
+        if self.suppress_ids is None:
+            return logits
+        return logits.index_fill(-1, self.suppress_ids, float("-inf"))
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -148,9 +165,14 @@ class TokenDecoder(_Embedder):
         hidden = self.stack.step(x, cache, memory_mask)
         cache.step_positions()
         head = self._step_head()
+        bias = self.head.bias
         if head is None:
-            return F.linear(hidden.squeeze(1), self.head.weight)  # (B, V); the head has no bias
-        return torch.mm(hidden.squeeze(1), head)
+            logits = F.linear(hidden.squeeze(1), self.head.weight, bias)  # (B, V)
+        elif bias is None:
+            logits = torch.mm(hidden.squeeze(1), head)
+        else:
+            logits = torch.addmm(bias, hidden.squeeze(1), head)
+        return logits if self.suppress_ids is None else logits.index_fill_(-1, self.suppress_ids, float("-inf"))
 
     _step_head_copy = None
     _step_head_key = None
@@ -163,8 +185,8 @@ class TokenDecoder(_Embedder):
         more V x d_model table) is made on the first step and again whenever the weight changes
         (its version counter), so it never serves stale weights. None on other devices."""
         weight = self.head.weight
-        if weight.device.type != "cpu":
-            return None
+        if weight.device.type != "cpu" or not isinstance(weight, nn.Parameter):
+            return None  # on another device, or a quantised weight (attnlab.quantize): F.linear
         key = derived_key(weight)
         if self._step_head_key != key:
             self._step_head_copy = weight.detach().t().contiguous()

@@ -32,6 +32,13 @@ class TransformerConfig(StackConfig):
     embedding and the pre-softmax projection. Both together are the paper's three-way
     tying (§3.4). ``encoder_attention`` / ``decoder_attention`` are the self-attention
     pattern specs of the two stacks (the decoder's must be causal).
+
+    Options for converted models (MarianMT, :mod:`attnlab.interop.hf_marian`), off by
+    default: ``scale_embeddings`` (multiply embeddings by sqrt(d_model), the paper's §3.4;
+    on by default), ``output_bias`` (a bias on the output projection: Marian's
+    ``final_logits_bias``), ``suppress_ids`` (token ids decoding never proposes: their
+    logits are -inf in :meth:`Transformer.decode` and the decoder's step; Marian's
+    ``bad_words_ids``, its pad token, which is also its decoder start token).
     """
 
     family = "transformer"
@@ -50,9 +57,21 @@ class TransformerConfig(StackConfig):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    scale_embeddings: bool = True
+    output_bias: bool = False
+    suppress_ids: list[int] | None = None
 
     def __post_init__(self):
         super().__post_init__()
+        if self.suppress_ids is not None:
+            if not isinstance(self.suppress_ids, (list, tuple)) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.target_vocab_size
+                    for i in self.suppress_ids):
+                raise ValueError(f"suppress_ids={self.suppress_ids!r} must be a list of target token ids "
+                                 f"in [0, {self.target_vocab_size})")
+            if self.eos_id in self.suppress_ids:
+                raise ValueError(f"suppress_ids={self.suppress_ids!r} holds eos_id={self.eos_id}: "
+                                 "decoding could never stop")
         require_positive(self, "vocab_size", "num_encoder_layers", "num_decoder_layers")
         if self.tgt_vocab_size is not None and self.tgt_vocab_size < 1:
             raise ValueError(f"tgt_vocab_size={self.tgt_vocab_size} must be >= 1")
@@ -95,14 +114,17 @@ class Transformer(AttnlabModel):
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         c = config
-        src_embed = TokenEmbedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        src_embed = TokenEmbedding(c.vocab_size, c.d_model, padding_idx=c.pad_id, scale=c.scale_embeddings)
         tgt_embed = (src_embed if c.share_embeddings
-                     else TokenEmbedding(c.target_vocab_size, c.d_model, padding_idx=c.pad_id))
+                     else TokenEmbedding(c.target_vocab_size, c.d_model, padding_idx=c.pad_id,
+                                         scale=c.scale_embeddings))
         positions = build_positional(c.positional, c.d_model, c.max_positions)  # one table for both halves
         head = None
         if not c.tie_output_projection:
-            head = Linear(c.d_model, c.target_vocab_size, bias=False)
+            head = Linear(c.d_model, c.target_vocab_size, bias=c.output_bias)
             nn.init.normal_(head.weight, std=c.d_model ** -0.5)
+            if c.output_bias:
+                nn.init.zeros_(head.bias)
         self.encoder = TokenEncoder(src_embed, positions,
                                     build_stack(c, c.num_encoder_layers, c.encoder_attention, cross_attention=False,
                                                 final_norm=c.final_norm, activation_dropout=c.activation_dropout),
@@ -110,7 +132,8 @@ class Transformer(AttnlabModel):
         self.decoder = TokenDecoder(tgt_embed, positions,
                                     build_stack(c, c.num_decoder_layers, c.decoder_attention, cross_attention=True,
                                                 final_norm=c.final_norm, activation_dropout=c.activation_dropout),
-                                    dropout=c.dropout, head=head)
+                                    dropout=c.dropout, head=head, head_bias=c.output_bias,
+                                    suppress_ids=c.suppress_ids)
         self._init_linear_layers()
 
     # Names of the parts' pieces as the model had them before the split.
@@ -163,8 +186,12 @@ class Transformer(AttnlabModel):
             check_mask(memory_mask, batch, self.config.num_heads, tgt_ids.shape[1], source_len, "memory_mask")
         offset = 0 if cache is None else cache.length
         positions = torch.arange(offset, offset + tgt_ids.shape[1], device=tgt_ids.device)
-        return self.decoder(tgt_ids, positions, memory=memory, memory_mask=memory_mask, cache=cache,
-                            need_weights=need_weights, positions_bound=offset + tgt_ids.shape[1])
+        out = self.decoder(tgt_ids, positions, memory=memory, memory_mask=memory_mask, cache=cache,
+                           need_weights=need_weights, positions_bound=offset + tgt_ids.shape[1])
+        if self.config.suppress_ids is None:
+            return out
+        logits = self.decoder.suppress(out[0] if need_weights else out)
+        return (logits, out[1]) if need_weights else logits
 
     def new_cache(self, capacity: int = 64) -> StackCache:
         """An empty growing decoder cache for incremental decoding (search reorders it)."""

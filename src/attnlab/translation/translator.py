@@ -46,8 +46,11 @@ class Translator:
     Args:
         model: an encoder–decoder model (``encode``/``decode``/``new_cache``, e.g. the
             Transformer) whose vocabulary is the tokenizer's.
-        tokenizer: the model's joint sentencepiece vocabulary.
-        info: what ``translation.json`` holds (``src_lang``, ``tgt_lang``, ``data``), if anything.
+        tokenizer: the model's joint sentencepiece vocabulary (or a
+            :class:`~attnlab.interop.hf_marian.MarianTokenizer`).
+        info: what ``translation.json`` holds (``src_lang``, ``tgt_lang``, ``data``), if anything;
+            for a MarianMT directory ``{"format": "marian", "generation": {num_beams, max_length, ...}}``.
+            ``generation["num_beams"]`` is the default beam size (else 4).
     """
 
     def __init__(self, model, tokenizer: Tokenizer, info: dict | None = None):
@@ -57,11 +60,20 @@ class Translator:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.info = dict(info or {})
+        beams = self.info.get("generation", {}).get("num_beams")
+        self.default_beam_size = beams if isinstance(beams, int) and not isinstance(beams, bool) and beams >= 1 else 4
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, device: str = "cpu") -> Translator:
-        """Load ``config.json`` + ``model.safetensors`` + ``tokenizer.model`` (+ ``translation.json``)."""
+        """Load ``config.json`` + ``model.safetensors`` + ``tokenizer.model`` (+ ``translation.json``),
+        or a HuggingFace MarianMT directory (``config.json`` with ``model_type: marian``; see
+        :func:`attnlab.interop.hf_marian.load_hf_marian`)."""
+        from attnlab.interop.hf_marian import is_hf_marian_directory, load_hf_marian
+
         directory = Path(directory)
+        if is_hf_marian_directory(directory):
+            model, tokenizer, generation = load_hf_marian(directory, device=device)
+            return cls(model, tokenizer, {"format": "marian", "generation": generation})
         model = load_model(directory, device=device)
         family = model.config.family
         if family != "transformer":
@@ -125,19 +137,21 @@ class Translator:
 
     # -- text -------------------------------------------------------------------------
     @torch.no_grad()
-    def translate(self, sentences: Sequence[str], *, beam_size: int = 4, alpha: float = 0.6,
+    def translate(self, sentences: Sequence[str], *, beam_size: int | None = None, alpha: float = 0.6,
                   batch_size: int = 32, max_len_a: float = 1.5, max_len_b: float = 10,
                   use_cache: bool = True, cuda_graph: bool = False) -> list[str]:
         """Translations of ``sentences``, in the same order and number.
 
         Sentences are sorted by length and decoded ``batch_size`` at a time (similar lengths
         share a batch, so little work is spent on padding); an empty sentence translates to
-        an empty string. ``beam_size=1`` is greedy search. The output may have at most
+        an empty string. ``beam_size=1`` is greedy search; None: the model's default
+        (:attr:`default_beam_size`: a MarianMT directory's ``num_beams``, else 4). The output may have at most
         ``max_len_a * source_tokens + max_len_b`` tokens (subword tokens, EOS included).
         ``use_cache=False`` decodes naively, recomputing every prefix (same output, slower).
         ``cuda_graph=True`` (a model on a CUDA device): every batch's search replays one
         captured CUDA graph per token (:func:`~attnlab.generation.search.beam_search`).
         """
+        beam_size = self.default_beam_size if beam_size is None else beam_size
         if beam_size < 1:
             raise ValueError(f"beam_size={beam_size} must be >= 1")
         if batch_size < 1:
@@ -155,12 +169,13 @@ class Translator:
         return outputs
 
     @torch.no_grad()
-    def attention(self, sentence: str, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
+    def attention(self, sentence: str, *, beam_size: int | None = None, alpha: float = 0.6, max_len_a: float = 1.5,
                   max_len_b: float = 10) -> AttentionExample:
         """Translate one sentence and return the encoder–decoder attention of every layer and head."""
         sentence = sentence.strip()
         if not sentence:
             raise ValueError("the sentence to translate is empty")
+        beam_size = self.default_beam_size if beam_size is None else beam_size
         src_ids = self._source_ids([sentence])[0]
         src = self._pad([src_ids])
         output = self._search(src, beam_size, alpha, max_len_a, max_len_b)[0]

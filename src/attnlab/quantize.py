@@ -1,0 +1,166 @@
+"""Weight-quantised decoding on the CPU: ``model.quantize("int8")``.
+
+Every linear layer (attention projections, feed-forward layers, the output projection)
+gets int8 weights, one scale per output row (symmetric), and runs through torch's
+dynamically quantised linear kernel (``torch.ops.quantized.linear_dynamic``, FBGEMM /
+oneDNN): each call quantises its input rows to 8 bits with one scale per call
+(``reduce_range``: 7 bits, so AVX2's 16-bit intermediate sums cannot saturate),
+multiplies in integers and returns float32. Embeddings, LayerNorms, biases, attention
+itself and the softmax stay float32; a tied output projection gets its own int8 copy, the
+embedding keeps its float32 table.
+
+Why this kernel: on the development CPU (AMD EPYC, AVX2, no AVX512-VNNI/AMX), one
+decode step of a GPT-2-small-shaped decoder (batch 1, one thread) spent 62 ms in its
+linear layers in float32, 20 ms with ``linear_dynamic`` and 416 ms with the weight-only
+``torch.ops.aten._weight_int8pack_mm`` (which has no fast path there); see
+docs/benchmarks.md ("int8 decoding") for how it was measured.
+
+The layers are swapped for :class:`QuantizedLinear`, whose ``weight`` is an
+:class:`Int8Weight`: a tensor-like object that answers ``F.linear`` (and row slices, which
+cross-attention takes of the fused query/key/value weight) through the
+``__torch_function__`` protocol. So the one road of decoding (the modules' forward, the
+step path's ``F.linear`` on gathered weights, search and sampling) runs quantised without
+a second implementation. A quantised model is for decoding only: it cannot be trained or
+saved (``save_pretrained`` refuses), and runs on the CPU in float32.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+QUANTIZE_MODES = ("int8",)
+
+
+def check_quantize_mode(mode: str, *, flag: str = "quantize") -> None:
+    """Raise ValueError unless ``mode`` is one of :data:`QUANTIZE_MODES`."""
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"{flag}={mode!r} is not a known quantisation; choose one of "
+                         f"{', '.join(map(repr, QUANTIZE_MODES))}")
+
+
+def _kernels_available() -> bool:
+    return hasattr(torch.ops.quantized, "linear_dynamic") and hasattr(torch.ops.quantized, "linear_prepack") \
+        and bool(torch.backends.quantized.supported_engines)
+
+
+class Int8Weight:
+    """A ``(out, in)`` weight as int8 with one float scale per output row, prepacked for
+    ``torch.ops.quantized.linear_dynamic``. Answers ``F.linear(x, weight, bias)`` and row
+    slices ``weight[a:b]`` (packed once per slice); has ``shape``, ``dtype`` (the float32 of
+    its inputs and outputs) and ``device``. ``dequantize()`` gives the float32 matrix it
+    stands for."""
+
+    def __init__(self, values: Tensor, scales: Tensor):
+        self.values = values  # (out, in) int8
+        self.scales = scales  # (out,) float64, as per-channel quantisation takes them
+        self.shape = values.shape
+        self.dtype = torch.float32
+        self.device = values.device
+        with warnings.catch_warnings():  # torch marks quantised tensor creation as deprecated
+            warnings.simplefilter("ignore")
+            quantized = torch._make_per_channel_quantized_tensor(
+                values, scales, torch.zeros(len(scales), dtype=torch.long), 0)
+            self.packed = torch.ops.quantized.linear_prepack(quantized, None)
+        self._slices: dict[tuple[int, int], Int8Weight] = {}
+
+    @classmethod
+    def from_float(cls, weight: Tensor) -> Int8Weight:
+        """Symmetric per-row quantisation: scale = max |w| / 127 over the row."""
+        weight = weight.detach().to(torch.float32)
+        scales = (weight.abs().amax(dim=1).to(torch.float64) / 127.0).clamp_min(1e-12)
+        values = torch.round(weight.to(torch.float64) / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+        return cls(values, scales)
+
+    def dequantize(self) -> Tensor:
+        return (self.values.to(torch.float64) * self.scales[:, None]).to(torch.float32)
+
+    def dim(self) -> int:
+        return 2
+
+    def __getitem__(self, index) -> Int8Weight:
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError(f"an int8 weight can only be sliced by contiguous rows, not {index!r}")
+        start, stop, _ = index.indices(self.shape[0])
+        key = (start, stop)
+        if key not in self._slices:
+            self._slices[key] = Int8Weight(self.values[start:stop].contiguous(), self.scales[start:stop].contiguous())
+        return self._slices[key]
+
+    def linear(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """``x @ W.T + bias`` with the int8 kernel: ``(..., in)`` -> ``(..., out)``."""
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            raise ValueError(f"an int8-quantised model runs float32 inputs on the CPU, got {x.dtype} on {x.device}")
+        rows = x.reshape(-1, x.shape[-1])
+        out = torch.ops.quantized.linear_dynamic(rows if rows.is_contiguous() else rows.contiguous(), self.packed, True)
+        if bias is not None:
+            out = out.add_(bias)
+        return out.view(*x.shape[:-1], self.shape[0])
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (F.linear, torch._C._nn.linear):
+            x, weight = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if isinstance(weight, Int8Weight) and not isinstance(x, Int8Weight):
+                return weight.linear(x, bias)
+        name = getattr(func, "__name__", repr(func))
+        raise TypeError(f"{name} is not supported on an int8-quantised weight (attnlab.quantize: decoding only)")
+
+    def __repr__(self) -> str:
+        return f"Int8Weight(shape={tuple(self.shape)})"
+
+
+class QuantizedLinear(nn.Module):
+    """A linear layer with an :class:`Int8Weight` (float32 bias kept)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = Int8Weight.from_float(linear.weight)
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight.linear(x, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+@torch.no_grad()
+def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
+    """Quantise ``model``'s linear layers in place (see the module doc) and return it in eval mode.
+
+    Raises ValueError for an unknown ``mode``, a model that is not float32 on the CPU, a
+    model already quantised, or a torch without the int8 kernels."""
+    check_quantize_mode(mode)
+    if getattr(model, "quantized", None):
+        raise ValueError(f"the model is already quantised ({model.quantized})")
+    for name, parameter in model.named_parameters():
+        if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
+            raise ValueError(f"int8 quantisation needs a float32 model on the CPU; {name} is {parameter.dtype} on "
+                             f"{parameter.device} (load it with --device cpu)")
+    if not _kernels_available():
+        raise ValueError("this torch build has no quantized int8 linear kernels (torch.ops.quantized.linear_dynamic)")
+    targets = [(parent, child_name, child) for parent in model.modules()
+               for child_name, child in parent.named_children() if isinstance(child, nn.Linear)]
+    if not targets:
+        raise ValueError(f"{type(model).__name__} has no linear layers to quantise")
+    swapped: dict[int, QuantizedLinear] = {}
+    for parent, child_name, child in targets:
+        if id(child) not in swapped:  # a module shared by two parents is quantised once
+            swapped[id(child)] = QuantizedLinear(child)
+        setattr(parent, child_name, swapped[id(child)])
+    for module in model.modules():
+        # Decode-step plans gathered the float weights; the next step gathers the int8 ones.
+        if "_step_plan" in vars(module):
+            module._step_plan = None
+    model.quantized = mode
+    return model.eval()
+
+
+__all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "quantize_model"]
