@@ -85,8 +85,6 @@ def run(args) -> int:
         started = time.perf_counter()
         last = trainer.train(resume=args.resume)
         model_dir = model.save_pretrained(out / "model")
-    figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
-    say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
-        + f" (nats per token); model -> {model_dir}")
+    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), 'nats per token')}; model -> {model_dir}")
     print(model_dir)
     return 0

@@ -74,7 +74,7 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import parse_overrides, resolve_precision
+    from attnlab.cli.options import checkpoint_minutes, parse_overrides, resolve_precision
     from attnlab.data.images import describe, load_images
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
                                               evaluation_batches, save_confusion_matrix)
@@ -129,7 +129,7 @@ def run(args) -> int:
                          optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
                          validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
                          seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
-                         bf16=bf16, compile=args.compile)
+                         bf16=bf16, compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args))
     smoothing = args.label_smoothing
     trainer = Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
                       ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift,
@@ -142,8 +142,7 @@ def run(args) -> int:
     model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})
     evaluation = evaluate_classifier(model, test)
     write_evaluation(evaluation, out / "evaluation", test)
-    say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s; "
-        + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_correct") if k in last))
+    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'))}")
     say(f"test {evaluation.summary()}")
     print(model_dir)
     return 0

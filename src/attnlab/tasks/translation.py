@@ -103,6 +103,7 @@ class TranslationTrainOptions:
     varlen: bool = False
     val_every: int | None = 500
     save_every: int | None = 1000
+    save_every_minutes: float | None = 10.0
     keep: int = 5
     average_last: int = 1
     log_every: int = 50
@@ -243,7 +244,8 @@ def _check_train_options(options: TranslationTrainOptions) -> None:
                 lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
                 clip_grad_norm=options.clip, log_every=options.log_every, validate_every=options.val_every,
                 checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last),
-                max_minutes=options.max_minutes, tune_malloc=False)
+                max_minutes=options.max_minutes, tune_malloc=False,
+                checkpoint_every_minutes=options.save_every_minutes or None)
 
 
 def _train_translation(options: TranslationTrainOptions, context, out: Path, started: float) -> Path:
@@ -303,6 +305,7 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
         validate_every=options.val_every if valid_batches is not None else None,
         checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
         progress_bar=options.progress_bar, max_minutes=options.max_minutes,
+        checkpoint_every_minutes=options.save_every_minutes or None,
     )
     trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id, varlen=options.varlen),
                       train_batches, config,
@@ -316,15 +319,8 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
     if context.is_main:
         checkpoints = list_checkpoints(out / "checkpoints")[-options.average_last:]
         average_checkpoints_to_directory(checkpoints, model_dir)
-        summary = _summary(last)
-        _say(context, f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s{summary}; "
-                      f"model -> {model_dir}" + (f" (average of {len(checkpoints)} checkpoints)"
-                                                 if len(checkpoints) > 1 else ""))
+        summary = trainer.summary(("loss", "ppl", "valid_loss", "valid_ppl"))
+        _say(context, f"done: {summary}; model -> {model_dir}"
+                      + (f" (average of {len(checkpoints)} checkpoints)" if len(checkpoints) > 1 else ""))
     context.barrier()
     return model_dir
-
-
-def _summary(last: dict[str, Any]) -> str:
-    parts = [f"{key} {last[key]:.3f}" for key in ("loss", "ppl", "valid_loss", "valid_ppl") if key in last]
-    return (": " + ", ".join(parts)) if parts else ""
-
