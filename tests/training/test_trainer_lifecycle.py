@@ -249,7 +249,7 @@ def test_a_run_whose_last_update_diverged_is_an_error_not_a_result(tmp_path):
         return (loss * float("nan") if calls[0] >= 3 else loss), tokens, logs
 
     trainer = Trainer(make_model(), poisoned, make_source(), _config(tmp_path, max_steps=3))
-    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="training diverged: the last update"):
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="diverged: the last update"):
         trainer.train()
     assert all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
 
@@ -260,10 +260,20 @@ def test_a_non_finite_held_out_loss_is_a_diverged_run(tmp_path):
             super().__init__()
             self.inner = make_model()
 
-        def forward(self, tokens):
+        def forward(self, tokens):  # infinite on the held-out batches only (2 rows; training has 3)
             logits = self.inner(tokens)
-            return logits if self.training else logits * float("inf")
+            return logits * float("inf") if tokens.shape[0] == 2 else logits
 
     with pytest.raises(ValueError, match="the held-out loss at step 3 is not finite"):
         Trainer(Exploding(), loss_fn, make_source(), _config(tmp_path, max_steps=3, validate_every=10),
-                valid_batches=make_batches(1)).train()
+                valid_batches=make_batches(1, batch_size=2)).train()
+
+
+@pytest.mark.parametrize("lr, problem", [(1e30, "a NaN or infinite loss"), (1e5, "a loss of .* per token")])
+def test_a_blow_up_in_the_last_update_is_caught_before_any_model_is_saved(tmp_path, lr, problem):
+    # The first (and last) update's own loss is finite; the weights it leaves are not usable:
+    # at lr 1e30 they give NaN, at 1e5 a finite loss over 10,000 times the starting one.
+    config = _config(tmp_path, schedule="cosine", d_model=None, peak_lr=lr, warmup_steps=1, max_steps=1)
+    with pytest.raises(ValueError, match=r"diverged: the weights after the last update \(step 1\) give " + problem):
+        Trainer(make_model(), loss_fn, make_source(), config).train()
+    assert not list_checkpoints(tmp_path / "run" / "checkpoints")

@@ -343,6 +343,8 @@ class Trainer:
         (``warmup_steps``, ``lr_scale``, ``total_steps``, ``reason``); None when it fitted.
         Stored in every checkpoint, so a resumed run continues the same schedule."""
         self._stop_signal: int | None = None
+        self._last_batch: Batch | None = None
+        self._first_loss: float | None = None
         self._recent: deque[tuple[float, int, dict[str, float]]] = deque(maxlen=config.log_every)
         self._skipped_recent = 0
         self.last_validation: dict[str, float] | None = None
@@ -461,7 +463,7 @@ class Trainer:
                 f"out_dir {self.out_dir} already holds checkpoints (latest {checkpoint.name}); "
                 "pass resume=True to continue, or choose another out_dir"
             )
-        self.run_seconds, self.run_updates = 0.0, 0
+        self.run_seconds, self.run_updates, self._first_loss = 0.0, 0, None
         if checkpoint is not None:
             self.load_checkpoint(checkpoint)
             self.resumed_from = self.step
@@ -533,6 +535,9 @@ class Trainer:
                 window = _Window()
             if self._nonfinite_run:
                 raise self._diverged(f"the last update (step {self.step}) had a NaN or infinite loss or gradient")
+            problem = self._final_check() if stopped_by != "signal" else None
+            if problem is not None:
+                raise self._diverged(f"the weights after the last update (step {self.step}) give {problem}")
             if saved_at != self.step:
                 self.save_checkpoint()
             if stopped_by != "signal" and self._sync_flags(started, time.perf_counter())[2]:
@@ -565,10 +570,42 @@ class Trainer:
         where = (f"the last checkpoint, {checkpoint}, was written before: resume from it with a lower learning "
                  "rate (or clip the gradient norm)" if checkpoint is not None
                  else "no checkpoint was written: start again with a lower learning rate")
-        return ValueError(f"training diverged: {what}; no model is saved from it, and {where}")
+        return ValueError(f"training in {self.out_dir} diverged: {what}; no model is saved from it, and {where}")
+
+    # A run ends diverged when the loss its final weights give is this many times the loss of
+    # its first update (and above this many times 1): far past anything a sane run ends with.
+    DIVERGED_RATIO = 1e4
+
+    @torch.no_grad()
+    def _final_check(self) -> str | None:
+        """What is wrong with the weights training ends with, judged by their loss on the last
+        micro-batch (one forward in eval mode: no dropout, no random numbers drawn); None when
+        nothing is. The last update's own loss was computed before that update, so only this
+        catches a blow-up in the last update: a NaN or infinite loss, or (finite but absurd
+        weights, e.g. after a learning rate of 1e30) a per-token loss DIVERGED_RATIO times
+        the first update's."""
+        batch = self._last_batch
+        if batch is None:
+            return None
+        self.model.eval()
+        try:
+            with self._autocast():
+                loss_sum, tokens, _ = self.loss_fn(self.model, batch)
+        finally:
+            self.model.train()
+        values = all_reduce_sum(_float64_on_host([loss_sum, tokens]), self.context).tolist()
+        loss = values[0] / values[1] if values[1] else 0.0
+        if not math.isfinite(loss):
+            return "a NaN or infinite loss on its batch"
+        first = self._first_loss
+        if first is not None and math.isfinite(first) and loss > self.DIVERGED_RATIO * max(first, 1.0):
+            return f"a loss of {loss:.3g} per token on its batch, against {first:.3g} at the start of the run"
+        return None
 
     def _remember(self, sums: _Sums) -> None:
         """Keep the last ``log_every`` updates' sums for :meth:`final_metrics`."""
+        if self._first_loss is None and sums.tokens:
+            self._first_loss = sums.loss / sums.tokens
         self._recent.append((sums.loss, sums.tokens, dict(sums.logs)))
 
     def final_metrics(self) -> dict[str, float]:
@@ -705,7 +742,7 @@ class Trainer:
         accum = self.config.grad_accum_steps
         local = _Sums()
         for index in range(accum):
-            batch = self._to_device(self._stream.next())
+            batch = self._last_batch = self._to_device(self._stream.next())
             # DDP all-reduces gradients on every backward; only the last micro-batch needs it.
             sync = (
                 self.train_model.no_sync()
