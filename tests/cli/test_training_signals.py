@@ -217,3 +217,22 @@ def test_text_to_image_interrupted_in_its_vqvae_exits_cleanly(data, tmp_path, ca
     assert "attnlab train text-to-image: stopped by SIGINT at step" in err and str(checkpoint) in err
     assert "cannot resume a run" in err
     assert not (out / "model").exists()
+
+
+@pytest.mark.parametrize("number, code, said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                                 (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_outside_training_unwinds_and_exits_with_its_code(monkeypatch, capsys, number, code, said):
+    import attnlab.cli.presets as presets
+
+    def signalled(args):
+        os.kill(os.getpid(), number)
+        time.sleep(5)  # the handler raises before this ends
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(presets, "run", signalled)
+    started = time.monotonic()
+    assert main(["presets"]) == code
+    assert time.monotonic() - started < 5
+    assert capsys.readouterr().err.strip() == f"attnlab presets: {said}"
+    assert signal.getsignal(signal.SIGTERM) is before

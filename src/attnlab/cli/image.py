@@ -130,7 +130,7 @@ def run(args) -> int:
     trainer = Trainer(model, image_loss, ImageBatches(train, args.batch_size, seed=args.seed, raw=True), config,
                       valid_batches=valid_batches, model_files=[info_file])
     started = time.perf_counter()
-    last = trainer.train(resume=args.resume)
+    trainer.train(resume=args.resume)
     if not trainer.context.is_main:
         return 0
     minutes = (time.perf_counter() - started) / 60

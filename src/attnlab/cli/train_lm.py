@@ -55,7 +55,6 @@ def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: i
 
 def run(args) -> int:
     import sys
-    import time
 
     import torch
 
@@ -110,8 +109,7 @@ def run(args) -> int:
     with OutputLock(out, purpose="attnlab train lm"):
         refuse_symlinks(out, (*TRAINER_OUTPUTS, CHAR_TOKENIZER_FILE, TOKENIZER_FILE, "model"))
         tokenizer.save(out)
-        started = time.perf_counter()
-        last = trainer.train(resume=args.resume)
+        trainer.train(resume=args.resume)
         model_dir = model.save_pretrained(out / "model",
                                           extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
     unit = f"nats per {'character' if args.tokenizer == 'char' else 'token'}"

@@ -38,7 +38,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import sys
-    import time
 
     import torch
 
@@ -82,8 +81,7 @@ def run(args) -> int:
     # Every option is checked above; nothing is written to OUT before this point.
     with OutputLock(out, purpose="attnlab train music"):
         refuse_symlinks(out, (*TRAINER_OUTPUTS, "model"))
-        started = time.perf_counter()
-        last = trainer.train(resume=args.resume)
+        trainer.train(resume=args.resume)
         model_dir = model.save_pretrained(out / "model")
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), 'nats per token')}; model -> {model_dir}")
     print(model_dir)

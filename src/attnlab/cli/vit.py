@@ -69,8 +69,6 @@ def _check_positive(args, names) -> None:
 
 
 def run(args) -> int:
-    import time
-
     import torch
 
     import attnlab
@@ -135,8 +133,7 @@ def run(args) -> int:
                       ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift,
                                    hflip=args.hflip), config,
                       valid_batches=evaluation_batches(valid), model_files=[classes_file])
-    started = time.perf_counter()
-    last = trainer.train(resume=args.resume)
+    trainer.train(resume=args.resume)
     if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
         return 0
     model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})

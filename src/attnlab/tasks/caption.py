@@ -423,7 +423,7 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
                                      seed=o.seed),
                       train_config, valid_batches=valid_batches, model_files=[tokenizer_file, info_file])
     started = time.perf_counter()
-    last = trainer.train(resume=o.resume)
+    trainer.train(resume=o.resume)
     seconds = time.perf_counter() - started
     model_dir = model.save_pretrained(out / "model", extra_files={
         "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()})

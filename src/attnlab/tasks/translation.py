@@ -313,7 +313,7 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
                       run_info={"data": train_corpus.description, "training pairs": len(train_corpus),
                                 "languages": f"{options.src_lang}-{options.tgt_lang}",
                                 "max_length": options.max_length, "max_tokens": options.max_tokens})
-    last = trainer.train(resume=options.resume)
+    trainer.train(resume=options.resume)
 
     model_dir = out / MODEL_SUBDIR
     if context.is_main:
