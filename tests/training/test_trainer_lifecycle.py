@@ -277,3 +277,18 @@ def test_a_blow_up_in_the_last_update_is_caught_before_any_model_is_saved(tmp_pa
     with pytest.raises(ValueError, match=r"diverged: the weights after the last update \(step 1\) give " + problem):
         Trainer(make_model(), loss_fn, make_source(), config).train()
     assert not list_checkpoints(tmp_path / "run" / "checkpoints")
+
+
+def test_the_progress_bar_counts_down_to_the_given_budget():
+    from attnlab.training import trainer as trainer_module
+
+    clock = _FakeClock()
+    budget = Budget(6.0, clock=clock)
+    config = TrainConfig(out_dir="unused", max_steps=2000, d_model=8, warmup_steps=2, max_minutes=600)
+    progress = trainer_module._Progress(config, initial=0, main=True, budget=budget)
+    progress.bar.disable = False
+    clock.now += 60.0  # a minute of the command went before training (data, vocabulary)
+    started = 0.0
+    progress.update({"loss": 2.0}, 1e-3, started, force=True)
+    assert progress.bar.postfix.endswith("left=05:00") and "budget=6 min" in progress.bar.postfix
+    progress.close()
