@@ -406,7 +406,9 @@ class Trainer:
         update, write a checkpoint and raise :class:`TrainingInterrupted`; a second signal
         raises it at once (the checkpoints on disk are always complete: they are written
         atomically). Under torchrun a signal on any rank stops every rank at the same
-        step. The previous handlers are restored when ``train`` returns.
+        step, and a repeated signal is ignored (torchrun forwards a Ctrl-C to workers that
+        got the terminal's already; it kills them itself after its shutdown timeout). The
+        previous handlers are restored when ``train`` returns.
 
         Schedule: when the warm-up is longer than the run (``max_steps``, or the updates
         the time budget buys, estimated after a few updates), the warm-up is shortened to
@@ -432,6 +434,11 @@ class Trainer:
             return
 
         def handler(number: int, frame: Any) -> None:
+            if self._stop_signal is not None and self.context.is_distributed:
+                # torchrun forwards a Ctrl-C to every worker, which has had the terminal's own
+                # already: a repeat is not a second request. The ranks stop together after this
+                # update; torchrun kills them itself if its shutdown timeout passes first.
+                return
             if self._stop_signal is not None:
                 raise TrainingInterrupted(number, step=self.step, out_dir=self.out_dir,
                                           checkpoint=latest_checkpoint(self.checkpoint_root), immediate=True)
