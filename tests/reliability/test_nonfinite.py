@@ -87,11 +87,14 @@ def test_resume_warns_naming_changed_settings(tmp_path):
 
 def test_a_partial_last_log_line_is_cut_before_appending(tmp_path):
     run = tmp_path / "run"
-    run.mkdir()
-    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
     Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=1)).train()
+    first = (run / "metrics.jsonl").read_text().splitlines()[0]
+    with (run / "metrics.jsonl").open("a") as log:  # a kill cut this line short
+        log.write('{"step": 1, "lo')
+    Trainer(make_model(), loss_fn, make_source(), _config(tmp_path, max_steps=2)).train(resume=True)
     lines = (run / "metrics.jsonl").read_text().splitlines()
-    assert lines[0] == '{"step": 1, "loss": 2.0}' and all(_strict_json(line) for line in lines)
+    assert lines[0] == first and all(_strict_json(line) for line in lines)
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
 
 
 def test_resume_warns_naming_changed_data(tmp_path):

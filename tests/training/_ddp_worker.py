@@ -3,9 +3,13 @@
 Trains the toy model for 3 steps, then resumes a fresh Trainer from the
 checkpoint for 3 more: this exercises DDP, global token normalisation,
 per-rank RNG gathering, rank-0-only writing and resume under DDP. Then a run
-whose time budget is already spent must stop every rank after one update.
+whose time budget is already spent must stop every rank after one update, and a
+SIGINT that only rank 1 receives (twice, as under torchrun's forwarding, during update 3)
+must stop both ranks after update 3 with one checkpoint.
 """
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # run as a script: import the si
 from _toys import loss_fn, make_batches, make_model, make_source  # noqa: E402
 
 from attnlab.training import TrainConfig, Trainer  # noqa: E402
+from attnlab.training.trainer import TrainingInterrupted  # noqa: E402
 
 # Per rank: micro-batches per update; the global batch is WORLD_SIZE times this.
 GRAD_ACCUM_PER_RANK = 2
@@ -44,4 +49,22 @@ if __name__ == "__main__":
     # A spent time budget stops both ranks after the same first update (no hang, one checkpoint).
     budget = run(output + "_budget", 100, GRAD_ACCUM_PER_RANK, resume=False, max_minutes=1e-9)
     assert budget.step == 1, budget.step
+    calls = [0]
+
+    def signalled_on_rank_1(model, batch):
+        calls[0] += 1
+        if calls[0] == 5 and dist.get_rank() == 1:  # update 3's first micro-batch, on rank 1 only
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # torchrun forwards a Ctrl-C the worker already got
+        return loss_fn(model, batch)
+
+    config = TrainConfig(out_dir=output + "_signal", max_steps=100, d_model=8, warmup_steps=2,
+                         grad_accum_steps=GRAD_ACCUM_PER_RANK, log_every=1, progress_bar=False)
+    stopped = Trainer(make_model(seed=0), signalled_on_rank_1, make_source(count=7), config)
+    try:
+        stopped.train()
+        raise AssertionError("no TrainingInterrupted")
+    except TrainingInterrupted as error:
+        assert error.step == stopped.step == 3 and error.signal_number == signal.SIGINT, (error.step, stopped.step)
+        assert not error.immediate
     dist.destroy_process_group()

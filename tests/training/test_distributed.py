@@ -43,6 +43,9 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     assert [p.name for p in (budget_dir / "checkpoints").iterdir()] == ["step_00000001"]
     last_record = _records(budget_dir)[-1]
     assert last_record["step"] == 1 and last_record["stopped"] == "max_minutes"
+    signal_dir = tmp_path / "ddp_signal"  # SIGINT on rank 1 only: both ranks stopped after update 3
+    assert [p.name for p in (signal_dir / "checkpoints").iterdir()] == ["step_00000003"]
+    assert _records(signal_dir)[-1]["stopped"] == "SIGINT" and _records(signal_dir)[-1]["step"] == 3
 
     # The reference: one process, accumulating both ranks' micro-batches.
     world_size = 2

@@ -71,7 +71,7 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import parse_overrides, resolve_device
+    from attnlab.cli.options import checkpoint_minutes, parse_overrides, resolve_device
     from attnlab.cli.vit import _check_positive
     from attnlab.data.images import describe
     from attnlab.models.image_transformer import ImageTransformerConfig
@@ -129,13 +129,14 @@ def run(args) -> int:
                          min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.98), eps=1e-9,
                          optimizer="adam", clip_grad_norm=1.0, log_every=50,
                          validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
-                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes)
+                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
+                         checkpoint_every_minutes=checkpoint_minutes(args))
     valid_batches = list(ImageBatches(valid, args.batch_size, shuffle=False, drop_last=False, raw=True))
     valid_batches = _first_images(valid_batches, args.val_images)
     trainer = Trainer(model, image_loss, ImageBatches(train, args.batch_size, seed=args.seed, raw=True), config,
                       valid_batches=valid_batches, model_files=[info_file])
     started = time.perf_counter()
-    last = train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
+    train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
     if not trainer.context.is_main:
         return 0
     minutes = (time.perf_counter() - started) / 60
@@ -149,7 +150,7 @@ def run(args) -> int:
 
     (out / "evaluation").mkdir(exist_ok=True)
     atomic_write_json(out / "evaluation" / "results.json", results)
-    say(f"done: {trainer.step} updates in {minutes:.1f} min; last loss {last.get('loss', float('nan')):.4f} nats/dim")
+    say(f"done: {trainer.summary(('loss', 'valid_loss'), 'nats per dimension')}")
     say(f"test: {results['bits_per_dim']:.4f} bits/dim over {scoring.summary('images')}")
     if budget.limited:
         say(budget_report(budget))

@@ -7,10 +7,14 @@ because nothing heavy is imported until a verb runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import math
 import os
+import shlex
+import signal
 import sys
+import threading
 import traceback
 
 # verb name -> module under attnlab.cli; each module has ``HELP``, ``add_arguments(parser)``, ``run(args) -> int``.
@@ -114,18 +118,78 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return args.run(args) or 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        with _sigterm_raises():
+            return args.run(args) or 0
+    except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, or a Trainer's TrainingInterrupted
+        print(interrupt_message(error, args, argv), file=sys.stderr)
+        return 128 + getattr(error, "signal_number", signal.SIGINT)
     except Exception as error:  # noqa: BLE001 - no traceback reaches a user (unless asked for)
         from attnlab.cli.errors import describe_error
 
         if debug or args.debug or os.environ.get("ATTNLAB_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
-        message, code = describe_error(error)
+        message, code = describe_error(_with_flag_names(error))
         print(f"attnlab {args.verb}: error: {message}", file=sys.stderr)
         return code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside a training loop: unwinds like Ctrl-C (locks released, temporary
+    files removed) and exits 143."""
+
+    signal_number = int(signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While a verb runs, SIGTERM raises :class:`Terminated` instead of killing the process
+    without a word (a Trainer installs its own handler while it trains)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(number, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def interrupt_message(error: KeyboardInterrupt, args, argv: list[str]) -> str:
+    """What an interrupted verb prints: where its work is and the command that resumes it."""
+    verb = "attnlab " + " ".join([args.verb] + ([args.task] if getattr(args, "task", None) else []))
+    describe = getattr(error, "describe", None)
+    if describe is None:  # interrupted outside a training loop
+        return f"{verb}: " + ("terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted")
+    message = f"{verb}: {describe()}"
+    if getattr(error, "checkpoint", None) is None:
+        return message
+    if hasattr(args, "resume"):
+        command = shlex.join(["attnlab", *argv] + ([] if "--resume" in argv else ["--resume"]))
+        return message + f"\nto continue, run the same command with --resume (same --out):\n  {command}"
+    return message + f"\n({verb} cannot resume a run: run it again into a new --out to start over)"
+
+
+# TrainConfig fields -> the flags the training verbs give them from.
+TRAIN_CONFIG_FLAGS = {
+    "max_steps": "--max-steps", "warmup_steps": "--warmup", "peak_lr": "--lr", "lr_scale": "--lr-scale",
+    "validate_every": "--val-every", "checkpoint_every": "--save-every", "max_minutes": "--max-minutes",
+    "checkpoint_every_minutes": "--save-every-minutes", "grad_accum_steps": "--grad-accum", "clip_grad_norm": "--clip",
+    "log_every": "--log-every", "keep_last": "--keep", "weight_decay": "--weight-decay",
+}
+
+
+def _with_flag_names(error: Exception) -> Exception:
+    """A TrainConfig error names its field (``validate_every``); the user typed a flag
+    (``--val-every``): say that instead."""
+    field = getattr(error, "field", None)
+    flag = TRAIN_CONFIG_FLAGS.get(field) if isinstance(error, ValueError) else None
+    if flag is None:
+        return error
+    return ValueError(str(error).replace(field, flag, 1))
 
 
 if __name__ == "__main__":

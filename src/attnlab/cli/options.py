@@ -185,21 +185,61 @@ def options_from_args(options_class, args, **given):
     return options_class(**{**values, **given})
 
 
+def bounded_float(low: float, *, inclusive: bool = True):
+    """argparse ``type=`` for a finite number ``>= low`` (``> low`` when not ``inclusive``)."""
+    import argparse
+    import math
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"{text} must be a number {'at least' if inclusive else 'above'} {low:g}")
+        return value
+
+    convert.__name__ = "number"
+    return convert
+
+
+SAVE_EVERY_MINUTES = 10.0
+"""Default of ``--save-every-minutes``: an interrupted or killed run loses at most this much."""
+
+
+def add_checkpoint_minutes_argument(group) -> None:
+    """``--save-every-minutes M`` (default 10; 0: by updates only), the Trainer's
+    ``checkpoint_every_minutes``; read it with :func:`checkpoint_minutes`."""
+    group.add_argument("--save-every-minutes", type=bounded_float(0.0), default=SAVE_EVERY_MINUTES, metavar="M",
+                       help=f"also checkpoint whenever M minutes passed since the last checkpoint (0: only by "
+                            f"updates; default: {SAVE_EVERY_MINUTES:g})")
+
+
+def checkpoint_minutes(args) -> float | None:
+    """``--save-every-minutes`` as TrainConfig's ``checkpoint_every_minutes`` (0 -> None)."""
+    return getattr(args, "save_every_minutes", None) or None
+
+
 def add_run_group(parser, *, every: int = 500, seed: int = 0):
     """The "run" options every training verb shares (validation and checkpoint cadence, time
     budget, threads, seed, output, resume, progress bar) and ``--device``; returns the group
-    so a verb can add its own run options to it."""
+    so a verb can add its own run options to it. SIGINT/SIGTERM stop a run with a
+    checkpoint that ``--resume`` continues (attnlab.training.Trainer)."""
     run = parser.add_argument_group("run")
-    run.add_argument("--max-minutes", type=float,
+    run.add_argument("--max-minutes", type=bounded_float(0.0, inclusive=False),
                      help="wall-clock budget of the whole command (loading, training, final scoring; it says "
                           "how it splits it when it starts)")
-    run.add_argument("--val-every", type=int, default=every, help=f"validate every N updates (0: never; default: {every})")
-    run.add_argument("--save-every", type=int, default=every,
+    run.add_argument("--val-every", type=bounded_int(0), default=every,
+                     help=f"validate every N updates (0: never; default: {every})")
+    run.add_argument("--save-every", type=bounded_int(0), default=every,
                      help=f"checkpoint every N updates (0: only at the end; default: {every})")
+    add_checkpoint_minutes_argument(run)
     run.add_argument("--threads", type=bounded_int(1, MAX_THREADS), metavar="N", help="torch CPU threads")
     run.add_argument("--seed", type=int, default=seed)
     run.add_argument("--out", required=True, help="output directory")
-    run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
+    run.add_argument("--resume", action="store_true",
+                     help="continue from OUT/checkpoints (after Ctrl-C, a kill or a budget: the same command "
+                          "plus --resume)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
     return run

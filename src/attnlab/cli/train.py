@@ -84,11 +84,16 @@ def _add_translation_arguments(parser) -> None:
                            help="wall-clock budget of the whole command (data, vocabulary, training)")
     run_group.add_argument("--val-every", type=int, default=500, help="validate every N steps (0: never)")
     run_group.add_argument("--save-every", type=int, default=1000, help="checkpoint every N steps (0: only at the end)")
+    from attnlab.cli.options import add_checkpoint_minutes_argument
+
+    add_checkpoint_minutes_argument(run_group)
     run_group.add_argument("--keep", type=int, default=5, help="checkpoints to keep (default: 5)")
     run_group.add_argument("--average-last", type=int, default=1,
                            help="final model = average of the last K checkpoints (default: 1, the last)")
     run_group.add_argument("--log-every", type=int, default=50, help="log every N steps (default: 50)")
-    run_group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
+    run_group.add_argument("--resume", action="store_true",
+                           help="continue from OUT/checkpoints (after Ctrl-C, a kill or a budget: the same command "
+                                "plus --resume)")
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -46,7 +46,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from attnlab.cli.options import options_from_args, parse_overrides, resolve_device
+    from attnlab.cli.options import checkpoint_minutes, options_from_args, parse_overrides, resolve_device
     from attnlab.cli.vit import _check_positive
     from attnlab.tasks.caption import CaptionTrainOptions, train_captioner
 
@@ -59,6 +59,7 @@ def run(args) -> int:
     options = options_from_args(
         CaptionTrainOptions, args, model_overrides=parse_overrides(args.set), beam_size=args.beam,
         val_every=args.val_every or None, save_every=args.save_every or None, device=resolve_device(args.device),
+        save_every_minutes=checkpoint_minutes(args),
         progress_bar=not args.no_progress, log=say)
     model_dir, results = train_captioner(options)
     say(format_results(results))

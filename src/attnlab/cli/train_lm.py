@@ -55,7 +55,6 @@ def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: i
 
 def run(args) -> int:
     import sys
-    import time
 
     import torch
 
@@ -115,13 +114,11 @@ def run(args) -> int:
     with OutputLock(out, purpose="attnlab train lm"):
         refuse_symlinks(out, (*TRAINER_OUTPUTS, CHAR_TOKENIZER_FILE, TOKENIZER_FILE, "model"))
         tokenizer.save(out)
-        started = time.perf_counter()
-        last = train_within(trainer, budget, resume=args.resume, say=say)
+        train_within(trainer, budget, resume=args.resume, say=say)
         model_dir = model.save_pretrained(out / "model",
                                           extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
-    figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
-    say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
-        + f" (nats per {'character' if args.tokenizer == 'char' else 'token'}); model -> {model_dir}")
+    unit = f"nats per {'character' if args.tokenizer == 'char' else 'token'}"
+    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), unit)}; model -> {model_dir}")
     if budget.limited:
         say(budget_report(budget))
     print(model_dir)
@@ -160,6 +157,7 @@ def window_trainer(args, model, loss_fn, train_ids, valid_ids, *, context: int, 
     """The Trainer of a window-trained LM verb (:func:`add_run_arguments`' options): random
     windows of ``train_ids``, the first ``--val-batches`` consecutive windows of ``valid_ids``,
     AdamW with a cosine schedule to a tenth of ``--lr``, gradients clipped at 1."""
+    from attnlab.cli.options import checkpoint_minutes
     from attnlab.data.text import TextWindows, consecutive_windows
     from attnlab.training.trainer import TrainConfig, Trainer
 
@@ -168,7 +166,7 @@ def window_trainer(args, model, loss_fn, train_ids, valid_ids, *, context: int, 
                          clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
                          checkpoint_every=args.save_every or None, seed=args.seed,
                          progress_bar=not args.no_progress, max_minutes=args.max_minutes, bf16=bf16,
-                         compile=args.compile)
+                         compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args))
     return Trainer(model, loss_fn, TextWindows(train_ids, batch_size=args.batch_size, context=context,
                                                seed=args.seed), config,
                    valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,

@@ -38,7 +38,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import sys
-    import time
 
     import torch
 
@@ -87,12 +86,9 @@ def run(args) -> int:
     # Every option is checked above; nothing is written to OUT before this point.
     with OutputLock(out, purpose="attnlab train music"):
         refuse_symlinks(out, (*TRAINER_OUTPUTS, "model"))
-        started = time.perf_counter()
-        last = train_within(trainer, budget, resume=args.resume, say=say)
+        train_within(trainer, budget, resume=args.resume, say=say)
         model_dir = model.save_pretrained(out / "model")
-    figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
-    say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
-        + f" (nats per token); model -> {model_dir}")
+    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), 'nats per token')}; model -> {model_dir}")
     if budget.limited:
         say(budget_report(budget))
     print(model_dir)

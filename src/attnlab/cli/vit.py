@@ -69,12 +69,10 @@ def _check_positive(args, names) -> None:
 
 
 def run(args) -> int:
-    import time
-
     import torch
 
     import attnlab
-    from attnlab.cli.options import parse_overrides, resolve_precision
+    from attnlab.cli.options import checkpoint_minutes, parse_overrides, resolve_precision
     from attnlab.data.images import describe, load_images
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluation_batches,
                                               save_confusion_matrix)
@@ -134,21 +132,19 @@ def run(args) -> int:
                          optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
                          validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
                          seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
-                         bf16=bf16, compile=args.compile)
+                         bf16=bf16, compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args))
     smoothing = args.label_smoothing
     trainer = Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
                       ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift,
                                    hflip=args.hflip), config,
                       valid_batches=evaluation_batches(valid), model_files=[classes_file])
-    started = time.perf_counter()
-    last = train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
+    train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
     if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
         return 0
     model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})
     evaluation, scored, scoring = score_test_split(model, test, budget, progress=not args.no_progress)
     write_evaluation(evaluation, out / "evaluation", scored, scoring=scoring.record())
-    say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s; "
-        + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_correct") if k in last))
+    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'))}")
     say(f"test ({scoring.summary('images')}): {evaluation.summary()}")
     if budget.limited:
         say(budget_report(budget))

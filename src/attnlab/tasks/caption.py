@@ -373,6 +373,7 @@ class CaptionTrainOptions:
     beam_size: int = 3
     val_every: int | None = 500
     save_every: int | None = 500
+    save_every_minutes: float | None = None
     max_minutes: float | None = None
     seed: int = 0
     device: str = "cpu"
@@ -429,19 +430,19 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
                                min_lr=o.lr / 100, warmup_steps=warmup, betas=(0.9, 0.98), eps=1e-9,
                                optimizer="adamw", weight_decay=o.weight_decay, clip_grad_norm=1.0, log_every=50,
                                validate_every=o.val_every, checkpoint_every=o.save_every, seed=o.seed,
-                               progress_bar=o.progress_bar, max_minutes=o.max_minutes)
+                               progress_bar=o.progress_bar, max_minutes=o.max_minutes,
+                               checkpoint_every_minutes=o.save_every_minutes or None)
     smoothing = o.label_smoothing
     trainer = Trainer(model, lambda m, b: caption_loss(m, b, label_smoothing=smoothing),
                       CaptionBatches(train.images, pairs, o.batch_size, bos_id=ids[0], eos_id=ids[1], pad_id=ids[2],
                                      seed=o.seed),
                       train_config, valid_batches=valid_batches, model_files=[tokenizer_file, info_file])
     started = time.perf_counter()
-    last = train_within(trainer, budget, reserve=scoring_reserve(budget), resume=o.resume, say=o.log)
+    train_within(trainer, budget, reserve=scoring_reserve(budget), resume=o.resume, say=o.log)
     seconds = time.perf_counter() - started
     model_dir = model.save_pretrained(out / "model", extra_files={
         "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()})
-    o.log(f"trained {trainer.step} updates in {seconds:.0f} s; "
-          + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_ppl") if k in last))
+    o.log(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_ppl'))}")
     results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size, budget=budget,
                                     progress=o.progress_bar)
     if results["scoring"]["cut_by_budget"]:

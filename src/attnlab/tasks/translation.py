@@ -104,6 +104,7 @@ class TranslationTrainOptions:
     varlen: bool = False
     val_every: int | None = 500
     save_every: int | None = 1000
+    save_every_minutes: float | None = 10.0
     keep: int = 5
     average_last: int = 1
     log_every: int = 50
@@ -245,7 +246,8 @@ def _check_train_options(options: TranslationTrainOptions) -> None:
                 lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
                 clip_grad_norm=options.clip, log_every=options.log_every, validate_every=options.val_every,
                 checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last),
-                max_minutes=options.max_minutes, tune_malloc=False)
+                max_minutes=options.max_minutes, tune_malloc=False,
+                checkpoint_every_minutes=options.save_every_minutes or None)
 
 
 def _train_translation(options: TranslationTrainOptions, context, out: Path, started: float, budget) -> Path:
@@ -308,6 +310,7 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
         validate_every=options.val_every if valid_batches is not None else None,
         checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
         progress_bar=options.progress_bar, max_minutes=options.max_minutes,
+        checkpoint_every_minutes=options.save_every_minutes or None,
     )
     trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id, varlen=options.varlen),
                       train_batches, config,
@@ -315,23 +318,16 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
                       run_info={"data": train_corpus.description, "training pairs": len(train_corpus),
                                 "languages": f"{options.src_lang}-{options.tgt_lang}",
                                 "max_length": options.max_length, "max_tokens": options.max_tokens})
-    last = train_within(trainer, budget, resume=options.resume, say=lambda message: _say(context, message))
+    train_within(trainer, budget, resume=options.resume, say=lambda message: _say(context, message))
 
     model_dir = out / MODEL_SUBDIR
     if context.is_main:
         checkpoints = list_checkpoints(out / "checkpoints")[-options.average_last:]
         average_checkpoints_to_directory(checkpoints, model_dir)
-        summary = _summary(last)
-        _say(context, f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s{summary}; "
-                      f"model -> {model_dir}" + (f" (average of {len(checkpoints)} checkpoints)"
-                                                 if len(checkpoints) > 1 else ""))
+        summary = trainer.summary(("loss", "ppl", "valid_loss", "valid_ppl"))
+        _say(context, f"done: {summary}; model -> {model_dir}"
+                      + (f" (average of {len(checkpoints)} checkpoints)" if len(checkpoints) > 1 else ""))
         if budget.limited:
             _say(context, budget_report(budget))
     context.barrier()
     return model_dir
-
-
-def _summary(last: dict[str, Any]) -> str:
-    parts = [f"{key} {last[key]:.3f}" for key in ("loss", "ppl", "valid_loss", "valid_ppl") if key in last]
-    return (": " + ", ".join(parts)) if parts else ""
-

@@ -42,7 +42,8 @@ SCORING_SHARE = 0.10
 """The fraction of a command's budget kept for final scoring (verbs that score a test split)."""
 
 OUTSIDE = ("outside it: starting Python and importing torch, the update (with its validation and checkpoint) or scoring batch that "
-           "crosses a limit, and writing the model files")
+           "crosses a limit, the end-of-run check (one forward pass, and one held-out pass if the run has not "
+           "validated yet), and writing the model files")
 
 clock: Callable[[], float] = time.monotonic
 """The clock of command budgets (tests replace it)."""
