@@ -1,8 +1,16 @@
 """A tiny Transformer learns to reverse random sequences in a few seconds on a CPU, and
-then greedy and beam search reproduce fresh sequences exactly.
+then greedy and beam search reverse fresh sequences.
 
 This is the end-to-end check that the parts fit: embeddings, positions, masks, encoder,
 decoder, the loss on teacher-forced logits, and cached decoding of what was learned.
+
+What is exact and what has a margin: the searches are checked exactly against the model's
+own recomputation (every output token and its log-probability, from one teacher-forced
+forward pass without the cache), which holds for any trained weights. What training
+reaches depends on the seed and on the CPU's rounding (seeds 0..16 on an AMD EPYC: test
+loss 0.005-0.016, and now and then one of the ~200 test tokens still wrong), so learning is
+asserted as a rate with a margin: at least 29 of the 32 fresh sequences reversed exactly
+(every seed tried: 31 or 32), where a model or a search that is broken gets almost none.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ PAD, BOS, EOS = 0, 1, 2
 VOCAB = 12  # 9 symbols, 3..11
 MIN_LEN, MAX_LEN = 3, 8
 STEPS, BATCH, PEAK_LR, WARMUP = 300, 48, 5e-3, 20
+TEST_SIZE, EXACT_AT_LEAST = 32, 29  # fresh sequences, and how many must come out exactly reversed
 
 
 def reversal_batch(size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +70,7 @@ def trained():
             optimizer.step()
             schedule.step()
         model.eval()
-        test_src, test_tgt = reversal_batch(32, torch.Generator().manual_seed(12345))
+        test_src, test_tgt = reversal_batch(TEST_SIZE, torch.Generator().manual_seed(12345))
         with torch.no_grad():
             test_loss = float(loss_on(model, test_src, test_tgt))
         yield model, test_src, test_tgt, test_loss
@@ -73,24 +82,74 @@ def expected_outputs(src: torch.Tensor) -> list[list[int]]:
     return [row[row != PAD].flip(0).tolist() + [EOS] for row in src]
 
 
+def exactly_reversed(outputs: list[list[int]], src: torch.Tensor) -> int:
+    return sum(got == want for got, want in zip(outputs, expected_outputs(src)))
+
+
+def recomputed_log_probs(model, src: torch.Tensor, outputs: list[list[int]]) -> torch.Tensor:
+    """Log-probabilities ``(B, T, V)`` of each output's tokens given BOS and the tokens before
+    them, from one teacher-forced forward pass over whole prefixes (no cache, no search)."""
+    tgt_in = torch.full((len(outputs), max(len(o) for o in outputs)), PAD, dtype=torch.long)
+    for row, output in enumerate(outputs):
+        tgt_in[row, 0] = BOS
+        tgt_in[row, 1:len(output)] = torch.tensor(output[:-1], dtype=torch.long)
+    with torch.no_grad():
+        return torch.log_softmax(model(src, tgt_in).float(), dim=-1)
+
+
+def chosen_log_probs(log_probs: torch.Tensor, row: int, output: list[int]) -> torch.Tensor:
+    return log_probs[row, :len(output)].gather(-1, torch.tensor(output)[:, None])[:, 0]
+
+
+def assert_ended_properly(output: list[int], source: torch.Tensor, max_len_b: int = 5) -> None:
+    """EOS only as the last token, and either it or the length limit ends the output."""
+    assert EOS not in output[:-1], output
+    assert output[-1] == EOS or len(output) == int((source != PAD).sum()) + max_len_b, output
+
+
+def assert_greedy_is_the_models_own_argmax(model, src: torch.Tensor, hypotheses) -> None:
+    """Every token greedy search chose is the argmax of the recomputed distribution (up to
+    float rounding between the cached and the full pass), and its log_prob their sum."""
+    outputs = [h.tokens for h in hypotheses]
+    log_probs = recomputed_log_probs(model, src, outputs)
+    for row, (h, output) in enumerate(zip(hypotheses, outputs)):
+        chosen = chosen_log_probs(log_probs, row, output)
+        best = log_probs[row, :len(output)].max(-1).values
+        assert (chosen >= best - 1e-4).all(), (row, output, chosen, best)
+        assert h.log_prob == pytest.approx(float(chosen.sum()), abs=1e-4)
+        assert_ended_properly(output, src[row])
+
+
 def test_reversal_is_learned_to_near_zero_loss(trained):
     _, _, _, test_loss = trained
-    assert test_loss < 0.05  # from ln(9) ≈ 2.2 per token for a model that knows nothing
+    assert test_loss < 0.05  # from ln(9) ≈ 2.2 per token for a model that knows nothing; seeds 0..16: < 0.016
 
 
-def test_greedy_decoding_reverses_fresh_sequences_exactly(trained):
+def test_greedy_decoding_reverses_fresh_sequences(trained):
     model, src, _, _ = trained
     hypotheses = greedy_search(model, src, max_len_a=1.0, max_len_b=5)
-    assert [h.tokens for h in hypotheses] == expected_outputs(src)
+    assert_greedy_is_the_models_own_argmax(model, src, hypotheses)
+    assert exactly_reversed([h.tokens for h in hypotheses], src) >= EXACT_AT_LEAST
 
 
 @pytest.mark.parametrize("beam_size", [2, 4])
-def test_beam_decoding_reverses_fresh_sequences_exactly(trained, beam_size):
+def test_beam_decoding_reverses_fresh_sequences(trained, beam_size):
     model, src, _, _ = trained
     results = beam_search(model, src, beam_size=beam_size, nbest=2, max_len_a=1.0, max_len_b=5)
-    assert [r[0].tokens for r in results] == expected_outputs(src)
-    # The model is confident: the runner-up is far behind.
-    assert all(r[0].score - r[1].score > 0.5 for r in results)
+    # Each hypothesis's log_prob is what the model gives its tokens, its score that over the
+    # length penalty (alpha=0.6, the default), the two best are distinct and ordered.
+    for rank in (0, 1):
+        log_probs = recomputed_log_probs(model, src, [r[rank].tokens for r in results])
+        for row, h in enumerate(r[rank] for r in results):
+            assert h.log_prob == pytest.approx(float(chosen_log_probs(log_probs, row, h.tokens).sum()), abs=1e-4)
+            assert h.score == pytest.approx(h.log_prob / ((5 + len(h.tokens)) / 6) ** 0.6, rel=1e-6)
+            assert_ended_properly(h.tokens, src[row])
+    assert all(best.tokens != runner_up.tokens and best.score >= runner_up.score for best, runner_up in results)
+    assert exactly_reversed([r[0].tokens for r in results], src) >= EXACT_AT_LEAST
+    # The model is confident: for nearly every source the runner-up is far behind (every
+    # seed tried: at most one of 32 within 0.5; the median gap is above 3).
+    gaps = sorted(r[0].score - r[1].score for r in results)
+    assert sum(gap > 0.5 for gap in gaps) >= EXACT_AT_LEAST and gaps[len(gaps) // 2] > 1.5, gaps
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
@@ -105,4 +164,10 @@ def test_best_beam_is_not_below_greedy_on_the_trained_model(trained, alpha):
 def test_trained_model_survives_save_and_load(trained, tmp_path):
     model, src, _, _ = trained
     loaded = attnlab.load_model(model.save_pretrained(tmp_path / "reverser"))
-    assert [h.tokens for h in greedy_search(loaded, src, max_len_b=5)] == expected_outputs(src)
+    before, after = greedy_search(model, src, max_len_b=5), greedy_search(loaded, src, max_len_b=5)
+    # The same weights decode the same outputs (a near tie that the rounding of another
+    # buffer could flip is far rarer than the ~1e-6 rounding itself: trained margins are > 0.1).
+    assert [h.tokens for h in after] == [h.tokens for h in before]
+    for a, b in zip(after, before):
+        assert a.log_prob == pytest.approx(b.log_prob, abs=1e-5)
+    assert exactly_reversed([h.tokens for h in after], src) >= EXACT_AT_LEAST

@@ -39,25 +39,44 @@ def test_evaluate_nll_equals_a_token_by_token_computation():
 
 
 def test_tiny_model_overfits_one_chorale():
+    """120 Adam steps memorise a 16-step chorale, and greedy generation from its first time
+    step gives it back. What training reaches depends on the seed and on the CPU's rounding
+    (a run that ends on a spike of constant-rate Adam got one token wrong on one CPU), so the
+    learning rate decays to zero (runs end settled: seeds 0..11 all under 0.05 nats, every
+    token's logit ahead of the others' by > 2) and learning is asserted with margins: NLL under
+    0.15, and at least 57 of the 60 generated tokens the chorale's (every seed tried: all 60).
+    Generation itself is checked exactly against the model's own recomputation."""
     torch.manual_seed(0)
     grid = np.array([[72, 67, 60, 48], [72, 67, 60, 48], [74, 65, 59, 43], [76, 67, 60, 48],
                      [74, 66, 62, 50], [72, np.nan, 64, 45], [71, 67, 62, 43], [72, 67, 64, 48]] * 2)
     piece = music.serialize_chorale(grid)
+    np.testing.assert_array_equal(music.deserialize_chorale(piece), grid.astype(np.float32))
     model = attnlab.create_model("music_tiny", d_model=48, d_ff=96)
     batch = {"ids": music_stream([piece])[None]}
     before = evaluate_nll(model, [piece], context=128)["nll"]
+    steps = 120
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(120):
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+    for _ in range(steps):
         loss, tokens, _ = lm_loss(model, batch)
         optimizer.zero_grad()
         (loss / tokens).backward()
         optimizer.step()
+        schedule.step()
     after = evaluate_nll(model, [piece], context=128)["nll"]
-    assert before > 4.0 and after < 0.15, (before, after)
-    # and it generates the chorale back from its first time step
-    generated = generate(model, [[music.START] + piece[:4]], max_new_tokens=len(piece) - 4,
-                                            greedy=True)[0]
-    np.testing.assert_array_equal(music.deserialize_chorale(piece[:4] + generated), grid.astype(np.float32))
+    assert before > 4.0 and after < 0.15, (before, after)  # ln(131) = 4.9 before
+    prompt = [music.START] + piece[:4]
+    generated = generate(model, [prompt], max_new_tokens=len(piece) - 4, greedy=True)[0]
+    # Each generated token is the argmax of one full forward pass over everything before it
+    # (up to the rounding that separates the cached steps from the full pass).
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + generated[:-1]]))[0, len(prompt) - 1:]
+    chosen = logits.gather(-1, torch.tensor(generated)[:, None])[:, 0]
+    assert (chosen >= logits.max(-1).values - 1e-4).all(), (generated, chosen - logits.max(-1).values)
+    # and it gives the chorale back from its first time step
+    matches = sum(got == want for got, want in zip(generated, piece[4:]))
+    assert len(generated) == 60 and matches >= 57, (matches, generated, piece[4:])
 
 
 def test_primers_and_decoding(tmp_path, shared_data):
