@@ -77,7 +77,7 @@ def run(args) -> int:
     from attnlab.models.image_transformer import ImageTransformerConfig
     from attnlab.tasks.classification import ImageBatches
     from attnlab.tasks.images import evaluate_bits_per_dim, image_loss
-    from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.trainer import TrainConfig, Trainer
 
     _check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "val_images", "test_images"))
@@ -85,6 +85,9 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     device = torch.device(resolve_device(args.device))
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+
+    out = Path(args.out)
+    check_run_output(out, resume=args.resume, force=args.force)  # before reading data or writing
 
     train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels)
     kwargs = dict(image_size=train.image_size, channels=train.channels)
@@ -107,10 +110,6 @@ def run(args) -> int:
     say(f"model: {preset_name} {overrides}, {model.num_parameters():,d} parameters, "
         f"{model.config.sequence_length} sub-pixels per image, device {device}")
 
-    out = Path(args.out)
-    if not args.resume and latest_checkpoint(out / "checkpoints") is not None:  # before writing anything there
-        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
-                         "or choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     info_bytes = (json.dumps({"data": str(args.data), "classes": train.classes, "class_conditional": args.classes},
                              indent=2) + "\n").encode()
@@ -133,7 +132,7 @@ def run(args) -> int:
     if not trainer.context.is_main:
         return 0
     minutes = (time.perf_counter() - started) / 60
-    model_dir = model.save_pretrained(out / "model", extra_files={IMAGE_FILE: info_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes})
     results = evaluate_bits_per_dim(model, test, batch_size=max(args.batch_size, 32), limit=args.test_images)
     results.update({"data": str(args.data), "split": "test", "updates": trainer.step,
                     "train_minutes": round(minutes, 2)})
@@ -182,24 +181,38 @@ def load_image_model(directory: str, device):
         raise ValueError(f"{directory}: holds a {model.config.family} model, not an Image Transformer")
     classes = [str(i) for i in range(model.config.num_classes)]
     path = Path(directory) / IMAGE_FILE
-    if path.is_file() and model.config.num_classes:
-        try:
-            names = json.loads(path.read_text(encoding="utf-8"))["classes"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{path}: not a valid image.json ({error})") from None
-        if isinstance(names, list) and len(names) == model.config.num_classes:
-            classes = [str(name) for name in names]
+    if path.is_file():  # missing: a model saved without it; classes go by their numbers
+        info = read_image_info(path)
+        names = info.get("classes")
+        if model.config.num_classes and names is not None:
+            if len(names) != model.config.num_classes:
+                raise ValueError(f"{path}: names {len(names)} classes, but the model was trained with "
+                                 f"{model.config.num_classes}; the file does not belong to this model")
+            classes = names
     return model, classes
+
+
+def read_image_info(path: Path) -> dict:
+    """``image.json`` checked: an object whose "data" is a string and "classes" a list of
+    strings (each optional); ValueError naming the file otherwise."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a valid image.json ({error})") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{path}: not a valid image.json (expected an object with \"data\" and \"classes\")")
+    if "data" in info and not isinstance(info["data"], str):
+        raise ValueError(f"{path}: not a valid image.json (\"data\" must be a string)")
+    names = info.get("classes")
+    if names is not None and not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        raise ValueError(f"{path}: not a valid image.json (\"classes\" must be a list of names)")
+    return info
 
 
 def model_data(directory: str) -> str | None:
     """The ``--data`` a model was trained on (image.json), None when unknown."""
     path = Path(directory) / IMAGE_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8")).get("data")
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return None
-    return data if isinstance(data, str) else None
+    return read_image_info(path).get("data") if path.is_file() else None
 
 
 def parse_class(value: str | None, classes: list[str]) -> int | None:

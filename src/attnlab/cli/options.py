@@ -185,9 +185,13 @@ def options_from_args(options_class, args, **given):
     return options_class(**{**values, **given})
 
 
+RUN_FORCE = "a finished model or other files in OUT/model"
+"""What a training verb's ``--force`` replaces (attnlab.training.outputs.check_run_output)."""
+
+
 def add_run_group(parser, *, every: int = 500, seed: int = 0):
     """The "run" options every training verb shares (validation and checkpoint cadence, time
-    budget, threads, seed, output, resume, progress bar) and ``--device``; returns the group
+    budget, threads, seed, output, resume, force, progress bar) and ``--device``; returns the group
     so a verb can add its own run options to it."""
     run = parser.add_argument_group("run")
     run.add_argument("--max-minutes", type=float,
@@ -199,6 +203,7 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
     run.add_argument("--seed", type=int, default=seed)
     run.add_argument("--out", required=True, help="output directory")
     run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
+    add_force_argument(run, RUN_FORCE)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
     return run

@@ -43,7 +43,8 @@ def add_arguments(parser) -> None:
 
 
 def _add_translation_arguments(parser) -> None:
-    from attnlab.cli.options import DEVICE_HELP, add_device_argument, add_named_data_arguments, add_precision_argument
+    from attnlab.cli.options import (DEVICE_HELP, RUN_FORCE, add_device_argument, add_force_argument,
+                                     add_named_data_arguments, add_precision_argument)
 
     # The argument dests are TranslationTrainOptions' field names (run() builds it from them);
     # tests/cli/test_translation_cli.py checks that the defaults here are the dataclass's.
@@ -89,6 +90,7 @@ def _add_translation_arguments(parser) -> None:
                            help="final model = average of the last K checkpoints (default: 1, the last)")
     run_group.add_argument("--log-every", type=int, default=50, help="log every N steps (default: 50)")
     run_group.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints")
+    add_force_argument(run_group, RUN_FORCE)
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

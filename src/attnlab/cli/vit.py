@@ -79,7 +79,7 @@ def run(args) -> int:
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
                                               evaluation_batches, save_confusion_matrix)
     from attnlab.files import atomic_write_bytes
-    from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.trainer import TrainConfig, Trainer
 
     _check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
@@ -96,7 +96,17 @@ def run(args) -> int:
     warmup = min(args.warmup, max(1, args.max_steps // 10)) if args.warmup > args.max_steps else args.warmup
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
 
+    out = Path(args.out)
+    classes_file = out / CLASSES_FILE
+    has_run = check_run_output(out, resume=args.resume, force=args.force) is not None  # before reading data
+    if has_run and not classes_file.is_file():  # resuming: a ViT run wrote its classes first
+        raise ValueError(f"--out {out} holds a training run without {CLASSES_FILE}: not a Vision Transformer run; "
+                         "choose another directory")
+
     train = load_images(args.data, "train", image_size=args.image_size, channels=args.channels)
+    if len(train.classes) < 2:
+        raise ValueError(f"--data {args.data}: {len(train.classes)} class ({', '.join(train.classes)}); a classifier "
+                         "needs at least 2 (one sub-folder of images per class)")
     kwargs = dict(image_size=train.image_size, channels=train.channels)
     valid, test = (load_images(args.data, split, **kwargs) for split in ("valid", "test"))
     overrides = {"num_classes": len(train.classes), "in_channels": train.channels, **parse_overrides(args.set)}
@@ -111,15 +121,6 @@ def run(args) -> int:
     say(f"model: {args.preset} {overrides}, {model.num_parameters():,d} parameters, device {device}, "
         + ("bf16 autocast" if bf16 else "float32") + (", compiled" if args.compile else ""))
 
-    out = Path(args.out)
-    classes_file = out / CLASSES_FILE
-    has_run = latest_checkpoint(out / "checkpoints") is not None
-    if not args.resume and has_run:  # before writing anything there
-        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
-                         "or choose another directory")
-    if has_run and not classes_file.is_file():  # resuming: a ViT run wrote its classes first
-        raise ValueError(f"--out {out} holds a training run without {CLASSES_FILE}: not a Vision Transformer run; "
-                         "choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     classes_bytes = (json.dumps({"classes": train.classes, "data": str(args.data),
                                  "input": "(pixel / 255 - 0.5) / 0.5"}, indent=2) + "\n").encode()
@@ -139,7 +140,7 @@ def run(args) -> int:
     last = trainer.train(resume=args.resume)
     if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
         return 0
-    model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={CLASSES_FILE: classes_bytes})
     evaluation = evaluate_classifier(model, test)
     write_evaluation(evaluation, out / "evaluation", test)
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s; "
@@ -174,15 +175,20 @@ def load_classifier(directory: str, device):
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"{directory}: holds a {model.config.family} model, not a Vision Transformer")
     path = Path(directory) / CLASSES_FILE
-    classes = [str(i) for i in range(model.config.num_classes)]
-    if path.is_file():
-        try:
-            classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{path}: not a valid class list ({error})") from None
-        if not isinstance(classes, list) or len(classes) != model.config.num_classes:
-            raise ValueError(f"{path}: expected {model.config.num_classes} class names")
-    return model, [str(name) for name in classes]
+    if not path.exists():  # a model saved without it (e.g. by the Python API): say so, and number the classes
+        print(f"note: {directory} has no {CLASSES_FILE}; its {model.config.num_classes} classes are shown as "
+              f"'class 0' .. 'class {model.config.num_classes - 1}'", file=sys.stderr)
+        return model, [f"class {i}" for i in range(model.config.num_classes)]
+    try:
+        classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a valid class list ({error})") from None
+    if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
+        raise ValueError(f"{path}: not a valid class list (\"classes\" must be a list of names)")
+    if len(classes) != model.config.num_classes:
+        raise ValueError(f"{path}: names {len(classes)} classes, but the model has {model.config.num_classes}; "
+                         "the file does not belong to this model")
+    return model, classes
 
 
 if __name__ == "__main__":
