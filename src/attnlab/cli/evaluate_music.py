@@ -63,6 +63,8 @@ def run(args) -> int:
     data = load_music_data(source, data_dir=data_dir, augment=False, progress=False)
     if data.encoding != encoding:
         raise ValueError(f"--data {source} is {data.encoding} tokens, but the model reads {encoding} tokens")
+    if not any(data.valid):
+        raise ValueError(f"--data {source}: its {len(data.valid)} validation pieces hold no notes to score")
     results, finite = [], True
     for context in args.context:
         started = time.perf_counter()

@@ -72,7 +72,7 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import parse_overrides, resolve_device
-    from attnlab.cli.vit import _check_positive
+    from attnlab.cli.vit import _check_positive, check_image_folder_memory, check_training_memory, sizing_flags
     from attnlab.data.images import describe
     from attnlab.models.image_transformer import ImageTransformerConfig
     from attnlab.tasks.classification import ImageBatches
@@ -89,6 +89,7 @@ def run(args) -> int:
     out = Path(args.out)
     check_run_output(out, resume=args.resume, force=args.force)  # before reading data or writing
 
+    check_image_folder_memory(args)
     train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels)
     kwargs = dict(image_size=train.image_size, channels=train.channels)
     valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
@@ -103,6 +104,8 @@ def run(args) -> int:
                  "num_classes": len(train.classes) if args.classes else 0, **parse_overrides(args.set)}
     if args.attention:
         overrides["attention"] = parse_attention(args.attention)
+    check_training_memory(attnlab.get_preset(preset_name, **overrides), batch_size=args.batch_size,
+                          flag=sizing_flags(args, "--image-size", "--attention", "--set", "--batch-size"))
     torch.manual_seed(args.seed)
     model = attnlab.create_model(preset_name, **overrides).to(device)
     for part in (train, valid, test):

@@ -207,3 +207,23 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
     return run
+
+
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes (None where the system does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_in_memory(nbytes: int, *, flag: str, what: str) -> None:
+    """Refuse, before allocating, options that imply more bytes than this machine's RAM
+    (``what``: what would be allocated, e.g. "the training images resized to 100000×100000"),
+    naming ``flag``; the kernel would otherwise kill the process without a word."""
+    memory = physical_memory()
+    if memory is not None and nbytes > memory:
+        raise ValueError(f"{flag}: {what} would take about {nbytes / 2**30:,.1f} GiB, more than this machine's "
+                         f"{memory / 2**30:,.1f} GiB of memory; choose a smaller value")

@@ -68,6 +68,70 @@ def _check_positive(args, names) -> None:
             raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
 
 
+def check_image_folder_memory(args) -> None:
+    """``--image-size`` checked before a DIR's images are read: all of them resized to it
+    must fit in memory (shared by train vit and train image)."""
+    from attnlab.cli.options import check_fits_in_memory
+    from attnlab.data.images import IMAGE_SUFFIXES
+
+    size, folder = args.image_size, Path(args.data)
+    if size is None or not folder.is_dir():
+        return
+    count = sum(1 for path in folder.rglob("*") if path.suffix.lower() in IMAGE_SUFFIXES)
+    check_fits_in_memory(count * (args.channels or 3) * size * size, flag=f"--image-size {size}",
+                         what=f"the {count:,d} images of {folder} resized to {size}×{size}")
+
+
+def sizing_flags(args, *flags: str) -> str:
+    """The options among ``flags`` that were given (``--batch-size`` always), as
+    ``--image-size 100000/--batch-size 16``: what a memory refusal names."""
+    named = []
+    for flag in flags:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if flag == "--batch-size" or (value and flag != "--set"):
+            named.append(f"{flag} {value}")
+        elif value:
+            named.append(flag)
+    return "/".join(named)
+
+
+def check_training_memory(config, *, batch_size: int, flag: str) -> None:
+    """What a model of ``config`` implies for one training step, estimated before anything
+    is allocated (the parameters counted on the meta device, as the model loader does): the
+    weights with gradients and Adam's two moments, and each layer's activations and
+    attention weights for ``batch_size`` inputs. Refused, naming ``flag``, when that is
+    more than this machine's memory (an out-of-memory kill says nothing)."""
+    import torch
+
+    from attnlab.attention.local import Local1D, Local2D
+    from attnlab.cli.options import check_fits_in_memory
+    from attnlab.models.registry import model_class_for
+
+    with torch.device("meta"):
+        parameters = model_class_for(config)(config).num_parameters()
+    layers = config.num_layers + getattr(config, "num_encoder_layers", 0)
+    if hasattr(config, "sequence_length"):  # an Image Transformer: local patterns attend to a window of keys
+        length = config.sequence_length
+        pattern = config.decoder_pattern()
+        if isinstance(pattern, Local1D):
+            block = pattern.block_length
+            length, window = -(-length // block) * block, 2 * block  # padded to whole blocks
+        elif isinstance(pattern, Local2D):
+            rows, columns = pattern.query_shape
+            flange_rows, flange_columns = pattern.memory_flange
+            window = (rows + flange_rows) * (columns + 2 * flange_columns)
+        else:
+            window = length
+    else:
+        length = config.num_prefix_tokens + config.grid[0] * config.grid[1]
+        window = length
+    attention = batch_size * config.num_heads * length * window * 4 * layers
+    activations = batch_size * length * config.d_model * 4 * layers * 8
+    check_fits_in_memory(16 * parameters + attention + activations, flag=flag,
+                         what=f"training a model of {parameters:,d} parameters on sequences of {length:,d} "
+                              f"positions, {batch_size} at a time")
+
+
 def run(args) -> int:
     import time
 
@@ -103,6 +167,7 @@ def run(args) -> int:
         raise ValueError(f"--out {out} holds a training run without {CLASSES_FILE}: not a Vision Transformer run; "
                          "choose another directory")
 
+    check_image_folder_memory(args)
     train = load_images(args.data, "train", image_size=args.image_size, channels=args.channels)
     if len(train.classes) < 2:
         raise ValueError(f"--data {args.data}: {len(train.classes)} class ({', '.join(train.classes)}); a classifier "
@@ -113,6 +178,8 @@ def run(args) -> int:
     preset = attnlab.get_preset(args.preset, **overrides)
     if train.image_size != preset.image_size and "image_size" not in overrides:
         overrides["image_size"] = train.image_size  # the images decide; the patch size must divide them
+    check_training_memory(attnlab.get_preset(args.preset, **overrides), batch_size=args.batch_size,
+                          flag=sizing_flags(args, "--image-size", "--set", "--batch-size"))
     torch.manual_seed(args.seed)
     model = attnlab.create_model(args.preset, **overrides).to(device)
     for part in (train, valid, test):
