@@ -186,3 +186,11 @@ def test_sizes_are_checked_against_memory_before_allocating(verb, extra, flag, t
     refused(["train", verb, "--data", str(folder), "--out", str(tmp_path / "run"), "--max-steps", "1",
              "--no-progress", "--device", "cpu", *extra], capsys, flag, "memory")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_music_batch_is_checked_against_memory_before_allocating(jsb_root, tmp_path, capsys):
+    args = ["train", "music", "--data", "jsb", "--data-dir", str(jsb_root), "--out", str(tmp_path / "run"),
+            *TINY_MUSIC]
+    args[args.index("--batch-size") + 1] = "100000000"
+    refused(args, capsys, "--batch-size 100000000", "memory")
+    assert not (tmp_path / "run").exists()

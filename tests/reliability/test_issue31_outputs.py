@@ -188,3 +188,22 @@ def test_resume_continues_a_run_and_replaces_its_own_model(lm_run, tmp_path, cap
     args[args.index("--max-steps") + 1] = "3"
     assert run_cli(args, capsys)[0] == 0
     assert os.path.isfile(out / "model" / "model.safetensors")
+
+
+def test_evaluate_vit_out_keeps_the_users_results(vit_model, tmp_path, capsys):
+    folder = write_folder(tmp_path / "images", ("a", "b"))
+    model = tmp_path / "model"
+    shutil.copytree(vit_model, model)
+    (model / "classes.json").write_text('{"classes": ["a", "b"]}')
+    out = tmp_path / "evaluation"
+    out.mkdir()
+    (out / "results.json").write_text("my results\n")
+    (out / "notes.txt").write_text("keep me\n")
+    before = snapshot(out)
+    args = ["evaluate-vit", "--model", str(model), "--data", str(folder), "--out", str(out), "--device", "cpu"]
+    code, err = run_cli(args, capsys)
+    assert code == 2 and "--out" in one_line(err) and "results.json" in err and "--force" in err
+    assert snapshot(out) == before
+    assert run_cli([*args, "--force"], capsys)[0] == 0
+    assert json.loads((out / "results.json").read_text())["images"] == 2
+    assert (out / "notes.txt").read_text() == "keep me\n"

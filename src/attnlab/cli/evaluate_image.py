@@ -19,7 +19,7 @@ HELP = "bits per dimension of an Image Transformer on a data split (default: tes
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("--data", help="mnist, fashion-mnist, emoji or DIR (default: what the model was trained on)")
@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--json", help="also write the result to this JSON file (an existing one only with --force)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
     sr = parser.add_argument_group("super-resolution models")
     sr.add_argument("--super-resolve", type=int, metavar="N",
                     help="also super-resolve the first N images and report PSNR against bicubic upsampling")
@@ -55,7 +55,7 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from attnlab.cli.image import check_png, load_image_model, load_image_set, model_data, sampling_options, write_png
-    from attnlab.cli.options import resolve_device
+    from attnlab.cli.options import apply_threads, resolve_device
     from attnlab.files import atomic_write_json, check_output_file, json_safe
     from attnlab.tasks.images import evaluate_bits_per_dim, evaluate_super_resolution
     from attnlab.viz.images import image_grid, upscale
@@ -74,6 +74,7 @@ def run(args) -> int:
     if args.figure and not args.super_resolve:
         raise ValueError("--figure shows super-resolution outputs: pass --super-resolve N too")
     figure = check_png(args.figure, force=args.force, scale=args.scale, name="--figure") if args.figure else None
+    apply_threads(args)
     device = torch.device(resolve_device(args.device))
     options = sampling_options(args, device)
     model, _ = load_image_model(args.model, device)

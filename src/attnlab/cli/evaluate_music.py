@@ -55,6 +55,9 @@ def run(args) -> int:
     device = resolve_device(args.device)
     model = load_music_model(args.model, device=device)
     encoding = model.config.encoding
+    for context in args.context:
+        if context > model.config.max_positions:
+            raise ValueError(f"--context {context}: longer than the model's max_positions={model.config.max_positions}")
     record = recorded_data(args.model)
     source = args.data or record.get("data") or "jsb"
     data_dir = args.data_dir

@@ -56,6 +56,8 @@ def run(args) -> int:
         raise ValueError(f"--sample-rate={args.sample_rate} must be within 8000..192000 Hz")
     if args.temperature <= 0:
         raise ValueError(f"--temperature={args.temperature} must be > 0")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p={args.top_p} must be in (0, 1]")
     if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k={args.top_k} must be at least 1")
     out = check_output_file(args.out, force=args.force, flag="--out", suffixes=(".mid", ".midi"))

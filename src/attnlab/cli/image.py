@@ -72,7 +72,8 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import parse_overrides, resolve_device
-    from attnlab.cli.vit import _check_positive, check_image_folder_memory, check_training_memory, sizing_flags
+    from attnlab.cli.options import check_training_memory, sizing_flags
+    from attnlab.cli.vit import _check_positive, check_image_folder_memory
     from attnlab.data.images import describe
     from attnlab.models.image_transformer import ImageTransformerConfig
     from attnlab.tasks.classification import ImageBatches
@@ -244,17 +245,12 @@ def check_output(args) -> Path:
 
 
 def check_png(path, *, force: bool, scale: int, name: str = "--out") -> Path:
-    """The PNG path of option ``name`` checked before any work: a .png name, not an existing
-    file unless ``force``, in a directory that exists; ``scale`` in 1..16."""
-    out = Path(path)
-    if out.suffix.lower() != ".png":
-        raise ValueError(f"{name} {out}: give a .png file name")
-    if out.is_symlink() or out.is_dir():
-        raise ValueError(f"{name} {out}: is a directory or a link; give a new .png file name")
-    if out.exists() and not force:
-        raise ValueError(f"{name} {out} exists; pass --force to replace it")
-    if not out.parent.is_dir():
-        raise ValueError(f"{name} {out}: the directory {out.parent} does not exist")
+    """The PNG path of option ``name`` checked before any work (the shared output rule,
+    :func:`attnlab.files.check_output_file`: a .png name, an existing file or link only with
+    ``force``, in a directory that exists); ``scale`` in 1..16."""
+    from attnlab.files import check_output_file
+
+    out = check_output_file(path, force=force, flag=name, suffixes=(".png",))
     if not 1 <= scale <= 16:
         raise ValueError(f"--scale={scale} must be in 1..16")
     return out
@@ -317,12 +313,18 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
+    from attnlab.cli.options import add_runtime_arguments
+
+    add_runtime_arguments(parser)
 
 
 def sampling_options(args, device) -> dict:
+    """The sampling verbs' options checked (and ``--threads`` applied)."""
     import torch
 
+    from attnlab.cli.options import apply_threads
+
+    apply_threads(args)
     if args.temperature < 0:
         raise ValueError(f"--temperature={args.temperature} must be >= 0")
     if args.top_k is not None and not 1 <= args.top_k <= 256:

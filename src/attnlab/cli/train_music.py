@@ -45,7 +45,7 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import describe_device, parse_overrides
+    from attnlab.cli.options import check_training_memory, describe_device, parse_overrides, sizing_flags
     from attnlab.cli.train_lm import check_same_run, start_run, window_trainer
     from attnlab.files import OutputLock, refuse_symlinks
     from attnlab.tasks.music import MUSIC_FILE, data_record, lm_loss, load_music_data, music_stream
@@ -61,6 +61,8 @@ def run(args) -> int:
     run_info = {"data": data.fingerprint, "preset": preset, "set": args.set, "context": context}
     if previous is not None:
         check_same_run(previous, run_info)
+    check_training_memory(attnlab.get_preset(preset, **parse_overrides(args.set)), batch_size=args.batch_size,
+                          length=context, flag=sizing_flags(args, "--context", "--set", "--batch-size"))
     torch.manual_seed(args.seed)
     model = attnlab.create_model(preset, **parse_overrides(args.set))
     config = model.config

@@ -82,63 +82,13 @@ def check_image_folder_memory(args) -> None:
                          what=f"the {count:,d} images of {folder} resized to {size}×{size}")
 
 
-def sizing_flags(args, *flags: str) -> str:
-    """The options among ``flags`` that were given (``--batch-size`` always), as
-    ``--image-size 100000/--batch-size 16``: what a memory refusal names."""
-    named = []
-    for flag in flags:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if flag == "--batch-size" or (value and flag != "--set"):
-            named.append(f"{flag} {value}")
-        elif value:
-            named.append(flag)
-    return "/".join(named)
-
-
-def check_training_memory(config, *, batch_size: int, flag: str) -> None:
-    """What a model of ``config`` implies for one training step, estimated before anything
-    is allocated (the parameters counted on the meta device, as the model loader does): the
-    weights with gradients and Adam's two moments, and each layer's activations and
-    attention weights for ``batch_size`` inputs. Refused, naming ``flag``, when that is
-    more than this machine's memory (an out-of-memory kill says nothing)."""
-    import torch
-
-    from attnlab.attention.local import Local1D, Local2D
-    from attnlab.cli.options import check_fits_in_memory
-    from attnlab.models.registry import model_class_for
-
-    with torch.device("meta"):
-        parameters = model_class_for(config)(config).num_parameters()
-    layers = config.num_layers + getattr(config, "num_encoder_layers", 0)
-    if hasattr(config, "sequence_length"):  # an Image Transformer: local patterns attend to a window of keys
-        length = config.sequence_length
-        pattern = config.decoder_pattern()
-        if isinstance(pattern, Local1D):
-            block = pattern.block_length
-            length, window = -(-length // block) * block, 2 * block  # padded to whole blocks
-        elif isinstance(pattern, Local2D):
-            rows, columns = pattern.query_shape
-            flange_rows, flange_columns = pattern.memory_flange
-            window = (rows + flange_rows) * (columns + 2 * flange_columns)
-        else:
-            window = length
-    else:
-        length = config.num_prefix_tokens + config.grid[0] * config.grid[1]
-        window = length
-    attention = batch_size * config.num_heads * length * window * 4 * layers
-    activations = batch_size * length * config.d_model * 4 * layers * 8
-    check_fits_in_memory(16 * parameters + attention + activations, flag=flag,
-                         what=f"training a model of {parameters:,d} parameters on sequences of {length:,d} "
-                              f"positions, {batch_size} at a time")
-
-
 def run(args) -> int:
     import time
 
     import torch
 
     import attnlab
-    from attnlab.cli.options import parse_overrides, resolve_precision
+    from attnlab.cli.options import check_training_memory, parse_overrides, resolve_precision, sizing_flags
     from attnlab.data.images import describe, load_images
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluate_classifier,
                                               evaluation_batches, save_confusion_matrix)
@@ -215,6 +165,9 @@ def run(args) -> int:
     say(f"test {evaluation.summary()}")
     print(model_dir)
     return 0
+
+
+EVALUATION_FILES = ("results.json", "confusion_matrix.png")
 
 
 def write_evaluation(evaluation, directory: Path, data) -> None:
