@@ -194,3 +194,15 @@ def test_a_music_batch_is_checked_against_memory_before_allocating(jsb_root, tmp
     args[args.index("--batch-size") + 1] = "100000000"
     refused(args, capsys, "--batch-size 100000000", "memory")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("verb", ["classify", "evaluate-vit", "vit-figures", "evaluate-image", "sample-images",
+                                  "complete-image", "super-resolve", "evaluate-music", "generate-music"])
+@pytest.mark.parametrize("threads", ["0", "-1"])
+def test_every_verb_here_refuses_threads_below_one(verb, threads, tmp_path, capsys):
+    extra = {"classify": ["x.png"], "complete-image": ["x.png", "--keep-rows", "1"], "super-resolve": ["x.png"]}
+    out = {"vit-figures": ["--out", str(tmp_path / "f")], "generate-music": ["--out", str(tmp_path / "x.mid")],
+           "sample-images": ["--out", str(tmp_path / "x.png")], "complete-image": ["--out", str(tmp_path / "x.png")],
+           "super-resolve": ["--out", str(tmp_path / "x.png")]}
+    refused([verb, "--model", str(tmp_path / "model"), *extra.get(verb, []), *out.get(verb, []), "--threads", threads],
+            capsys, "--threads", f"{threads} must be")
