@@ -16,12 +16,18 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from attnlab.cli.options import resolve_device
     from attnlab.files import check_output_file
     from attnlab.translation import Translator
     from attnlab.viz import plot_attention_grid
 
-    check_output_file(args.out, force=args.force, flag="-o", suffixes=(".png",))
+    out = Path(args.out)
+    if out.parent.is_dir():
+        check_output_file(out, force=args.force, flag="-o", suffixes=(".png",))
+    elif out.suffix.lower() != ".png":  # a new directory is made for it: nothing there to keep
+        raise ValueError(f"-o {out}: give a file name ending in .png")
     set_threads(args.threads)
     translator = Translator.load(args.model, device=resolve_device(args.device))
     example = translator.attention(args.sentence, **decoding_options(args))
