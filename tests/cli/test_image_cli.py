@@ -171,7 +171,7 @@ def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, fol
         (["complete-image", "--model", model, str(wrong), "--keep-rows", "2", "--class", "top",
           "--out", str(tmp_path / "a.png")], "is 8×9 pixels, but the model takes 8×8"),
         (["sample-images", "--model", model, "--out", str(mine)], "exists; pass --force"),
-        (["sample-images", "--model", model, "--out", str(tmp_path / "a.jpg")], "give a .png"),
+        (["sample-images", "--model", model, "--out", str(tmp_path / "a.jpg")], "ending in .png"),
         (["sample-images", "--model", model, "--class", "sideways", "--out", str(tmp_path / "a.png")],
          "not one of the model's 2 classes"),
         (["sample-images", "--model", str(super_resolution), "--out", str(tmp_path / "a.png")],

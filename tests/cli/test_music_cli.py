@@ -83,7 +83,7 @@ def test_evaluate_music_with_a_stride(trained, midi_folder, tmp_path, capsys):
     assert main([*args, "--context", "16", "--stride", "4", "--json", str(result_file)]) == 0
     assert "context 16 (windows every 4): valid NLL" in capsys.readouterr().out
     strided = json.loads(result_file.read_text())["results"][0]
-    assert main([*args, "--context", "16", "--json", str(result_file)]) == 0
+    assert main([*args, "--context", "16", "--json", str(result_file), "--force"]) == 0
     chunked = json.loads(result_file.read_text())["results"][0]
     assert strided["stride"] == 4 and "stride" not in chunked and strided["tokens"] == chunked["tokens"]
     capsys.readouterr()
@@ -109,7 +109,7 @@ def test_bad_inputs_give_one_clear_line(midi_folder, trained, tmp_path, capsys):
          "encoding is 'jsb'"),
         (["generate-music", "--model", str(trained / "model"), "--primer", str(bad / "broken.mid"), "--out",
           str(tmp_path / "x.mid")], str(bad / "broken.mid")),
-        (["generate-music", "--model", str(trained / "model"), "--out", str(tmp_path / "x.wav")], "give a .mid"),
+        (["generate-music", "--model", str(trained / "model"), "--out", str(tmp_path / "x.wav")], "ending in .mid"),
         (["generate-music", "--model", str(trained / "model"), "--length", "9000", "--out", str(tmp_path / "x.mid")],
          "max_positions"),
         (["generate-music", "--model", str(trained / "model"), "--sample-rate", "100", "--out",
@@ -134,6 +134,7 @@ def test_train_and_evaluate_on_jsb(shared_data, tmp_path, capsys, monkeypatch):
                  str(shared_data), "--length", "16", "--seed", "0", "--no-audio", "--out", str(tmp_path / "c.mid")]) == 0
     assert len(music.read_midi_notes(tmp_path / "c.mid")) > 0
     monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path / "empty"))
-    assert main(["evaluate-music", "--model", str(out / "model"), "--data", "jsb"]) != 0
+    assert main(["evaluate-music", "--model", str(out / "model"), "--data", "jsb", "--data-dir",
+                 str(tmp_path / "empty")]) != 0
     err = capsys.readouterr().err
     assert "JSB Chorales not found" in err and "ATTNLAB_DATA" in err

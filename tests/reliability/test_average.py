@@ -30,17 +30,20 @@ def test_refuses_a_non_empty_directory_that_is_not_a_model(checkpoints, tmp_path
     (target / "sub" / "data.bin").write_bytes(os.urandom(100))
     before = snapshot(target)
     code, err = run_cli(["average", *map(str, checkpoints), "-o", str(target)], capsys)
-    assert code == 2 and str(target) in err and "not an attnlab model directory" in err
+    assert code == 2 and str(target) in err and "notes.txt" in err and "--force" in err
     assert snapshot(target) == before
 
 
 def test_refuses_the_current_directory(checkpoints, tmp_path, capsys, monkeypatch):
-    (tmp_path / "keep.txt").write_text("do not delete\n")
-    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("do not delete\n")
+    monkeypatch.chdir(work)
     before = snapshot(tmp_path)
-    code, err = run_cli(["average", *map(str, checkpoints), "-o", os.getcwd()], capsys)
-    assert code == 2 and "refusing to replace" in err
-    assert snapshot(tmp_path) == before
+    for force in ([], ["--force"]):
+        code, err = run_cli(["average", *map(str, checkpoints), "-o", os.getcwd(), *force], capsys)
+        assert code == 2 and "current directory" in err
+        assert snapshot(tmp_path) == before
 
 
 def test_refuses_a_model_directory_holding_other_files(checkpoints, tmp_path, capsys):
@@ -54,10 +57,13 @@ def test_refuses_a_model_directory_holding_other_files(checkpoints, tmp_path, ca
     assert snapshot(target) == before
 
 
-def test_replaces_a_model_directory_it_wrote_and_leaves_no_temporaries(checkpoints, tmp_path, capsys):
+def test_replaces_an_earlier_average_only_with_force_and_leaves_no_temporaries(checkpoints, tmp_path, capsys):
     target = tmp_path / "avg"
     assert run_cli(["average", str(checkpoints[0]), "-o", str(target)], capsys)[0] == 0
-    assert run_cli(["average", *map(str, checkpoints), "-o", str(target)], capsys)[0] == 0
+    before = snapshot(target)
+    code, err = run_cli(["average", *map(str, checkpoints), "-o", str(target)], capsys)
+    assert code == 2 and "--force" in err and snapshot(target) == before
+    assert run_cli(["average", *map(str, checkpoints), "-o", str(target), "--force"], capsys)[0] == 0
     averaged = load_file(str(target / "model.safetensors"))
     first, second = (load_file(str(c / "model.safetensors")) for c in checkpoints)
     for key, value in averaged.items():

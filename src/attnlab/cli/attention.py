@@ -1,6 +1,7 @@
 """``attnlab attention``: translate one sentence and plot its encoder–decoder attention
 (every layer and head; source tokens across, target tokens down) to a PNG."""
 
+from attnlab.cli.options import add_force_argument, bounded_int
 from attnlab.cli.translate import add_decoding_arguments, decoding_options, set_threads
 
 HELP = "translate a sentence and write a PNG of the encoder-decoder attention per layer and head"
@@ -10,16 +11,23 @@ def add_arguments(parser) -> None:
     add_decoding_arguments(parser)
     parser.add_argument("sentence", help="the source sentence")
     parser.add_argument("-o", "--out", default="attention.png", help="PNG file to write (default: attention.png)")
-    parser.add_argument("--dpi", type=int, default=100)
+    parser.add_argument("--dpi", type=bounded_int(10, 600), default=100, metavar="N", help="(default: 100)")
+    add_force_argument(parser, "the PNG")
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from attnlab.cli.options import resolve_device
+    from attnlab.files import check_output_file
     from attnlab.translation import Translator
     from attnlab.viz import plot_attention_grid
 
-    if not args.out.lower().endswith(".png"):
-        raise ValueError(f"-o {args.out}: the output is a PNG; give a file name ending in .png")
+    out = Path(args.out)
+    if out.parent.is_dir():
+        check_output_file(out, force=args.force, flag="-o", suffixes=(".png",))
+    elif out.suffix.lower() != ".png":  # a new directory is made for it: nothing there to keep
+        raise ValueError(f"-o {out}: give a file name ending in .png")
     set_threads(args.threads)
     translator = Translator.load(args.model, device=resolve_device(args.device))
     example = translator.attention(args.sentence, **decoding_options(args))

@@ -1,19 +1,30 @@
 """``attnlab average``: average checkpoints' weights into a model directory (Vaswani et al.
-2017, section 6.1, average the last 5 or 20 checkpoints)."""
+2017, section 6.1, average the last 5 or 20 checkpoints).
+
+``-o DIR`` follows the output rule (docs/files.md): a missing or empty DIR is written; an
+existing non-empty one (even an earlier average) is replaced as a whole only with
+``--force``; DIR is never one of the inputs nor a directory holding one of them, with or
+without ``--force``.
+"""
 
 HELP = "average the weights of checkpoints (or model directories) into a new model directory"
 
 
 def add_arguments(parser) -> None:
+    from attnlab.cli.options import add_force_argument, bounded_int
+
     parser.add_argument("checkpoints", nargs="+", metavar="CKPT",
                         help="checkpoint or model directories; with --last, directories holding step_* checkpoints")
     parser.add_argument("-o", "--out", required=True, help="model directory to write")
-    parser.add_argument("--last", type=int, help="average the newest N checkpoints found under each CKPT")
+    parser.add_argument("--last", type=bounded_int(1, 10**6), metavar="N",
+                        help="average the newest N checkpoints found under each CKPT")
+    add_force_argument(parser, "a non-empty -o directory")
 
 
 def run(args) -> int:
     from pathlib import Path
 
+    from attnlab.files import check_output_directory
     from attnlab.training import average_checkpoints_to_directory, list_checkpoints
 
     paths = [Path(p) for p in args.checkpoints]
@@ -21,8 +32,6 @@ def run(args) -> int:
         if not path.exists():
             raise ValueError(f"{path}: no such checkpoint")
     if args.last is not None:
-        if args.last < 1:
-            raise ValueError(f"--last={args.last} must be at least 1")
         found = []
         for root in paths:
             root_checkpoints = list_checkpoints(root) or list_checkpoints(root / "checkpoints")
@@ -30,6 +39,17 @@ def run(args) -> int:
                 raise ValueError(f"{root}: holds no step_* checkpoints")
             found.extend(root_checkpoints[-args.last:])
         paths = found
-    average_checkpoints_to_directory(paths, args.out)
-    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {args.out}")
+    out = Path(args.out)
+    target = out.resolve()
+    for path in [Path(p) for p in args.checkpoints] + paths:
+        source = path.resolve()
+        if source == target or target in source.parents:
+            raise ValueError(f"-o {out}: {'is' if source == target else 'holds'} the input {path}; averaging would "
+                             "replace what it reads. Choose another directory")
+    if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
+        raise ValueError(f"-o {out}: is the current directory or holds it; refusing to replace it as a whole, "
+                         "even with --force. Choose a new directory")
+    check_output_directory(out, force=args.force, flag="-o")
+    average_checkpoints_to_directory(paths, out, replace=True)  # checked above: missing, empty, or --force
+    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {out}")
     return 0

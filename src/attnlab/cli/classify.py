@@ -9,23 +9,25 @@ HELP = "classify image files with a trained Vision Transformer (top-k classes wi
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.vit import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
     parser.add_argument("images", nargs="+", help="image files (png, jpg, ...)")
     parser.add_argument("--top-k", type=int, default=3, help="classes shown per image (default: 3)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:
     import torch
 
+    from attnlab.cli.options import apply_threads
     from attnlab.cli.vit import load_classifier, resolve_device
     from attnlab.data.images import read_image
     from attnlab.tasks.classification import predict
 
     if args.top_k < 1:
         raise ValueError(f"--top-k={args.top_k} must be at least 1")
+    apply_threads(args)
     model, classes = load_classifier(args.model, resolve_device(args.device))
     config = model.config
     if config.in_channels not in (1, 3):

@@ -19,16 +19,16 @@ HELP = "bits per dimension of an Image Transformer on a data split (default: tes
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("--data", help="mnist, fashion-mnist, emoji or DIR (default: what the model was trained on)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"))
     parser.add_argument("--limit", type=int, help="score only the first N images")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--json", help="also write the result to this JSON file (must not exist)")
+    parser.add_argument("--json", help="also write the result to this JSON file (an existing one only with --force)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
     sr = parser.add_argument_group("super-resolution models")
     sr.add_argument("--super-resolve", type=int, metavar="N",
                     help="also super-resolve the first N images and report PSNR against bicubic upsampling")
@@ -41,21 +41,22 @@ def add_arguments(parser) -> None:
     sr.add_argument("--figure", help="a PNG of the first --figure-images: low-res, bicubic, output, original per row")
     sr.add_argument("--figure-images", type=int, default=8, help="rows of --figure (default: 8)")
     sr.add_argument("--scale", type=int, default=3, help="enlarge the pixels of --figure by this factor (default: 3)")
-    sr.add_argument("--force", action="store_true", help="replace --figure if it exists")
+    from attnlab.cli.options import add_force_argument
+
+    add_force_argument(parser, "--json and --figure")
 
 
 def run(args) -> int:
     import json
     import sys
-    from pathlib import Path
 
     import torch
 
     from tqdm import tqdm
 
     from attnlab.cli.image import check_png, load_image_model, load_image_set, model_data, sampling_options, write_png
-    from attnlab.cli.options import resolve_device
-    from attnlab.files import atomic_write_json
+    from attnlab.cli.options import apply_threads, resolve_device
+    from attnlab.files import atomic_write_json, check_output_file, json_safe
     from attnlab.tasks.images import evaluate_bits_per_dim, evaluate_super_resolution
     from attnlab.viz.images import image_grid, upscale
 
@@ -63,8 +64,8 @@ def run(args) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
-    if args.json and Path(args.json).exists():
-        raise ValueError(f"--json {args.json} exists; choose a new file name")
+    if args.json:
+        check_output_file(args.json, force=args.force, flag="--json")
     if args.samples > 1 and args.temperature == 0:
         raise ValueError(f"--samples {args.samples}: greedy outputs (--temperature 0) are all the same; give a "
                          "--temperature above 0 to average several samples")
@@ -73,19 +74,26 @@ def run(args) -> int:
     if args.figure and not args.super_resolve:
         raise ValueError("--figure shows super-resolution outputs: pass --super-resolve N too")
     figure = check_png(args.figure, force=args.force, scale=args.scale, name="--figure") if args.figure else None
+    apply_threads(args)
     device = torch.device(resolve_device(args.device))
     options = sampling_options(args, device)
     model, _ = load_image_model(args.model, device)
     if args.super_resolve and not model.config.low_resolution:
         raise ValueError(f"--super-resolve: {args.model} is not a super-resolution model (its low_resolution is 0)")
-    source = args.data or model_data(args.model)
+    trained_on = model_data(args.model)
+    source = args.data or trained_on
     if source is None:
         raise ValueError(f"{args.model}: no image.json says which data it was trained on; pass --data")
     c = model.config
-    data = load_image_set(source, args.split, image_size=c.height, channels=c.channels)
+    # The model's own data is converted as its training converted it; other images are
+    # scored only at the size and channels they have (complete-image's rule): no silent resize.
+    same = source == trained_on
+    data = load_image_set(source, args.split, image_size=c.height if same else None,
+                          channels=c.channels if same else None)
     if tuple(data.images.shape[1:]) != (c.channels, c.height, c.width):
-        raise ValueError(f"--data {source}: images are {tuple(data.images.shape[1:])} (C, H, W), the model takes "
-                         f"{(c.channels, c.height, c.width)}")
+        _, channels, height, width = data.images.shape
+        raise ValueError(f"--data {source}: its images are {width}×{height} with {channels} channel(s), but the model "
+                         f"takes {c.width}×{c.height} with {c.channels}; give images of the model's size and channels")
     if c.num_classes and len(data.classes) != c.num_classes:
         raise ValueError(f"--data {source}: {len(data.classes)} classes, the model was trained with {c.num_classes}")
     count = len(data) if args.limit is None else min(args.limit, len(data))
@@ -123,7 +131,7 @@ def run(args) -> int:
             write_png(figure, upscale(image_grid(rows), args.scale))
             print(f"figure: {figure}")
     if args.json:
-        atomic_write_json(args.json, result)
+        atomic_write_json(args.json, json_safe(result))
     else:
-        print(json.dumps(result))
+        print(json.dumps(json_safe(result)))
     return 0

@@ -7,23 +7,32 @@ HELP = "score a Vision Transformer on an image set: accuracy, per-class accuracy
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.vit import add_device_argument
+    from attnlab.cli.options import add_force_argument, add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
     parser.add_argument("--data", help="mnist, fashion-mnist, digits or DIR (default: what the model was trained on)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
-    parser.add_argument("--out", help="write results.json and confusion_matrix.png here")
-    add_device_argument(parser)
+    parser.add_argument("--out", help="write results.json and confusion_matrix.png here (made if missing; other "
+                                      "files in it are left alone)")
+    add_force_argument(parser, "results.json and confusion_matrix.png in --out")
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:
     import json
     from pathlib import Path
 
-    from attnlab.cli.vit import load_classifier, resolve_device, write_evaluation
+    from attnlab.cli.options import apply_threads
+    from attnlab.cli.vit import EVALUATION_FILES, load_classifier, resolve_device, write_evaluation
+    from attnlab.files import check_output_directory, check_output_file
     from attnlab.data.images import load_images
     from attnlab.tasks.classification import CLASSES_FILE, evaluate_classifier
 
+    if args.out:  # before any work: the two files are replaced only with --force
+        out = check_output_directory(args.out, force=True, flag="--out")
+        for name in EVALUATION_FILES if out.is_dir() else ():
+            check_output_file(out / name, force=args.force, flag="--out")
+    apply_threads(args)
     model, classes = load_classifier(args.model, resolve_device(args.device))
     data_name = args.data or _trained_on(Path(args.model) / CLASSES_FILE)
     data = load_images(data_name, args.split, image_size=model.config.image_size, channels=model.config.in_channels)

@@ -17,17 +17,19 @@ HELP = "generate music (MIDI + piano-roll PNG + WAV with fluidsynth) with a Musi
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="Music Transformer directory (attnlab train music)")
     parser.add_argument("--primer", help="a MIDI file (performance-event models), or jsb-valid:N (JSB models: the "
                                          "start of validation chorale N); default: start from nothing")
-    parser.add_argument("--primer-steps", type=int, default=16,
+    parser.add_argument("--primer-steps", type=bounded_int(1, 2**20), default=16, metavar="N",
                         help="JSB primer: how many 16th-note steps of the chorale (default: 16)")
-    parser.add_argument("--primer-tokens", type=int, default=512,
+    parser.add_argument("--primer-tokens", type=bounded_int(1, 2**24), default=512, metavar="N",
                         help="MIDI primer: keep its last N events (default: 512)")
-    parser.add_argument("--data-dir", help="where the JSB data lives (for jsb-valid:N primers)")
-    parser.add_argument("--length", type=int, default=512, help="tokens to generate (default: 512)")
+    parser.add_argument("--data-dir", help="where the JSB data lives (for jsb-valid:N primers; default: where the "
+                                           "model's training data was, else $ATTNLAB_DATA)")
+    parser.add_argument("--length", type=bounded_int(1, 2**24), default=512, metavar="N",
+                        help="tokens to generate (default: 512)")
     parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")
     parser.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
     parser.add_argument("--top-p", type=float, help="nucleus sampling")
@@ -35,48 +37,38 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="output MIDI file (.mid); the PNG and WAV go beside it")
     parser.add_argument("--no-audio", action="store_true", help="do not render a WAV")
     parser.add_argument("--sample-rate", type=int, default=44100, help="WAV sample rate in Hz (default: 44100)")
-    parser.add_argument("--force", action="store_true", help="replace existing output files")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
-    add_device_argument(parser)
+    add_force_argument(parser, "the MIDI, PNG and WAV files")
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:
     import sys
-    from pathlib import Path
 
-    import torch
-
-    from attnlab.cli.options import resolve_device
+    from attnlab.cli.options import apply_threads, resolve_device
     from attnlab.data.music import END, describe_notes, seconds, write_midi
+    from attnlab.files import check_output_file
     from attnlab.generation import generate
     from attnlab.tasks.music import load_music_model, primer_tokens, tokens_to_notes
     from attnlab.viz.music import SYNTH_HINT, find_synthesizer, piano_roll_png, render_wav
 
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    if args.length < 1:
-        raise ValueError(f"--length={args.length} must be at least 1")
     if not 8000 <= args.sample_rate <= 192000:
         raise ValueError(f"--sample-rate={args.sample_rate} must be within 8000..192000 Hz")
     if args.temperature <= 0:
         raise ValueError(f"--temperature={args.temperature} must be > 0")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p={args.top_p} must be in (0, 1]")
     if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k={args.top_k} must be at least 1")
-    out = Path(args.out)
-    if out.suffix.lower() not in (".mid", ".midi"):
-        raise ValueError(f"--out {out}: give a .mid file name (the .png and .wav are written beside it)")
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {out}: the directory {out.parent} does not exist")
-    outputs = [out, out.with_suffix(".png")] + ([] if args.no_audio else [out.with_suffix(".wav")])
-    existing = [str(p) for p in outputs if p.exists() or p.is_symlink()]
-    if existing and not args.force:
-        raise ValueError(f"--out: {', '.join(existing)} exist(s); pass --force to replace")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    out = check_output_file(args.out, force=args.force, flag="--out", suffixes=(".mid", ".midi"))
+    for beside in [out.with_suffix(".png")] + ([] if args.no_audio else [out.with_suffix(".wav")]):
+        check_output_file(beside, force=args.force, flag="--out (the file beside it)")
+    apply_threads(args)
     device = resolve_device(args.device)
     model = load_music_model(args.model, device=device)
     encoding = model.config.encoding
-    prompt = primer_tokens(encoding, args.primer, data_dir=args.data_dir, primer_steps=args.primer_steps,
-                           max_tokens=args.primer_tokens)
+    prompt = primer_tokens(encoding, args.primer, data_dir=args.data_dir or _recorded_jsb_dir(args.model),
+                           primer_steps=args.primer_steps, max_tokens=args.primer_tokens)
     if len(prompt) + args.length > model.config.max_positions:
         raise ValueError(f"primer ({len(prompt)} tokens) + --length {args.length} exceeds the model's "
                          f"max_positions={model.config.max_positions}")
@@ -97,6 +89,18 @@ def run(args) -> int:
             say(f"audio -> {render_wav(out, out.with_suffix('.wav'), sample_rate=args.sample_rate)}")
     print(out)
     return 0
+
+
+def _recorded_jsb_dir(model_dir: str) -> str | None:
+    """Where the model's JSB data was at training time (its music.json), when the file is
+    still there; None: the default lookup ($ATTNLAB_DATA, ~/.cache/attnlab/data)."""
+    from attnlab.data.music import jsb_path
+    from attnlab.tasks.music import recorded_data
+
+    record = recorded_data(model_dir)
+    if record.get("data") == "jsb" and record.get("data_dir") and jsb_path(record["data_dir"]).is_file():
+        return record["data_dir"]
+    return None
 
 
 def _model_name(directory: str) -> str:

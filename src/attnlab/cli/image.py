@@ -72,12 +72,13 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import checkpoint_minutes, parse_overrides, resolve_device
-    from attnlab.cli.vit import _check_positive
+    from attnlab.cli.options import check_training_memory, sizing_flags
+    from attnlab.cli.vit import _check_positive, check_image_folder_memory
     from attnlab.data.images import describe
     from attnlab.models.image_transformer import ImageTransformerConfig
     from attnlab.tasks.classification import ImageBatches
     from attnlab.tasks.images import evaluate_bits_per_dim, image_loss
-    from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.phases import (Scoring, budget_plan, budget_report, command_budget, scoring_reserve,
                                          train_within)
     from attnlab.training.trainer import TrainConfig, Trainer
@@ -92,6 +93,10 @@ def run(args) -> int:
     if plan:
         say(plan)
 
+    out = Path(args.out)
+    check_run_output(out, resume=args.resume, force=args.force)  # before reading data or writing
+
+    check_image_folder_memory(args)
     train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels)
     kwargs = dict(image_size=train.image_size, channels=train.channels)
     valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
@@ -106,6 +111,8 @@ def run(args) -> int:
                  "num_classes": len(train.classes) if args.classes else 0, **parse_overrides(args.set)}
     if args.attention:
         overrides["attention"] = parse_attention(args.attention)
+    check_training_memory(attnlab.get_preset(preset_name, **overrides), batch_size=args.batch_size,
+                          flag=sizing_flags(args, "--image-size", "--attention", "--set", "--batch-size"))
     torch.manual_seed(args.seed)
     model = attnlab.create_model(preset_name, **overrides).to(device)
     for part in (train, valid, test):
@@ -113,10 +120,6 @@ def run(args) -> int:
     say(f"model: {preset_name} {overrides}, {model.num_parameters():,d} parameters, "
         f"{model.config.sequence_length} sub-pixels per image, device {device}")
 
-    out = Path(args.out)
-    if not args.resume and latest_checkpoint(out / "checkpoints") is not None:  # before writing anything there
-        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
-                         "or choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     info_bytes = (json.dumps({"data": str(args.data), "classes": train.classes, "class_conditional": args.classes},
                              indent=2) + "\n").encode()
@@ -140,7 +143,7 @@ def run(args) -> int:
     if not trainer.context.is_main:
         return 0
     minutes = (time.perf_counter() - started) / 60
-    model_dir = model.save_pretrained(out / "model", extra_files={IMAGE_FILE: info_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes})
     scoring = Scoring("test bits/dim", len(test) if args.test_images is None else min(args.test_images, len(test)),
                       unit="image", batch_size=max(args.batch_size, 32), budget=budget, progress=not args.no_progress)
     results = evaluate_bits_per_dim(model, test, batches=scoring)
@@ -193,24 +196,38 @@ def load_image_model(directory: str, device):
         raise ValueError(f"{directory}: holds a {model.config.family} model, not an Image Transformer")
     classes = [str(i) for i in range(model.config.num_classes)]
     path = Path(directory) / IMAGE_FILE
-    if path.is_file() and model.config.num_classes:
-        try:
-            names = json.loads(path.read_text(encoding="utf-8"))["classes"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{path}: not a valid image.json ({error})") from None
-        if isinstance(names, list) and len(names) == model.config.num_classes:
-            classes = [str(name) for name in names]
+    if path.is_file():  # missing: a model saved without it; classes go by their numbers
+        info = read_image_info(path)
+        names = info.get("classes")
+        if model.config.num_classes and names is not None:
+            if len(names) != model.config.num_classes:
+                raise ValueError(f"{path}: names {len(names)} classes, but the model was trained with "
+                                 f"{model.config.num_classes}; the file does not belong to this model")
+            classes = names
     return model, classes
+
+
+def read_image_info(path: Path) -> dict:
+    """``image.json`` checked: an object whose "data" is a string and "classes" a list of
+    strings (each optional); ValueError naming the file otherwise."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a valid image.json ({error})") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{path}: not a valid image.json (expected an object with \"data\" and \"classes\")")
+    if "data" in info and not isinstance(info["data"], str):
+        raise ValueError(f"{path}: not a valid image.json (\"data\" must be a string)")
+    names = info.get("classes")
+    if names is not None and not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        raise ValueError(f"{path}: not a valid image.json (\"classes\" must be a list of names)")
+    return info
 
 
 def model_data(directory: str) -> str | None:
     """The ``--data`` a model was trained on (image.json), None when unknown."""
     path = Path(directory) / IMAGE_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8")).get("data")
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return None
-    return data if isinstance(data, str) else None
+    return read_image_info(path).get("data") if path.is_file() else None
 
 
 def parse_class(value: str | None, classes: list[str]) -> int | None:
@@ -239,17 +256,12 @@ def check_output(args) -> Path:
 
 
 def check_png(path, *, force: bool, scale: int, name: str = "--out") -> Path:
-    """The PNG path of option ``name`` checked before any work: a .png name, not an existing
-    file unless ``force``, in a directory that exists; ``scale`` in 1..16."""
-    out = Path(path)
-    if out.suffix.lower() != ".png":
-        raise ValueError(f"{name} {out}: give a .png file name")
-    if out.is_symlink() or out.is_dir():
-        raise ValueError(f"{name} {out}: is a directory or a link; give a new .png file name")
-    if out.exists() and not force:
-        raise ValueError(f"{name} {out} exists; pass --force to replace it")
-    if not out.parent.is_dir():
-        raise ValueError(f"{name} {out}: the directory {out.parent} does not exist")
+    """The PNG path of option ``name`` checked before any work (the shared output rule,
+    :func:`attnlab.files.check_output_file`: a .png name, an existing file or link only with
+    ``force``, in a directory that exists); ``scale`` in 1..16."""
+    from attnlab.files import check_output_file
+
+    out = check_output_file(path, force=force, flag=name, suffixes=(".png",))
     if not 1 <= scale <= 16:
         raise ValueError(f"--scale={scale} must be in 1..16")
     return out
@@ -312,12 +324,18 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
+    from attnlab.cli.options import add_runtime_arguments
+
+    add_runtime_arguments(parser)
 
 
 def sampling_options(args, device) -> dict:
+    """The sampling verbs' options checked (and ``--threads`` applied)."""
     import torch
 
+    from attnlab.cli.options import apply_threads
+
+    apply_threads(args)
     if args.temperature < 0:
         raise ValueError(f"--temperature={args.temperature} must be >= 0")
     if args.top_k is not None and not 1 <= args.top_k <= 256:

@@ -220,9 +220,13 @@ def checkpoint_minutes(args) -> float | None:
     return getattr(args, "save_every_minutes", None) or None
 
 
+RUN_FORCE = "a finished model or other files in OUT/model"
+"""What a training verb's ``--force`` replaces (attnlab.training.outputs.check_run_output)."""
+
+
 def add_run_group(parser, *, every: int = 500, seed: int = 0):
     """The "run" options every training verb shares (validation and checkpoint cadence, time
-    budget, threads, seed, output, resume, progress bar) and ``--device``; returns the group
+    budget, threads, seed, output, resume, force, progress bar) and ``--device``; returns the group
     so a verb can add its own run options to it. SIGINT/SIGTERM stop a run with a
     checkpoint that ``--resume`` continues (attnlab.training.Trainer)."""
     run = parser.add_argument_group("run")
@@ -240,6 +244,79 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
     run.add_argument("--resume", action="store_true",
                      help="continue from OUT/checkpoints (after Ctrl-C, a kill or a budget: the same command "
                           "plus --resume)")
+    add_force_argument(run, RUN_FORCE)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
     return run
+
+
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes (None where the system does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_in_memory(nbytes: int, *, flag: str, what: str) -> None:
+    """Refuse, before allocating, options that imply more bytes than this machine's RAM
+    (``what``: what would be allocated, e.g. "the training images resized to 100000×100000"),
+    naming ``flag``; the kernel would otherwise kill the process without a word."""
+    memory = physical_memory()
+    if memory is not None and nbytes > memory:
+        raise ValueError(f"{flag}: {what} would take about {nbytes / 2**30:,.1f} GiB, more than this machine's "
+                         f"{memory / 2**30:,.1f} GiB of memory; choose a smaller value")
+
+
+def sizing_flags(args, *flags: str) -> str:
+    """The options among ``flags`` that were given (``--batch-size`` always), as
+    ``--image-size 100000/--batch-size 16``: what a memory refusal names."""
+    named = []
+    for flag in flags:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if flag == "--batch-size" or (value and flag != "--set"):
+            named.append(f"{flag} {value}")
+        elif value:
+            named.append(flag)
+    return "/".join(named)
+
+
+def check_training_memory(config, *, batch_size: int, flag: str, length: int | None = None) -> None:
+    """What a model of ``config`` implies for one training step, estimated before anything
+    is allocated (the parameters counted on the meta device, as the model loader does): the
+    weights with gradients and Adam's two moments, and each layer's activations and
+    attention weights for ``batch_size`` inputs of ``length`` positions (default: an Image
+    Transformer's sub-pixels, a ViT's patches). Refused, naming ``flag``, when that is more
+    than this machine's memory (an out-of-memory kill says nothing)."""
+    import torch
+
+    from attnlab.attention.local import Local1D, Local2D
+    from attnlab.models.registry import model_class_for
+
+    with torch.device("meta"):
+        parameters = model_class_for(config)(config).num_parameters()
+    layers = config.num_layers + getattr(config, "num_encoder_layers", 0)
+    if length is not None:  # a token model: full (or relative) causal attention over the window
+        window = length
+    elif hasattr(config, "sequence_length"):  # an Image Transformer: local patterns attend to a window of keys
+        length = config.sequence_length
+        pattern = config.decoder_pattern()
+        if isinstance(pattern, Local1D):
+            block = pattern.block_length
+            length, window = -(-length // block) * block, 2 * block  # padded to whole blocks
+        elif isinstance(pattern, Local2D):
+            rows, columns = pattern.query_shape
+            flange_rows, flange_columns = pattern.memory_flange
+            window = (rows + flange_rows) * (columns + 2 * flange_columns)
+        else:
+            window = length
+    else:
+        length = config.num_prefix_tokens + config.grid[0] * config.grid[1]
+        window = length
+    attention = batch_size * config.num_heads * length * window * 4 * layers
+    activations = batch_size * length * config.d_model * 4 * layers * 8
+    check_fits_in_memory(16 * parameters + attention + activations, flag=flag,
+                         what=f"training a model of {parameters:,d} parameters on sequences of {length:,d} "
+                              f"positions, {batch_size} at a time")

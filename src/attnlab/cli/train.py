@@ -43,7 +43,8 @@ def add_arguments(parser) -> None:
 
 
 def _add_translation_arguments(parser) -> None:
-    from attnlab.cli.options import DEVICE_HELP, add_device_argument, add_named_data_arguments, add_precision_argument
+    from attnlab.cli.options import (DEVICE_HELP, RUN_FORCE, add_device_argument, add_force_argument,
+                                     add_named_data_arguments, add_precision_argument)
 
     # The argument dests are TranslationTrainOptions' field names (run() builds it from them);
     # tests/cli/test_translation_cli.py checks that the defaults here are the dataclass's.
@@ -94,6 +95,7 @@ def _add_translation_arguments(parser) -> None:
     run_group.add_argument("--resume", action="store_true",
                            help="continue from OUT/checkpoints (after Ctrl-C, a kill or a budget: the same command "
                                 "plus --resume)")
+    add_force_argument(run_group, RUN_FORCE)
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -46,11 +46,12 @@ def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: i
     parser.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help=f"override a preset field, e.g. --set {set_example} (repeatable)")
-    from attnlab.cli.options import add_precision_argument, add_run_group
+    from attnlab.cli.options import add_precision_argument, add_run_group, bounded_int
 
     add_precision_argument(parser)
     run = add_run_group(parser, every=250, seed=1)
-    run.add_argument("--val-batches", type=int, default=40, help="validation batches (default: 40)")
+    run.add_argument("--val-batches", type=bounded_int(1, 10**6), default=40, metavar="N",
+                     help="validation batches (default: 40)")
 
 
 def run(args) -> int:
@@ -65,6 +66,7 @@ def run(args) -> int:
     from attnlab.files import OutputLock, refuse_symlinks
     from attnlab.tasks.lm import build_lm_tokenizer, lm_loss, load_lm_texts
     from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
+    from attnlab.training.outputs import save_run_model
     from attnlab.training.trainer import TRAINER_OUTPUTS
 
     budget = command_budget(args.max_minutes)  # the whole command's, from here
@@ -115,8 +117,8 @@ def run(args) -> int:
         refuse_symlinks(out, (*TRAINER_OUTPUTS, CHAR_TOKENIZER_FILE, TOKENIZER_FILE, "model"))
         tokenizer.save(out)
         train_within(trainer, budget, resume=args.resume, say=say)
-        model_dir = model.save_pretrained(out / "model",
-                                          extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
+        model_dir = save_run_model(model, out / "model",
+                                   extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
     unit = f"nats per {'character' if args.tokenizer == 'char' else 'token'}"
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), unit)}; model -> {model_dir}")
     if budget.limited:
@@ -134,6 +136,7 @@ def start_run(args):
     import torch
 
     from attnlab.cli.options import resolve_device, resolve_precision
+    from attnlab.training.outputs import check_run_output
 
     for flag, value in (("--max-steps", args.max_steps), ("--batch-size", args.batch_size)):
         if value < 1:
@@ -146,7 +149,7 @@ def start_run(args):
     device = resolve_device(args.device)
     bf16 = resolve_precision(args, device)
     out = Path(args.out)
-    previous = check_output_directory(out, args.resume)
+    previous = check_run_output(out, resume=args.resume, force=args.force)
     if args.threads:
         torch.set_num_threads(args.threads)
     return warmup, device, bf16, out, previous
@@ -178,21 +181,6 @@ def _fingerprint(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def check_output_directory(out, resume: bool):
-    """Refuse, before anything is read or written, an ``--out`` that cannot be used: an
-    existing file, or a directory that holds another run's checkpoints without ``--resume``.
-    Returns the checkpoint to resume from (None for a fresh run)."""
-    from attnlab.training import latest_checkpoint
-
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a directory")
-    previous = latest_checkpoint(out / "checkpoints")
-    if previous is not None and not resume:
-        raise ValueError(f"--out {out}: already holds checkpoints (latest {previous.name}); pass --resume to "
-                         "continue that run, or choose another --out")
-    return previous
 
 
 def check_same_run(checkpoint, run_info: dict) -> None:

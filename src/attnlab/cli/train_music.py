@@ -6,7 +6,8 @@
     attnlab train music --data my_midi_folder/ --out runs/mine
 
 The final model goes to ``OUT/model`` (config.json with the token encoding,
-model.safetensors), usable by ``attnlab generate-music --model OUT/model`` and
+model.safetensors, music.json: where its data came from), usable by
+``attnlab generate-music --model OUT/model`` and
 ``attnlab evaluate-music --model OUT/model``; ``OUT/checkpoints`` holds resumable
 checkpoints and ``OUT/metrics.jsonl`` the log (``valid_nll`` in nats per token over
 windows of the validation stream; ``evaluate-music`` scores each piece exactly).
@@ -18,6 +19,7 @@ HELP = "train a Music Transformer (relative attention) on JSB Chorales, Bach cho
 
 
 def add_arguments(parser) -> None:
+    from attnlab.cli.options import bounded_int
     from attnlab.cli.train_lm import add_run_arguments
 
     parser.add_argument("--data", required=True,
@@ -27,7 +29,7 @@ def add_arguments(parser) -> None:
                                            "~/.cache/attnlab/data); JSB is read from DATA_DIR/jsb_chorales/")
     parser.add_argument("--preset", help="model preset (default: music_jsb_relative for jsb, "
                                          "music_performance_small otherwise)")
-    parser.add_argument("--context", type=int, default=None,
+    parser.add_argument("--context", type=bounded_int(1, 2**24), default=None, metavar="N",
                         help="training window in tokens (default: 256 for jsb, 512 for performance events)")
     parser.add_argument("--no-augment", action="store_true",
                         help="performance data: no transpositions / time stretches")
@@ -42,10 +44,11 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import describe_device, parse_overrides
+    from attnlab.cli.options import check_training_memory, describe_device, parse_overrides, sizing_flags
     from attnlab.cli.train_lm import check_same_run, start_run, window_trainer
     from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.tasks.music import lm_loss, load_music_data, music_stream
+    from attnlab.tasks.music import MUSIC_FILE, data_record, lm_loss, load_music_data, music_stream
+    from attnlab.training.outputs import save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
     from attnlab.training.trainer import TRAINER_OUTPUTS
 
@@ -62,6 +65,8 @@ def run(args) -> int:
     run_info = {"data": data.fingerprint, "preset": preset, "set": args.set, "context": context}
     if previous is not None:
         check_same_run(previous, run_info)
+    check_training_memory(attnlab.get_preset(preset, **parse_overrides(args.set)), batch_size=args.batch_size,
+                          length=context, flag=sizing_flags(args, "--context", "--set", "--batch-size"))
     torch.manual_seed(args.seed)
     model = attnlab.create_model(preset, **parse_overrides(args.set))
     config = model.config
@@ -87,7 +92,8 @@ def run(args) -> int:
     with OutputLock(out, purpose="attnlab train music"):
         refuse_symlinks(out, (*TRAINER_OUTPUTS, "model"))
         train_within(trainer, budget, resume=args.resume, say=say)
-        model_dir = model.save_pretrained(out / "model")
+        model_dir = save_run_model(model, out / "model",
+                                   extra_files={MUSIC_FILE: data_record(args.data, args.data_dir)})
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), 'nats per token')}; model -> {model_dir}")
     if budget.limited:
         say(budget_report(budget))

@@ -21,7 +21,7 @@ HELP = "train a decoder-only text-to-image model (with its VQ-VAE) on the synthe
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import RUN_FORCE, add_device_argument, add_force_argument
 
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="scenes", help="scenes (the only set with the truth fidelity needs)")
@@ -56,6 +56,7 @@ def add_arguments(parser) -> None:
     run_group.add_argument("--threads", type=int, help="torch CPU threads")
     run_group.add_argument("--seed", type=int, default=0)
     run_group.add_argument("--out", required=True, help="output directory")
+    add_force_argument(run_group, RUN_FORCE)
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
 

@@ -68,16 +68,31 @@ def _check_positive(args, names) -> None:
             raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
 
 
+def check_image_folder_memory(args) -> None:
+    """``--image-size`` checked before a DIR's images are read: all of them resized to it
+    must fit in memory (shared by train vit and train image)."""
+    from attnlab.cli.options import check_fits_in_memory
+    from attnlab.data.images import IMAGE_SUFFIXES
+
+    size, folder = args.image_size, Path(args.data)
+    if size is None or not folder.is_dir():
+        return
+    count = sum(1 for path in folder.rglob("*") if path.suffix.lower() in IMAGE_SUFFIXES)
+    check_fits_in_memory(count * (args.channels or 3) * size * size, flag=f"--image-size {size}",
+                         what=f"the {count:,d} images of {folder} resized to {size}×{size}")
+
+
 def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import checkpoint_minutes, parse_overrides, resolve_precision
+    from attnlab.cli.options import (check_training_memory, checkpoint_minutes, parse_overrides, resolve_precision,
+                                     sizing_flags)
     from attnlab.data.images import describe, load_images
     from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluation_batches,
                                               save_confusion_matrix)
     from attnlab.files import atomic_write_bytes
-    from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
     from attnlab.training.trainer import TrainConfig, Trainer
 
@@ -99,13 +114,26 @@ def run(args) -> int:
     if plan:
         say(plan)
 
+    out = Path(args.out)
+    classes_file = out / CLASSES_FILE
+    has_run = check_run_output(out, resume=args.resume, force=args.force) is not None  # before reading data
+    if has_run and not classes_file.is_file():  # resuming: a ViT run wrote its classes first
+        raise ValueError(f"--out {out} holds a training run without {CLASSES_FILE}: not a Vision Transformer run; "
+                         "choose another directory")
+
+    check_image_folder_memory(args)
     train = load_images(args.data, "train", image_size=args.image_size, channels=args.channels)
+    if len(train.classes) < 2:
+        raise ValueError(f"--data {args.data}: {len(train.classes)} class ({', '.join(train.classes)}); a classifier "
+                         "needs at least 2 (one sub-folder of images per class)")
     kwargs = dict(image_size=train.image_size, channels=train.channels)
     valid, test = (load_images(args.data, split, **kwargs) for split in ("valid", "test"))
     overrides = {"num_classes": len(train.classes), "in_channels": train.channels, **parse_overrides(args.set)}
     preset = attnlab.get_preset(args.preset, **overrides)
     if train.image_size != preset.image_size and "image_size" not in overrides:
         overrides["image_size"] = train.image_size  # the images decide; the patch size must divide them
+    check_training_memory(attnlab.get_preset(args.preset, **overrides), batch_size=args.batch_size,
+                          flag=sizing_flags(args, "--image-size", "--set", "--batch-size"))
     torch.manual_seed(args.seed)
     model = attnlab.create_model(args.preset, **overrides).to(device)
     for part in (train, valid, test):
@@ -114,15 +142,6 @@ def run(args) -> int:
     say(f"model: {args.preset} {overrides}, {model.num_parameters():,d} parameters, device {device}, "
         + ("bf16 autocast" if bf16 else "float32") + (", compiled" if args.compile else ""))
 
-    out = Path(args.out)
-    classes_file = out / CLASSES_FILE
-    has_run = latest_checkpoint(out / "checkpoints") is not None
-    if not args.resume and has_run:  # before writing anything there
-        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
-                         "or choose another directory")
-    if has_run and not classes_file.is_file():  # resuming: a ViT run wrote its classes first
-        raise ValueError(f"--out {out} holds a training run without {CLASSES_FILE}: not a Vision Transformer run; "
-                         "choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     classes_bytes = (json.dumps({"classes": train.classes, "data": str(args.data),
                                  "input": "(pixel / 255 - 0.5) / 0.5"}, indent=2) + "\n").encode()
@@ -141,7 +160,7 @@ def run(args) -> int:
     train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
     if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
         return 0
-    model_dir = model.save_pretrained(out / "model", extra_files={CLASSES_FILE: classes_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={CLASSES_FILE: classes_bytes})
     evaluation, scored, scoring = score_test_split(model, test, budget, progress=not args.no_progress)
     write_evaluation(evaluation, out / "evaluation", scored, scoring=scoring.record())
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'))}")
@@ -150,6 +169,9 @@ def run(args) -> int:
         say(budget_report(budget))
     print(model_dir)
     return 0
+
+
+EVALUATION_FILES = ("results.json", "confusion_matrix.png")
 
 
 def score_test_split(model, test, budget, *, progress: bool = True, batch_size: int = 500):
@@ -200,15 +222,20 @@ def load_classifier(directory: str, device):
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"{directory}: holds a {model.config.family} model, not a Vision Transformer")
     path = Path(directory) / CLASSES_FILE
-    classes = [str(i) for i in range(model.config.num_classes)]
-    if path.is_file():
-        try:
-            classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{path}: not a valid class list ({error})") from None
-        if not isinstance(classes, list) or len(classes) != model.config.num_classes:
-            raise ValueError(f"{path}: expected {model.config.num_classes} class names")
-    return model, [str(name) for name in classes]
+    if not path.exists():  # a model saved without it (e.g. by the Python API): say so, and number the classes
+        print(f"note: {directory} has no {CLASSES_FILE}; its {model.config.num_classes} classes are shown as "
+              f"'class 0' .. 'class {model.config.num_classes - 1}'", file=sys.stderr)
+        return model, [f"class {i}" for i in range(model.config.num_classes)]
+    try:
+        classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a valid class list ({error})") from None
+    if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
+        raise ValueError(f"{path}: not a valid class list (\"classes\" must be a list of names)")
+    if len(classes) != model.config.num_classes:
+        raise ValueError(f"{path}: names {len(classes)} classes, but the model has {model.config.num_classes}; "
+                         "the file does not belong to this model")
+    return model, classes
 
 
 if __name__ == "__main__":

@@ -13,16 +13,18 @@ HELP = "write the ViT paper's interpretability figures (filters, position simila
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.vit import add_device_argument
+    from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
-    parser.add_argument("--out", required=True, help="directory for the PNG files")
+    parser.add_argument("--out", required=True, help="directory for the PNG files (made if missing; other files in "
+                                                     "it are left alone)")
     parser.add_argument("--data", help="image set for the attention figures (default: what the model was trained on)")
     parser.add_argument("--image", action="append", default=[], metavar="FILE",
                         help="use this image file instead (repeatable; the first is drawn)")
-    parser.add_argument("--images", type=int, default=128,
+    parser.add_argument("--images", type=bounded_int(1, 2**16), default=128, metavar="N",
                         help="test images averaged for the attention distance (default: 128)")
-    add_device_argument(parser)
+    add_force_argument(parser, "the four PNG files")
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:
@@ -31,13 +33,18 @@ def run(args) -> int:
     import torch
 
     from attnlab.cli.evaluate_vit import _trained_on
+    from attnlab.cli.options import apply_threads
     from attnlab.cli.vit import load_classifier, resolve_device
     from attnlab.data.images import load_images, read_image
+    from attnlab.files import check_output_directory, check_output_file
     from attnlab.tasks.classification import CLASSES_FILE, normalize
-    from attnlab.viz.vit import write_vit_figures
+    from attnlab.viz.vit import FIGURE_NAMES, write_vit_figures
 
-    if args.images < 1:
-        raise ValueError(f"--images={args.images} must be at least 1")
+    # The directory may hold other files (left alone); the four figures are replaced only with --force.
+    out = check_output_directory(args.out, force=True, flag="--out")
+    for name in FIGURE_NAMES if out.is_dir() else ():
+        check_output_file(out / name, force=args.force, flag="--out")
+    apply_threads(args)
     device = resolve_device(args.device)
     model, _ = load_classifier(args.model, device)
     config = model.config
@@ -48,6 +55,6 @@ def run(args) -> int:
         data = load_images(args.data or _trained_on(Path(args.model) / CLASSES_FILE), "test",
                            image_size=config.image_size, channels=config.in_channels)
         pixels = data.images[: args.images]
-    for path in write_vit_figures(model, normalize(pixels).to(device), args.out):
+    for path in write_vit_figures(model, normalize(pixels).to(device), out):
         print(path)
     return 0

@@ -364,7 +364,7 @@ def load_jsb_chorales(split: str, data_dir: str | os.PathLike | None = None) -> 
     try:
         with np.load(path, allow_pickle=False) as archive:
             steps, lengths = archive[f"{split}_steps"], archive[f"{split}_lengths"]
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:  # EOFError: an empty file
         raise MusicFileError(f"{path}: not a readable JSB Chorales archive ({error})") from None
     if steps.ndim != 2 or steps.shape[1] != 4 or lengths.ndim != 1 or int(lengths.sum()) != steps.shape[0]:
         raise MusicFileError(f"{path}: {split}_steps {steps.shape} and {split}_lengths (sum "

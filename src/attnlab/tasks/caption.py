@@ -378,6 +378,7 @@ class CaptionTrainOptions:
     seed: int = 0
     device: str = "cpu"
     resume: bool = False
+    force: bool = False  # replace what OUT/model holds (attnlab.training.outputs.check_run_output)
     progress_bar: bool = True
     log: Callable[[str], None] = print
 
@@ -389,7 +390,7 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     Returns ``(model directory, results)``."""
     from attnlab.files import atomic_write_json
     from attnlab.models.registry import create_model, get_preset
-    from attnlab.training.checkpoint import latest_checkpoint
+    from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
     from attnlab.training.trainer import TrainConfig, Trainer
 
@@ -401,9 +402,7 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     if get_preset(o.preset).family != "captioner":
         raise ValueError(f"--preset {o.preset!r} is not a captioner preset")
     out = Path(o.out)
-    if not o.resume and latest_checkpoint(out / "checkpoints") is not None:
-        raise ValueError(f"--out {out} already holds a training run; pass --resume to continue it, "
-                         "or choose another directory")
+    check_run_output(out, resume=o.resume, force=o.force)
     image_size = 64 if o.data == "scenes64" else o.image_size
     train = load_caption_split(o.data, "train", image_size=image_size, count=o.train_images)
     valid = load_caption_split(o.data, "valid", image_size=image_size)
@@ -440,7 +439,7 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     started = time.perf_counter()
     train_within(trainer, budget, reserve=scoring_reserve(budget), resume=o.resume, say=o.log)
     seconds = time.perf_counter() - started
-    model_dir = model.save_pretrained(out / "model", extra_files={
+    model_dir = save_run_model(model, out / "model", extra_files={
         "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()})
     o.log(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_ppl'))}")
     results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size, budget=budget,

@@ -42,11 +42,49 @@ import torch
 from attnlab.data import music
 from attnlab.tasks.lm import lm_loss, score_windows, scoring_windows
 
-__all__ = ["load_music_model", "MusicData", "load_music_data", "music_stream", "evaluate_nll", "lm_loss", "TRANSPOSITIONS", "STRETCHES",
+__all__ = ["load_music_model", "MUSIC_FILE", "data_record", "recorded_data", "MusicData", "load_music_data", "music_stream", "evaluate_nll", "lm_loss", "TRANSPOSITIONS", "STRETCHES",
            "primer_tokens", "tokens_to_notes"]
 
 TRANSPOSITIONS = (-3, -2, -1, 0, 1, 2, 3)
 STRETCHES = (0.95, 1.0, 1.05)
+MUSIC_FILE = "music.json"
+"""A music model directory's record of its training data: ``{"data": "jsb" | "bach" | an
+absolute MIDI folder, "data_dir": the absolute data directory or null}``."""
+
+
+def data_record(source: str, data_dir: str | os.PathLike | None) -> bytes:
+    """``music.json`` for a model trained on ``--data source --data-dir data_dir``: the
+    data's name and where it was found, as absolute paths (so generate-music's
+    ``jsb-valid:N`` and evaluate-music find it again without ``--data-dir``)."""
+    import json
+
+    from attnlab.data.registry import data_root
+
+    if source in ("jsb", "bach"):
+        root = data_dir if data_dir is not None else (data_root() if source == "jsb" else None)
+        record = {"data": source, "data_dir": None if root is None else os.path.abspath(root)}
+    else:
+        record = {"data": os.path.abspath(source), "data_dir": None}
+    return (json.dumps(record, indent=2) + "\n").encode()
+
+
+def recorded_data(directory: str | os.PathLike) -> dict:
+    """What ``directory/music.json`` says (``{}`` for a model saved before it was written);
+    ValueError naming the file when it is not such a record."""
+    import json
+
+    path = os.path.join(directory, MUSIC_FILE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a readable record of the training data ({error})") from None
+    if not isinstance(record, dict) or not all(isinstance(record.get(key), (str, type(None)))
+                                               for key in ("data", "data_dir")):
+        raise ValueError(f"{path}: expected {{\"data\": ..., \"data_dir\": ...}} with strings or null")
+    return {key: record.get(key) for key in ("data", "data_dir")}
 
 
 def load_music_model(directory, *, device="cpu"):
@@ -149,6 +187,8 @@ def evaluate_nll(model, pieces: Sequence[Sequence[int]], *, context: int, batch_
     "context": ...}`` (and ``"stride"`` when given)."""
     if context < 1:
         raise ValueError(f"context={context} must be >= 1")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be a whole number >= 1")
     if context > model.config.max_positions:
         raise ValueError(f"context={context} exceeds the model's max_positions={model.config.max_positions}")
     if stride is not None and not 1 <= stride <= context:
@@ -177,13 +217,13 @@ def primer_tokens(encoding: str, primer: str | None, *, data_dir=None, primer_st
         if encoding != "jsb":
             raise ValueError(f"--primer {primer}: a JSB chorale primes a JSB model; this model's encoding is "
                              f"{encoding} (give a MIDI file)")
+        if isinstance(primer_steps, bool) or not isinstance(primer_steps, int) or primer_steps < 1:
+            raise ValueError(f"--primer-steps={primer_steps!r} must be a whole number of steps, at least 1")
         chorales = music.load_jsb_chorales("valid", data_dir)
-        try:
-            index = int(primer.split(":", 1)[1])
-            chorale = chorales[index]
-        except (ValueError, IndexError):
-            raise ValueError(f"--primer {primer}: give jsb-valid:N with N in 0..{len(chorales) - 1}") from None
-        return prompt + music.serialize_chorale(chorale[:primer_steps])
+        text = primer.split(":", 1)[1].strip()
+        if not (text.isascii() and text.isdigit()) or int(text) >= len(chorales):  # no counting from the end
+            raise ValueError(f"--primer {primer}: give jsb-valid:N with N in 0..{len(chorales) - 1}")
+        return prompt + music.serialize_chorale(chorales[int(text)][:primer_steps])
     if encoding != "performance":
         raise ValueError(f"--primer {primer}: a MIDI primer needs a performance-event model; this model's encoding "
                          "is jsb (prime it with jsb-valid:N)")

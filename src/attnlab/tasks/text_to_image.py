@@ -315,6 +315,7 @@ class TextToImageTrainOptions:
     top_k: int | None = 32
     seed: int = 0
     device: str = "cpu"
+    force: bool = False  # replace what OUT/model holds (attnlab.training.outputs.check_run_output)
     progress_bar: bool = True
     log: Callable[[str], None] = print
 
@@ -478,6 +479,7 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     from attnlab.files import atomic_write_json
     from attnlab.models.registry import create_model, get_preset, load_model
     from attnlab.tasks.caption import train_caption_tokenizer
+    from attnlab.training.outputs import check_run_output
     from attnlab.training.phases import budget_plan, budget_report, command_budget, portion, scoring_reserve
 
     o = options
@@ -487,8 +489,7 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     if get_preset(o.preset).family != "text_to_image":
         raise ValueError(f"--preset {o.preset!r} is not a text-to-image preset")
     out = Path(o.out)
-    if (out / "model").exists():
-        raise ValueError(f"--out {out} already holds a trained model; choose another directory")
+    check_run_output(out, resume=False, force=o.force)
     plan = budget_plan(budget, parts=[(name, share) for name, share, given in (
         ("the VQ-VAE", VQVAE_SHARE, o.vqvae), ("the attribute reader", READER_SHARE, o.classifier)) if not given],
         main="the text-to-image model", scoring="fidelity on held-out prompts")

@@ -48,9 +48,9 @@ from attnlab.training import (
     average_checkpoints_to_directory,
     init_distributed,
     label_smoothed_cross_entropy,
-    latest_checkpoint,
     list_checkpoints,
 )
+from attnlab.training.outputs import check_run_output
 from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
 from attnlab.training.trainer import TRAINER_OUTPUTS
 
@@ -109,6 +109,7 @@ class TranslationTrainOptions:
     average_last: int = 1
     log_every: int = 50
     resume: bool = False
+    force: bool = False  # replace what OUT/model holds (attnlab.training.outputs.check_run_output)
     seed: int = 1
     device: str = "cpu"
     progress_bar: bool = True
@@ -213,13 +214,8 @@ def train_translation(options: TranslationTrainOptions) -> Path:
         raise ValueError(f"--max-tokens={options.max_tokens} must exceed --max-length={options.max_length} + 1")
     if options.average_last < 1:
         raise ValueError(f"--average-last={options.average_last} must be at least 1")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a directory")
-    existing = latest_checkpoint(out / "checkpoints")
-    if existing is not None and not options.resume:
-        # Refuse before spending minutes on the vocabulary (the Trainer would refuse later).
-        raise ValueError(f"{out} already holds checkpoints (latest {existing.name}); "
-                         "pass --resume to continue that run, or choose another --out")
+    # Refuse before spending minutes on the vocabulary (the Trainer would refuse later).
+    check_run_output(out, resume=options.resume, force=options.force)
     _check_train_options(options)
     context = init_distributed()
     # One writer per --out (rank 0 writes; the lock is held until this process ends).
@@ -323,7 +319,7 @@ def _train_translation(options: TranslationTrainOptions, context, out: Path, sta
     model_dir = out / MODEL_SUBDIR
     if context.is_main:
         checkpoints = list_checkpoints(out / "checkpoints")[-options.average_last:]
-        average_checkpoints_to_directory(checkpoints, model_dir)
+        average_checkpoints_to_directory(checkpoints, model_dir, replace=options.force)
         summary = trainer.summary(("loss", "ppl", "valid_loss", "valid_ppl"))
         _say(context, f"done: {summary}; model -> {model_dir}"
                       + (f" (average of {len(checkpoints)} checkpoints)" if len(checkpoints) > 1 else ""))

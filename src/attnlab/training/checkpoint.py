@@ -522,11 +522,14 @@ def write_model_directory(
     out_dir: str | os.PathLike,
     *,
     copy_from: str | os.PathLike | None = None,
+    replace: bool = False,
 ) -> Path:
     """Write ``model.safetensors`` (and the model files of ``copy_from``) atomically to ``out_dir``.
 
     ``copy_from`` is a checkpoint or model directory whose ``config.json`` and
-    other model files (tokenizer, ...) are copied; training state is not.
+    other model files (tokenizer, ...) are copied; training state is not. An existing
+    ``out_dir`` must pass :func:`check_replaceable_model_directory`, unless ``replace``
+    (the caller checked it, e.g. ``--force``): then it is replaced as a whole.
     """
     out_dir = Path(out_dir)
     sources: list[Path] = []
@@ -543,7 +546,8 @@ def write_model_directory(
                 raise ValueError(f"{source}: is a symlink (to {os.readlink(source)}); refusing to copy what it "
                                  "points to into a model directory")
     recover_directory(out_dir)
-    check_replaceable_model_directory(out_dir)
+    if not replace:
+        check_replaceable_model_directory(out_dir)
     with _atomic_directory(out_dir) as directory:
         tensors = {key: tensor.contiguous() for key, tensor in state_dict.items()}
         safetensors.torch.save_file(tensors, str(directory / MODEL_FILE), metadata={"format": "pt"})
@@ -561,10 +565,11 @@ def write_model_directory(
 
 
 def average_checkpoints_to_directory(
-    paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike
+    paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *, replace: bool = False
 ) -> Path:
-    """Average ``paths`` and write a model directory (config and model files from the first)."""
+    """Average ``paths`` and write a model directory (config and model files from the first);
+    ``replace``: see :func:`write_model_directory`."""
     if not paths:
         raise ValueError("paths: need at least one checkpoint to average")
     averaged = average_checkpoints(paths)
-    return write_model_directory(averaged, out_dir, copy_from=paths[0])
+    return write_model_directory(averaged, out_dir, copy_from=paths[0], replace=replace)

@@ -62,5 +62,7 @@ def plot_attention_grid(weights, key_labels: Sequence[str], query_labels: Sequen
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
+    from attnlab.files import atomic_write
+
+    atomic_write(path, lambda temporary: figure.savefig(temporary, format="png"))  # never through a symlink
     return path

@@ -1,0 +1,78 @@
+"""The one check every training verb makes of its ``--out`` before it reads data or writes.
+
+A training run writes ``OUT/checkpoints``, ``OUT/metrics.jsonl`` and, at its end,
+``OUT/model``. :func:`check_run_output` refuses an OUT that would lose something:
+
+* a file where the directory should be;
+* checkpoints of an earlier run without ``--resume`` (the runs would interleave);
+* an existing ``OUT/model`` (a finished model, or a directory of the user's files) that
+  the run would overwrite: allowed only with ``--resume`` when there is a run to continue
+  (its model is the run's own), or with ``--force`` (the new model then replaces it);
+  a file named ``OUT/model`` or a symlink there is refused always.
+
+The message says what is there: an attnlab model (``config.json`` + ``model.safetensors``)
+or other files, named.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attnlab.training.checkpoint import latest_checkpoint
+
+__all__ = ["check_run_output", "describe_model_directory", "save_run_model"]
+
+MODEL_SUBDIR = "model"
+
+
+def describe_model_directory(directory: Path) -> str:
+    """What ``directory`` holds, for a message: "a trained attnlab model" or "files attnlab
+    did not write (notes.txt, ...)"."""
+    names = sorted(entry.name for entry in directory.iterdir())
+    if {"config.json", "model.safetensors"} <= set(names):
+        return "a trained attnlab model"
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"files attnlab did not write ({shown})"
+
+
+def check_run_output(out: str | os.PathLike, *, resume: bool, force: bool = False,
+                     flag: str = "--out") -> Path | None:
+    """Check a training verb's output directory ``out`` (see the module docstring) before
+    anything is read or written; return the checkpoint ``--resume`` continues (None for a
+    fresh run). Raises ValueError naming ``flag``."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{flag} {out}: exists and is not a directory")
+    checkpoint = latest_checkpoint(out / "checkpoints") if out.is_dir() else None
+    if checkpoint is not None and not resume:
+        raise ValueError(f"{flag} {out}: already holds checkpoints (latest {checkpoint.name}); pass --resume to "
+                         "continue that run, or choose another directory")
+    model = out / MODEL_SUBDIR
+    if model.is_symlink():
+        raise ValueError(f"{flag} {out}: {model} is a symlink (to {os.readlink(model)}); attnlab does not write "
+                         "through symlinks; remove it or choose another directory")
+    if model.exists() and not model.is_dir():
+        raise ValueError(f"{flag} {out}: {model} is a file, not a model directory; move it away or choose another "
+                         "directory")
+    if not model.is_dir() or not any(model.iterdir()):
+        return checkpoint
+    if (resume and checkpoint is not None) or force:
+        return checkpoint  # continuing the run that wrote it, or asked to replace it
+    what = describe_model_directory(model)
+    why = " and no checkpoints to resume" if resume else ""
+    raise ValueError(f"{flag} {out}: {model} already holds {what}{why}; a new run would overwrite it. Pass --force "
+                     "to replace it, or choose another directory")
+
+
+def save_run_model(model, directory: str | os.PathLike, *, extra_files: dict[str, bytes] | None = None) -> Path:
+    """Write a run's final model to ``directory`` (``OUT/model``) as a whole: built in a
+    temporary directory and swapped in (:func:`attnlab.files.atomic_directory`), so what was
+    there before (allowed by :func:`check_run_output`) is replaced entirely, never mixed
+    with the new files, and a crash leaves the old directory or the new one."""
+    from attnlab.files import atomic_directory
+
+    directory = Path(directory)
+    with atomic_directory(directory) as temporary:
+        model.save_pretrained(temporary, extra_files=extra_files)
+    return directory
