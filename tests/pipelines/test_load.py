@@ -97,3 +97,9 @@ def test_import_attnlab_stays_light_and_exports_load():
             "import attnlab.pipelines; assert attnlab.load is attnlab.pipelines.load; print('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_load_model_on_a_huggingface_bert_directory_points_to_attnlab_load(hf_bert_dir):
+    with pytest.raises(ValueError, match=r"a HuggingFace BERT directory.*attnlab\.load\(directory\)"):
+        attnlab.load_model(hf_bert_dir)
+    assert attnlab.load(hf_bert_dir).family == "bert"
