@@ -103,3 +103,26 @@ def test_load_model_on_a_huggingface_bert_directory_points_to_attnlab_load(hf_be
     with pytest.raises(ValueError, match=r"a HuggingFace BERT directory.*attnlab\.load\(directory\)"):
         attnlab.load_model(hf_bert_dir)
     assert attnlab.load(hf_bert_dir).family == "bert"
+
+
+def test_a_family_can_claim_directories_another_library_wrote(tmp_path, monkeypatch):
+    from attnlab.pipelines import base
+
+    monkeypatch.setattr(base, "_PIPELINES", dict(base._PIPELINES))  # registrations end with the test
+    monkeypatch.setattr(base, "_FOREIGN", list(base._FOREIGN))
+
+    @register_pipeline("toy_family")
+    class ToyPipeline(Pipeline):
+        @classmethod
+        def load(cls, directory, *, device="cpu"):
+            return cls(torch.nn.Linear(2, 2), directory)
+
+    base.register_foreign_directory("toy_family", lambda directory: (directory / "toy.marker").is_file())
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "toy.marker").write_text("")
+    pipeline = attnlab.load(foreign)
+    assert isinstance(pipeline, ToyPipeline) and pipeline.family == "toy_family"
+    assert "toy_family" in known_pipelines()
+    with pytest.raises(ValueError, match="'toy_family' pipeline does not show its attention yet.*decoder_lm"):
+        pipeline.attention("anything")

@@ -30,6 +30,8 @@ def test_translate_equals_the_translator_and_the_cli(translation_dir, tmp_path, 
                    "--device", "cpu"], capsys)
     assert cli == "".join(t + "\n" for t in got)
     assert pipeline.translate(SENTENCES[0], beam=beam) == got[0]  # one string in, one string out
+    if beam == 3:
+        assert pipeline.translate(SENTENCES) == pipeline.translate(SENTENCES, beam=4)  # the verb's default beam
 
 
 def test_translation_attention_equals_the_translators_cross_attention(translation_dir):

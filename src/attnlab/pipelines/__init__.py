@@ -7,7 +7,8 @@
 A pipeline carries the model with what its directory holds (tokenizer, class names,
 VQ-VAE, ...) and offers the family's natural calls on raw inputs (docs/api.md). One
 registry keyed by the ``family`` of ``config.json`` (:func:`register_pipeline`); a
-HuggingFace BERT directory (``model_type: bert``) loads as the ``bert`` pipeline.
+HuggingFace BERT directory (``model_type: bert``) loads as the ``bert`` pipeline
+(:func:`register_foreign_directory`: how a family claims directories other libraries write).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from attnlab.pipelines.base import Pipeline, known_pipelines, pipeline_class, register_pipeline
+from attnlab.pipelines.base import (Pipeline, foreign_family, known_pipelines, pipeline_class,
+                                    register_foreign_directory, register_pipeline)
 from attnlab.pipelines.images import to_pil
 
 # The families' modules register their pipelines on import.
@@ -23,14 +25,13 @@ from attnlab.pipelines import music as _music  # noqa: E402,F401  isort: skip
 from attnlab.pipelines import text as _text  # noqa: E402,F401  isort: skip
 from attnlab.pipelines import vision as _vision  # noqa: E402,F401  isort: skip
 
-__all__ = ["load", "register_pipeline", "known_pipelines", "Pipeline", "to_pil"]
+__all__ = ["load", "register_pipeline", "register_foreign_directory", "known_pipelines", "Pipeline", "to_pil"]
 
 
 def load(directory: str | os.PathLike, *, device: str = "cpu") -> Pipeline:
     """The pipeline of a model directory, by the ``family`` in its ``config.json`` (or a
     HuggingFace BERT directory). ValueError naming the directory and the known families
     for anything else."""
-    from attnlab.interop.hf_bert import is_hf_bert_directory
     from attnlab.models.registry import load_config
 
     if not isinstance(directory, (str, os.PathLike)):
@@ -39,9 +40,8 @@ def load(directory: str | os.PathLike, *, device: str = "cpu") -> Pipeline:
     known = ", ".join(known_pipelines()) + " (and HuggingFace BERT directories)"
     if not path.is_dir():
         raise ValueError(f"{path}: no such model directory; attnlab.load knows the families {known}")
-    if is_hf_bert_directory(path):
-        family = "bert"
-    else:
+    family = foreign_family(path)
+    if family is None:
         try:
             family = load_config(path).family
         except ValueError as error:

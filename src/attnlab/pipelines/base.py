@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["Pipeline", "register_pipeline", "known_pipelines", "pipeline_class"]
+__all__ = ["Pipeline", "register_pipeline", "register_foreign_directory", "known_pipelines", "pipeline_class"]
 
 _PIPELINES: dict[str, type[Pipeline]] = {}
 
@@ -32,6 +32,24 @@ def register_pipeline(family: str) -> Callable[[type[Pipeline]], type[Pipeline]]
         _PIPELINES[family] = cls
         return cls
     return decorate
+
+
+_FOREIGN: list[tuple[Callable[[Path], bool], str]] = []
+
+
+def register_foreign_directory(family: str, recognise: Callable[[Path], bool]) -> None:
+    """Directories another library wrote (no attnlab ``config.json``) that the pipeline of
+    ``family`` reads: ``recognise(directory)`` says whether one is such a directory (e.g.
+    ``is_hf_bert_directory`` -> ``"bert"``). Checked in registration order before ``config.json``."""
+    _FOREIGN.append((recognise, family))
+
+
+def foreign_family(directory: Path) -> str | None:
+    """The family whose pipeline reads the foreign ``directory``, or None."""
+    for recognise, family in _FOREIGN:
+        if recognise(directory):
+            return family
+    return None
 
 
 def known_pipelines() -> list[str]:

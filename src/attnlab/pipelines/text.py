@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_texts, register_pipeline
+from attnlab.pipelines.base import Pipeline, check_int, check_texts, register_foreign_directory, register_pipeline
 
 __all__ = ["TranslationPipeline", "LanguageModelPipeline", "BertPipeline"]
 
@@ -35,11 +35,13 @@ class TranslationPipeline(Pipeline):
     def tokenizer(self):
         return self.translator.tokenizer
 
-    def translate(self, texts: str | list[str], *, beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.5,
-                  max_len_b: float = 10, batch_size: int = 32) -> str | list[str]:
+    def translate(self, texts: str | list[str], *, beam: int | None = None, alpha: float = 0.6,
+                  max_len_a: float = 1.5, max_len_b: float = 10, batch_size: int = 32) -> str | list[str]:
         """Translations of ``texts`` (one string, or a list: same order and number); beam
-        search with the GNMT length penalty ``alpha`` (``beam=1``: greedy), as ``attnlab translate``."""
+        search with the GNMT length penalty ``alpha`` (``beam=1``: greedy; None: the model's
+        default, 4 for attnlab models), as ``attnlab translate``."""
         items, single = check_texts(texts)
+        beam = getattr(self.translator, "default_beam_size", 4) if beam is None else beam
         check_int(beam, "beam")
         check_int(batch_size, "batch_size")
         out = self.translator.translate(items, beam_size=beam, alpha=alpha, batch_size=batch_size,
@@ -131,6 +133,12 @@ class LanguageModelPipeline(Pipeline):
         return _groups(LMSource(self.model, self.tokenizer).analyse(text, generate=generate))
 
 
+def _is_hf_bert_directory(directory: Path) -> bool:
+    from attnlab.interop.hf_bert import is_hf_bert_directory
+
+    return is_hf_bert_directory(directory)
+
+
 @register_pipeline("bert")
 class BertPipeline(Pipeline):
     """A BERT encoder with its WordPiece vocabulary: a HuggingFace BERT directory (e.g.
@@ -176,3 +184,6 @@ class BertPipeline(Pipeline):
 
         check_texts(text, "text")
         return _groups(BertSource(self.model, self.tokenizer).analyse(text))
+
+
+register_foreign_directory("bert", _is_hf_bert_directory)
