@@ -74,16 +74,6 @@ def test_a_directory_without_its_tokenizer_is_refused(tmp_path, lm_char_dir):
     _one_line_error(bare, str(bare), "tokenizer")
 
 
-def test_attention_of_a_family_without_maps_names_the_families_that_have_them(vit_dir):
-    with pytest.raises(ValueError) as error:
-        attnlab.load(vit_dir).attention(torch.zeros(28, 28, dtype=torch.uint8))
-    message = str(error.value)
-    assert "'vit'" in message and "\n" not in message
-    for family in ("bert", "captioner", "decoder_lm", "image_transformer", "music_transformer", "text_to_image",
-                   "transformer"):
-        assert family in message
-
-
 def test_a_family_is_registered_once():
     class Other(Pipeline):
         pass

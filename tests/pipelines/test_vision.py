@@ -71,6 +71,22 @@ def test_classify_checks_images_against_the_model(vit_dir, tmp_path):
         vit.classify(_digit(0), top=0)
 
 
+def test_vit_attention_is_the_encoders_over_class_token_and_patches(vit_dir):
+    from attnlab.tasks.classification import normalize
+
+    vit = attnlab.load(vit_dir)
+    groups = vit.attention(_digit(4))
+    with torch.no_grad():
+        _, weights = vit.model.encode(normalize(torch.from_numpy(_digit(4))[None, None]), need_weights=True)
+    torch.testing.assert_close(groups["self"], torch.stack([w.self_attn[0] for w in weights]))
+    config = vit.model.config
+    tokens = config.num_prefix_tokens + config.grid[0] * config.grid[1]
+    assert groups["self"].shape == (config.num_layers, config.num_heads, tokens, tokens)
+    torch.testing.assert_close(groups["self"].sum(-1), torch.ones(config.num_layers, config.num_heads, tokens))
+    with pytest.raises(ValueError, match="one image"):
+        vit.attention([_digit(4), _digit(5)])
+
+
 # -- captioner -----------------------------------------------------------------------------
 def _scene(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, size=(32, 32, 3), dtype=np.uint8)

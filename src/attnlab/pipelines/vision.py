@@ -60,6 +60,17 @@ class ClassifierPipeline(Pipeline):
             ranked.append([(self.classes[i], float(p)) for p, i in zip(values, indices.tolist())])
         return ranked[0] if single else ranked
 
+    def attention(self, image) -> dict[str, Tensor]:
+        """``{"self": (layers, heads, T, T)}`` over the model's tokens for one image: the
+        class token (if the model has one) then the patches, row by row."""
+        from attnlab.tasks.classification import normalize
+        from attnlab.viz.explorer.maps import attention_maps
+
+        pixels, single = to_pixels(image, self.image_spec, "image")
+        if not single:
+            raise ValueError("image: attention() takes one image")
+        return attention_maps(self.model, images=normalize(pixels).to(self.device))
+
 
 @register_pipeline("captioner")
 class CaptionPipeline(Pipeline):
