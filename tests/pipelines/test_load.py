@@ -116,3 +116,12 @@ def test_a_family_can_claim_directories_another_library_wrote(tmp_path, monkeypa
     assert "toy_family" in known_pipelines()
     with pytest.raises(ValueError, match="'toy_family' pipeline does not show its attention yet.*decoder_lm"):
         pipeline.attention("anything")
+
+
+def test_a_bad_device_is_named(lm_char_dir):
+    with pytest.raises(ValueError, match="device='gpu': not a torch device"):
+        attnlab.load(lm_char_dir, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device='cuda': no CUDA GPU"):
+            attnlab.load(lm_char_dir, device="cuda")
+    assert attnlab.load(lm_char_dir, device=torch.device("cpu")).device == torch.device("cpu")

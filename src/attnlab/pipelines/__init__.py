@@ -51,4 +51,21 @@ def load(directory: str | os.PathLike, *, device: str = "cpu") -> Pipeline:
     if cls is None:
         raise ValueError(f"{path}: holds a {family!r} model, which has no pipeline; attnlab.load knows the "
                          f"families {known}")
-    return cls.load(path, device=str(device))
+    return cls.load(path, device=_check_device(device))
+
+
+def _check_device(device) -> str:
+    """``device`` as a string torch accepts, on a machine that has it; ValueError otherwise."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={device!r}: not a torch device (cpu, cuda, cuda:N, ...)") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"device={device!r}: no CUDA GPU is available here; use device='cpu'")
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(f"device={device!r}: this machine has {count} CUDA GPU(s) (cuda:0 .. cuda:{count - 1})")
+    return str(parsed)
