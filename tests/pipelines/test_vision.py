@@ -220,3 +220,14 @@ def test_image_transformer_attention_is_the_models(super_resolution_dir, image_d
     assert sorted(attnlab.load(image_dir).attention(image)) == ["self"]
     with pytest.raises(ValueError, match="low_res: this is not a super-resolution model"):
         attnlab.load(image_dir).attention(image, low_res=image[:2, :2])
+
+
+@pytest.mark.parametrize("temperature", [-0.5, float("nan"), float("inf"), True, "1"])
+def test_sampling_temperatures_are_checked(image_dir, text_to_image_dir, temperature):
+    with pytest.raises(ValueError, match="temperature="):
+        attnlab.load(image_dir).sample(1, temperature=temperature)
+    with pytest.raises(ValueError, match="temperature="):
+        attnlab.load(text_to_image_dir).imagine("a red circle", temperature=temperature)
+    with pytest.raises(ValueError, match="temperature=0 must be a finite number > 0"):
+        attnlab.load(text_to_image_dir).imagine("a red circle", temperature=0)
+    assert attnlab.load(image_dir).sample(1, temperature=0).shape == (1, 4, 4, 1)  # 0: greedy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,10 @@ __all__ = ["ClassifierPipeline", "CaptionPipeline", "TextToImagePipeline", "Imag
 
 
 def _check_sampling(temperature: float, top_k: int | None, *, greedy_allowed: bool, top_k_max: int | None = None):
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-            temperature >= 0 if greedy_allowed else temperature > 0) or temperature == float("inf"):
+    """``temperature`` a finite number > 0 (>= 0 where 0 means greedy), ``top_k`` None or 1..``top_k_max``."""
+    lowest_ok = 0.0 if greedy_allowed else math.nextafter(0.0, 1.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not lowest_ok <= temperature < math.inf:
         raise ValueError(f"temperature={temperature!r} must be a finite number "
                          + (">= 0 (0: greedy)" if greedy_allowed else "> 0"))
     if top_k is not None:
