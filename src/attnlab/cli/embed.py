@@ -19,21 +19,15 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import torch
-    import torch.nn.functional as F
-
     from attnlab.interop.hf_bert import load_hf_bert
-    from attnlab.models.bert import mean_pool
+    from attnlab.models.bert import sentence_embeddings
 
     if not 0 <= args.decimals <= 10:
         raise ValueError(f"--decimals {args.decimals}: choose 0 to 10")
     device = resolve_device(args.device)
     model, tokenizer = load_hf_bert(args.model, device=device)
     batch, _ = tokenizer.encode(args.sentences)
-    batch = {name: value.to(device) for name, value in batch.items()}
-    with torch.inference_mode():
-        out = model(batch["ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"])
-        embeddings = F.normalize(mean_pool(out.hidden, batch["attention_mask"]), dim=-1).cpu()
+    embeddings = sentence_embeddings(model, batch)
     fmt = f"{{:.{args.decimals}f}}"
     if args.vectors:
         for vector in embeddings.tolist():

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["IMAGE_SETS", "DataUnavailable", "ImageSet", "load_images", "read_image", "SPLITS"]
+__all__ = ["IMAGE_SETS", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS"]
 
 SPLITS = ("train", "valid", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -193,15 +193,26 @@ def read_image(path: str | Path, *, image_size: int | None = None, channels: int
     try:
         with Image.open(path) as image:
             image.load()
-            mode = {1: "L", 3: "RGB"}.get(channels) or ("L" if image.mode in ("1", "L", "I;16", "I", "F") else "RGB")
-            image = image.convert(mode)
-            if image_size is not None and image.size != (image_size, image_size):
-                image = image.resize((image_size, image_size), Image.Resampling.BICUBIC)
-            array = np.asarray(image, dtype=np.uint8)
+            return pil_to_tensor(image, image_size=image_size, channels=channels)
     except FileNotFoundError:
         raise ValueError(f"{path}: no such image file") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise ValueError(f"{path}: not a readable image ({error})") from None
+
+
+def pil_to_tensor(image, *, image_size: int | None = None, channels: int | None = None) -> Tensor:
+    """A Pillow image as ``(C, H, W)`` uint8, the way :func:`read_image` reads a file:
+    converted to grey (1 channel) or RGB (3) (None: grey for grey modes, else RGB) and
+    resized (bicubic) to ``image_size`` squared when given."""
+    from PIL import Image
+
+    if channels not in (None, 1, 3):
+        raise ValueError(f"channels must be 1 or 3 for images, got {channels}")
+    mode = {1: "L", 3: "RGB"}.get(channels) or ("L" if image.mode in ("1", "L", "I;16", "I", "F") else "RGB")
+    image = image.convert(mode)
+    if image_size is not None and image.size != (image_size, image_size):
+        image = image.resize((image_size, image_size), Image.Resampling.BICUBIC)
+    array = np.asarray(image, dtype=np.uint8)
     array = array[:, :, None] if array.ndim == 2 else array
     return torch.from_numpy(array.copy()).permute(2, 0, 1)
 

@@ -225,14 +225,25 @@ def load_hf_bert(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
     except (SafetensorError, OSError) as error:
         raise ValueError(f"{weights_path}: not a readable safetensors file (truncated or foreign?): {error}") from None
     model = _load_into(config, state_dict, str(weights_path))
+    return model.to(device), load_wordpiece(directory, config)
+
+
+def load_wordpiece(directory: str | os.PathLike, config: BertConfig) -> WordPieceTokenizer:
+    """The WordPiece tokenizer of a BERT directory: ``vocab.txt`` (lower-casing from
+    ``tokenizer_config.json``'s ``do_lower_case``, default true), truncating at the model's
+    ``max_positions``; ValueError when it is missing or larger than the model's vocabulary."""
+    directory = Path(directory)
+    vocab_path = directory / "vocab.txt"
+    if not vocab_path.is_file():
+        raise ValueError(f"{vocab_path}: no such file; a BERT directory holds its WordPiece vocabulary there")
     tokenizer_config = directory / "tokenizer_config.json"
     lowercase = _read_json(tokenizer_config).get("do_lower_case", True) if tokenizer_config.is_file() else True
     tokenizer = WordPieceTokenizer(vocab_path, lowercase=bool(lowercase), max_length=config.max_positions)
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(f"{vocab_path}: {tokenizer.vocab_size} tokens but config.json has vocab_size="
                          f"{config.vocab_size}")
-    return model.to(device), tokenizer
+    return tokenizer
 
 
 __all__ = ["WordPieceTokenizer", "bert_state_dict_to_attnlab", "config_from_hf_bert", "from_hf_bert",
-           "is_hf_bert_directory", "load_hf_bert"]
+           "is_hf_bert_directory", "load_hf_bert", "load_wordpiece"]

@@ -160,6 +160,18 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
 
+
+@torch.inference_mode()
+def sentence_embeddings(model, batch: dict[str, Tensor]) -> Tensor:
+    """Unit-length sentence embeddings ``(B, d)`` (float32, on the CPU) of an encoded batch
+    (``ids``, ``attention_mask``, ``token_type_ids``, each ``(B, L)``): :func:`mean_pool` over
+    the real tokens, then L2-normalised, as ``attnlab embed`` and sentence-transformers'
+    all-MiniLM models do."""
+    device = next(model.parameters()).device
+    batch = {name: value.to(device) for name, value in batch.items()}
+    out = model(batch["ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"])
+    return F.normalize(mean_pool(out.hidden, batch["attention_mask"]), dim=-1).float().cpu()
+
 # -- presets ---------------------------------------------------------------------------
 @register_preset
 def bert_base() -> BertConfig:
@@ -174,4 +186,4 @@ def bert_tiny() -> BertConfig:
                       dropout=0.0, attention_dropout=0.0, mlm_head=True)
 
 
-__all__ = ["BertConfig", "BertEncoder", "BertOutput", "mean_pool", "bert_base", "bert_tiny"]
+__all__ = ["BertConfig", "BertEncoder", "BertOutput", "mean_pool", "sentence_embeddings", "bert_base", "bert_tiny"]

@@ -97,6 +97,9 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
     except RecursionError:
         raise ValueError(f"{path}: not a valid model config (nested too deeply)") from None
     family = values.get("family") if isinstance(values, dict) else None
+    if family is None and isinstance(values, dict) and values.get("model_type") == "bert":
+        raise ValueError(f"{path}: a HuggingFace BERT directory, not an attnlab one: load it with "
+                         "attnlab.load(directory) (a BERT pipeline) or attnlab.interop.hf_bert.load_hf_bert")
     if family not in _FAMILIES:
         raise ValueError(f"{path}: unknown model family {family!r}; known families: {sorted(_FAMILIES)}")
     return _FAMILIES[family].config_class.from_dict(values, source=str(path))

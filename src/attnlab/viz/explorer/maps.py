@@ -116,6 +116,14 @@ def _register_builtin_maps() -> None:
     def _text_to_image(model, text_ids: Tensor, codes: Tensor):
         return {"self": [w.self_attn for w in model(text_ids, codes, need_weights=True)[1]]}
 
+    from attnlab.models.vit import VisionTransformer
+
+    @register_attention_maps(VisionTransformer)
+    def _vit(model, images: Tensor):
+        # images: normalised (B, C, H, W); tokens are the prefix (class token) then the patches, row-major
+        _, weights = model.encode(images, need_weights=True)
+        return {"self": [w.self_attn for w in weights]}
+
 
 def lm_hidden_and_attention(model, ids: Tensor):
     """A DecoderLM's final hidden states ``(B, L, d)`` and per-layer attention of unpadded ``ids``."""

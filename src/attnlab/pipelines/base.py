@@ -1,0 +1,134 @@
+"""What every pipeline shares, and the one registry of pipelines by model family.
+
+A pipeline is a loaded model *with everything its directory carries* (tokenizer, class
+names, VQ-VAE, ...) and the family's natural calls on raw inputs. Each family's class
+registers itself with :func:`register_pipeline`; :func:`attnlab.pipelines.load` picks the
+class by the ``family`` of the directory's ``config.json``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+__all__ = ["Pipeline", "register_pipeline", "register_foreign_directory", "known_pipelines", "pipeline_class"]
+
+_PIPELINES: dict[str, type[Pipeline]] = {}
+
+
+def register_pipeline(family: str) -> Callable[[type[Pipeline]], type[Pipeline]]:
+    """Class decorator: ``cls.load(directory, device=...)`` builds the pipeline of models of
+    ``family`` (the ``family`` field of ``config.json``; ``"bert"`` also serves HuggingFace
+    BERT directories)."""
+    def decorate(cls: type[Pipeline]) -> type[Pipeline]:
+        if family in _PIPELINES and _PIPELINES[family] is not cls:
+            raise ValueError(f"a pipeline for family {family!r} is registered twice "
+                             f"({_PIPELINES[family].__name__} and {cls.__name__})")
+        cls.family = family
+        _PIPELINES[family] = cls
+        return cls
+    return decorate
+
+
+_FOREIGN: list[tuple[Callable[[Path], bool], str]] = []
+
+
+def register_foreign_directory(family: str, recognise: Callable[[Path], bool]) -> None:
+    """Directories another library wrote (no attnlab ``config.json``) that the pipeline of
+    ``family`` reads: ``recognise(directory)`` says whether one is such a directory (e.g.
+    ``is_hf_bert_directory`` -> ``"bert"``). Checked in registration order before ``config.json``."""
+    _FOREIGN.append((recognise, family))
+
+
+def foreign_family(directory: Path) -> str | None:
+    """The family whose pipeline reads the foreign ``directory``, or None."""
+    for recognise, family in _FOREIGN:
+        if recognise(directory):
+            return family
+    return None
+
+
+def known_pipelines() -> list[str]:
+    """The families :func:`attnlab.load` can load, sorted."""
+    return sorted(_PIPELINES)
+
+
+def pipeline_class(family: str) -> type[Pipeline] | None:
+    return _PIPELINES.get(family)
+
+
+def attention_families() -> list[str]:
+    """The families whose pipeline shows its attention (overrides :meth:`Pipeline.attention`)."""
+    return sorted(name for name, cls in _PIPELINES.items() if cls.attention is not Pipeline.attention)
+
+
+class Pipeline:
+    """A model directory loaded for use: ``.model``, ``.family``, ``.directory``,
+    ``.device`` / ``.to(device)``, ``attention(...)`` and the family's own calls."""
+
+    family: str = ""
+
+    def __init__(self, model: nn.Module, directory: str | os.PathLike | None = None):
+        self.model = model.eval()
+        self.directory = None if directory is None else Path(directory)
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> Pipeline:  # pragma: no cover - every family overrides
+        raise NotImplementedError
+
+    # -- device ---------------------------------------------------------------------------
+    def modules(self) -> list[nn.Module]:
+        """Every module the pipeline runs (the model; a VQ-VAE, ... where there is one)."""
+        return [self.model]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def to(self, device: str | torch.device) -> Pipeline:
+        """Move every module of the pipeline to ``device``; returns the pipeline."""
+        for module in self.modules():
+            module.to(device)
+        return self
+
+    # -- attention ------------------------------------------------------------------------
+    def attention(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        """The attention weights of one input, ``{group: (layers, heads, Lq, Lk)}`` float32
+        on the CPU, through :func:`attnlab.viz.explorer.maps.attention_maps`."""
+        raise ValueError(f"a {self.family!r} pipeline does not show its attention yet; attention() works for "
+                         f"the families {', '.join(attention_families())}")
+
+    def __repr__(self) -> str:
+        parameters = sum(p.numel() for p in self.model.parameters())
+        where = f", directory={str(self.directory)!r}" if self.directory is not None else ""
+        return f"{type(self).__name__}(family={self.family!r}, parameters={parameters:,d}, device={self.device}{where})"
+
+
+def single_or_list(values) -> tuple[list, bool]:
+    """``(list of inputs, whether one input was given)``: a str is one text; a list or tuple is many."""
+    if isinstance(values, (list, tuple)):
+        return list(values), False
+    return [values], True
+
+
+def check_texts(texts, name: str = "texts") -> tuple[list[str], bool]:
+    """One string or a list of strings; TypeError naming ``name`` otherwise."""
+    items, single = single_or_list(texts)
+    for index, text in enumerate(items):
+        if not isinstance(text, str):
+            where = name if single else f"{name}[{index}]"
+            raise TypeError(f"{where}: expected a string, got {type(text).__name__}")
+    return items, single
+
+
+def check_int(value, name: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r}: expected a whole number")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"in {minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
+        raise ValueError(f"{name}={value} must be {bound}")
+    return value

@@ -1,0 +1,189 @@
+"""Text pipelines: translation, decoder-only language models, BERT sentence embeddings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnlab.pipelines.base import Pipeline, check_int, check_texts, register_foreign_directory, register_pipeline
+
+__all__ = ["TranslationPipeline", "LanguageModelPipeline", "BertPipeline"]
+
+
+def _groups(analysis) -> dict[str, Tensor]:
+    return {group.name: group.weights for group in analysis.groups}
+
+
+@register_pipeline("transformer")
+class TranslationPipeline(Pipeline):
+    """An encoder–decoder translation model with its sentencepiece vocabulary
+    (:class:`attnlab.translation.Translator`, what ``attnlab translate`` runs)."""
+
+    def __init__(self, translator, directory=None):
+        super().__init__(translator.model, directory)
+        self.translator = translator
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> TranslationPipeline:
+        from attnlab.translation import Translator
+
+        return cls(Translator.load(directory, device=device), directory)
+
+    @property
+    def tokenizer(self):
+        return self.translator.tokenizer
+
+    def translate(self, texts: str | list[str], *, beam: int | None = None, alpha: float = 0.6,
+                  max_len_a: float = 1.5, max_len_b: float = 10, batch_size: int = 32) -> str | list[str]:
+        """Translations of ``texts`` (one string, or a list: same order and number); beam
+        search with the GNMT length penalty ``alpha`` (``beam=1``: greedy; None: the model's
+        default, 4 for attnlab models), as ``attnlab translate``."""
+        items, single = check_texts(texts)
+        beam = getattr(self.translator, "default_beam_size", 4) if beam is None else beam
+        check_int(beam, "beam")
+        check_int(batch_size, "batch_size")
+        out = self.translator.translate(items, beam_size=beam, alpha=alpha, batch_size=batch_size,
+                                        max_len_a=max_len_a, max_len_b=max_len_b)
+        return out[0] if single else out
+
+    def attention(self, text: str) -> dict[str, Tensor]:
+        """Greedy-translate ``text``, then the encoder self, decoder self and cross attention
+        of the teacher-forced output (the explorer's :class:`TranslationSource`)."""
+        from attnlab.viz.explorer.maps import TranslationSource
+
+        check_texts(text, "text")
+        return _groups(TranslationSource(self.translator).analyse(text))
+
+
+@register_pipeline("decoder_lm")
+class LanguageModelPipeline(Pipeline):
+    """A decoder-only language model with its tokenizer (characters or BPE), as ``attnlab generate``."""
+
+    def __init__(self, model, tokenizer, directory=None):
+        super().__init__(model, directory)
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> LanguageModelPipeline:
+        from attnlab.data.text import load_lm_tokenizer
+        from attnlab.models.registry import load_model
+
+        model = load_model(directory, device=device)
+        try:
+            tokenizer = load_lm_tokenizer(directory)
+        except FileNotFoundError as error:
+            raise ValueError(str(error)) from None
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise ValueError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens, but the model's "
+                             f"vocabulary is {model.config.vocab_size}")
+        return cls(model, tokenizer, directory)
+
+    def generate(self, prompt: str | list[str] = "\n", max_new_tokens: int = 200, *, greedy: bool = False,
+                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None, stop: str | list[str] = (), sliding_window: bool = False) -> str | list[str]:
+        """The text that continues ``prompt`` (one string, or a list generated as one
+        left-padded batch); the prompt itself is not repeated, so ``prompt + result`` is what
+        ``attnlab generate`` prints. Sampling with ``temperature`` / ``top_k`` / ``top_p``
+        (``greedy``: argmax), reproducible with ``seed``; ``stop``: strings that end the text."""
+        from attnlab.cli.generate import Continuation
+        from attnlab.generation import generate
+
+        prompts, single = check_texts(prompt, "prompt")
+        check_int(max_new_tokens, "max_new_tokens")
+        stops, _ = check_texts(stop, "stop") if stop else ([], False)
+        encoded = [self.tokenizer.encode(p) for p in prompts]
+        outputs = generate(self.model, encoded, max_new_tokens=max_new_tokens, greedy=greedy,
+                           temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop_strings=stops,
+                           tokenizer=self.tokenizer, sliding_window=sliding_window)
+        texts = []
+        for ids, tokens in zip(encoded, outputs):
+            continuation = Continuation(self.tokenizer, ids)
+            texts.append("".join(continuation.add(token) for token in tokens))
+        return texts[0] if single else texts
+
+    @torch.no_grad()
+    def score(self, text: str | list[str]) -> float | list[float]:
+        """Mean negative log-likelihood of ``text`` in nats per predicted token (every token
+        after the first, given the ones before it: the training loss,
+        :func:`attnlab.tasks.lm.lm_loss`); the text must fit the model's context."""
+        from attnlab.tasks.lm import lm_loss
+
+        items, single = check_texts(text, "text")
+        limit = self.model.config.max_positions
+        scores = []
+        for index, item in enumerate(items):
+            ids = self.tokenizer.encode(item)
+            where = "text" if single else f"text[{index}]"
+            if len(ids) < 2:
+                raise ValueError(f"{where}: {len(ids)} token(s); scoring needs at least 2 (one to predict)")
+            if len(ids) > limit + 1:
+                raise ValueError(f"{where}: {len(ids)} tokens; the model's context holds {limit} (+1 to predict)")
+            loss, count, _ = lm_loss(self.model, {"ids": torch.tensor([ids], device=self.device)})
+            scores.append(float(loss) / count)
+        return scores[0] if single else scores
+
+    def attention(self, text: str, *, generate: int = 0) -> dict[str, Tensor]:
+        """The causal self-attention over ``text`` (and ``generate`` greedy tokens after it):
+        ``{"self": (layers, heads, L, L)}`` (the explorer's :class:`LMSource`)."""
+        from attnlab.viz.explorer.maps import LMSource
+
+        check_texts(text, "text")
+        return _groups(LMSource(self.model, self.tokenizer).analyse(text, generate=generate))
+
+
+def _is_hf_bert_directory(directory: Path) -> bool:
+    from attnlab.interop.hf_bert import is_hf_bert_directory
+
+    return is_hf_bert_directory(directory)
+
+
+@register_pipeline("bert")
+class BertPipeline(Pipeline):
+    """A BERT encoder with its WordPiece vocabulary: a HuggingFace BERT directory (e.g.
+    all-MiniLM-L6-v2: config.json + model.safetensors + vocab.txt, read by
+    :func:`attnlab.interop.hf_bert.load_hf_bert`) or an attnlab ``bert`` directory holding
+    ``vocab.txt`` (+ ``tokenizer_config.json``) beside its config and weights."""
+
+    def __init__(self, model, tokenizer, directory=None):
+        super().__init__(model, directory)
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> BertPipeline:
+        from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert, load_wordpiece
+        from attnlab.models.registry import load_model
+
+        if is_hf_bert_directory(directory):
+            return cls(*load_hf_bert(directory, device=device), directory)
+        model = load_model(directory, device=device)
+        return cls(model, load_wordpiece(directory, model.config), directory)
+
+    def embed(self, texts: str | list[str], *, batch_size: int = 32) -> Tensor:
+        """Sentence embeddings as ``attnlab embed`` computes them (mean-pooled over the real
+        tokens, unit length; :func:`attnlab.models.bert.sentence_embeddings`): ``(N, d)``
+        float32 for a list of N texts, ``(d,)`` for one string."""
+        from attnlab.models.bert import sentence_embeddings
+
+        items, single = check_texts(texts)
+        if not items:
+            raise ValueError("texts: an empty list; give at least one text")
+        check_int(batch_size, "batch_size")
+        parts = []
+        for start in range(0, len(items), batch_size):
+            batch, _ = self.tokenizer.encode(items[start:start + batch_size])
+            parts.append(sentence_embeddings(self.model, batch))
+        embeddings = torch.cat(parts)
+        return embeddings[0] if single else embeddings
+
+    def attention(self, text: str) -> dict[str, Tensor]:
+        """``{"self": (layers, heads, L, L)}`` over ``text``'s WordPiece tokens, [CLS] and
+        [SEP] included (the explorer's :class:`BertSource`)."""
+        from attnlab.viz.explorer.maps import BertSource
+
+        check_texts(text, "text")
+        return _groups(BertSource(self.model, self.tokenizer).analyse(text))
+
+
+register_foreign_directory("bert", _is_hf_bert_directory)
