@@ -244,6 +244,15 @@ def test_directory_loads_and_translates_like_transformers(marian_dir):
     assert any(expected)
 
 
+def test_attnlab_load_reads_a_marian_directory(marian_dir):
+    import attnlab
+
+    pipeline = attnlab.load(marian_dir)
+    assert pipeline.family == "transformer"
+    expected = Translator.load(marian_dir).translate(SOURCE_TEXT[:2], beam_size=1, max_len_a=0, max_len_b=20)
+    assert pipeline.translate(SOURCE_TEXT[:2], beam=1, max_len_a=0, max_len_b=20) == expected
+
+
 def test_cli_translate_runs_on_a_marian_directory(marian_dir, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(SOURCE_TEXT[:3]) + "\n"))
     assert main(["translate", "--model", str(marian_dir), "--beam", "1", "--max-len-a", "0",

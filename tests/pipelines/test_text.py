@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab.cli.main import main
+from attnlab.tasks.lm import evaluate_text
 
 SENTENCES = ["ein kleiner hund läuft", "die wiese", "", "ein hund 7 läuft über die wiese"]
 
@@ -83,8 +84,15 @@ def test_score_is_the_mean_next_token_nll(lm_bpe_dir):
     assert lm.score([text, "a dog"]) == pytest.approx([expected, lm.score("a dog")], rel=1e-6)
     with pytest.raises(ValueError, match="at least 2"):
         lm.score("a")
-    with pytest.raises(ValueError, match=r"text\[1\].* tokens; the model's context holds 48"):
-        lm.score(["the dog", "the lazy dog. " * 40])
+    # A text longer than the context is scored in windows of it, as attnlab evaluate-lm does.
+    long_text = "the lazy dog. " * 40
+    long_ids = lm.tokenizer.encode(long_text)
+    assert len(long_ids) > 48 + 1
+    assert lm.score(long_text) == pytest.approx(evaluate_text(lm.model, long_ids, context=48)["nll"], rel=1e-6)
+    assert lm.score(long_text, stride=16) == pytest.approx(
+        evaluate_text(lm.model, long_ids, context=48, stride=16)["nll"], rel=1e-6)
+    with pytest.raises(ValueError, match="stride=49 must be at most the model's context"):
+        lm.score(long_text, stride=49)
 
 
 def test_lm_attention_is_the_models_causal_self_attention(lm_char_dir):

@@ -104,24 +104,29 @@ class LanguageModelPipeline(Pipeline):
         return texts[0] if single else texts
 
     @torch.no_grad()
-    def score(self, text: str | list[str]) -> float | list[float]:
-        """Mean negative log-likelihood of ``text`` in nats per predicted token (every token
-        after the first, given the ones before it: the training loss,
-        :func:`attnlab.tasks.lm.lm_loss`); the text must fit the model's context."""
-        from attnlab.tasks.lm import lm_loss
+    def score(self, text: str | list[str], *, stride: int | None = None) -> float | list[float]:
+        """Mean negative log-likelihood of ``text`` in nats per predicted token: every token
+        after the first, given the ones before it, as ``attnlab evaluate-lm`` scores
+        (:func:`attnlab.tasks.lm.evaluate_text`): a text longer than the model's context in
+        consecutive windows of it, or with ``stride`` in overlapping windows whose ends
+        advance by ``stride`` tokens."""
+        from attnlab.tasks.lm import evaluate_text
 
         items, single = check_texts(text, "text")
-        limit = self.model.config.max_positions
+        context = self.model.config.max_positions
+        if stride is not None:
+            check_int(stride, "stride")
+            if stride > context:
+                raise ValueError(f"stride={stride} must be at most the model's context ({context})")
         scores = []
         for index, item in enumerate(items):
             ids = self.tokenizer.encode(item)
             where = "text" if single else f"text[{index}]"
             if len(ids) < 2:
                 raise ValueError(f"{where}: {len(ids)} token(s); scoring needs at least 2 (one to predict)")
-            if len(ids) > limit + 1:
-                raise ValueError(f"{where}: {len(ids)} tokens; the model's context holds {limit} (+1 to predict)")
-            loss, count, _ = lm_loss(self.model, {"ids": torch.tensor([ids], device=self.device)})
-            scores.append(float(loss) / count)
+            result = evaluate_text(self.model, ids, context=context, stride=stride,
+                                   pad_id=getattr(self.model.config, "pad_id", 0) or 0, device=self.device)
+            scores.append(result["nll"])
         return scores[0] if single else scores
 
     def attention(self, text: str, *, generate: int = 0) -> dict[str, Tensor]:
@@ -186,4 +191,11 @@ class BertPipeline(Pipeline):
         return _groups(BertSource(self.model, self.tokenizer).analyse(text))
 
 
+def _is_hf_marian_directory(directory: Path) -> bool:
+    from attnlab.interop.hf_marian import is_hf_marian_directory
+
+    return is_hf_marian_directory(directory)
+
+
 register_foreign_directory("bert", _is_hf_bert_directory)
+register_foreign_directory("transformer", _is_hf_marian_directory)  # OPUS-MT: Translator.load reads it
