@@ -183,6 +183,7 @@ def test_train_text_to_image_gives_each_model_its_share_and_cuts_fidelity_to_the
     assert scoring["cut_by_budget"] and scoring["scored"] == 80 and scoring["total"] > 80
     assert f"fidelity scored on 80 of {scoring['total']} prompts (a random sample" in err
     assert sum(part["generated"]["prompts"] for part in results["fidelity"].values()) == 80
+    assert results["vqvae"]["test_images"] == 1000  # the reconstructions cost no (fake) time: all of them fit
     assert elapsed == pytest.approx(55 + 0.64 + 2.56) and "time: 58 s of the 1 min budget" in err
 
 
