@@ -452,7 +452,8 @@ def evaluate_text_to_image(model, vqvae, tokenizer: Tokenizer, classifier, test,
             continue
         rows = [items[k][1] for k in kept]
         texts = [test.captions[row][0] for row in rows]
-        results["fidelity"][name] = {"generated": fidelity(classifier, torch.stack([generated[k] for k in kept]), texts),
+        images = torch.stack([generated[k] for k in kept])
+        results["fidelity"][name] = {"generated": fidelity(classifier, images, texts),
                                      "real_test_images": fidelity(classifier, test.images[rows], texts)}
     if budget is not None:
         results["scoring"] = scoring.record()
