@@ -189,6 +189,7 @@ def test_train_text_to_image_gives_each_model_its_share_and_cuts_fidelity_to_the
     assert scoring["cut_by_budget"] and scoring["scored"] == 16 and scoring["total"] > 16
     assert f"fidelity scored on 16 of {scoring['total']} prompts (a random sample" in err
     assert sum(part["generated"]["prompts"] for part in results["fidelity"].values()) == 16
+    assert results["vqvae"]["test_images"] == 1000  # the reconstructions cost no (fake) time: all of them fit
     assert elapsed <= 60.0 and "time: 58 s of the 1 min budget" in err
 
 

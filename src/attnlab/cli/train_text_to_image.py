@@ -88,8 +88,11 @@ def run(args) -> int:
 
 def report(results: dict) -> str:
     """The VQ-VAE's PSNR and a fidelity line per composition kind (generated vs real)."""
-    lines = [f"VQ-VAE test PSNR {results['vqvae']['psnr_test']:.2f} dB, "
-             f"{results['vqvae']['codes_used']} of {results['vqvae']['codebook_size']} codes used"]
+    vqvae = results["vqvae"]
+    cut = vqvae.get("scoring", {}).get("cut_by_budget")
+    lines = [f"VQ-VAE test PSNR {vqvae['psnr_test']:.2f} dB, {vqvae['codes_used']} of {vqvae['codebook_size']} "
+             "codes used" + (f" (on {vqvae['scoring']['scored']:,d} of {vqvae['scoring']['total']:,d} test images, "
+                             "a random sample: the time budget ran out)" if cut else "")]
     scoring = results.get("scoring")
     if scoring and scoring["cut_by_budget"]:
         lines.append(f"fidelity scored on {scoring['scored']:,d} of {scoring['total']:,d} prompts (a random sample: "

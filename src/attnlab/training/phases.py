@@ -16,8 +16,9 @@ auxiliary models, training, final scoring), not only the training loop:
   item is scored, in order. Every scoring phase shows a labelled progress bar in its own unit.
 
 :func:`budget_plan` is the line a verb prints before it starts: how the budget is split
-and what lies outside it (:data:`OUTSIDE`: Python's start, the update or batch that
-crosses a limit, writing the model files).
+and what lies outside it (:data:`OUTSIDE`: Python's start and torch's import, the update
+or batch that crosses a limit, writing the model files); :func:`budget_report` the line
+it ends with (the time taken against the budget).
 
 The clock of every command budget is this module's :func:`now` (``time.monotonic``);
 tests replace ``attnlab.training.phases.clock`` to drive a whole command with a fake clock.
@@ -35,15 +36,15 @@ import torch
 
 from attnlab.training.budget import Budget
 
-__all__ = ["OUTSIDE", "SCORING_SHARE", "Scoring", "budget_plan", "budget_report", "command_budget", "describe_seconds", "portion",
-           "scoring_reserve", "take", "train_within"]
+__all__ = ["OUTSIDE", "SCORING_SHARE", "Scoring", "budget_plan", "budget_report", "command_budget", "describe_seconds",
+           "portion", "scoring_reserve", "take", "train_within"]
 
 SCORING_SHARE = 0.10
 """The fraction of a command's budget kept for final scoring (verbs that score a test split)."""
 
-OUTSIDE = ("outside it: starting Python and importing torch, the update (with its validation and checkpoint) or scoring batch that "
-           "crosses a limit, the end-of-run check (one forward pass, and one held-out pass if the run has not "
-           "validated yet), and writing the model files")
+OUTSIDE = ("outside it: starting Python and importing torch, the update (with its validation and checkpoint) or "
+           "scoring batch that crosses a limit, the end-of-run check (one forward pass, and one held-out pass if "
+           "the run has not validated yet), and writing the model files")
 
 clock: Callable[[], float] = time.monotonic
 """The clock of command budgets (tests replace it)."""
@@ -180,7 +181,8 @@ class Scoring:
                 index = self.order[start:stop]
                 if self.budget is not None and batches >= self.minimum_batches:
                     left = self.budget.left()
-                    needed = self.seconds / self.scored * len(index) if self.scored else 0.0  # mean time per item so far
+                    # the next batch at the mean time per item so far
+                    needed = self.seconds / self.scored * len(index) if self.scored else 0.0
                     if left <= 0 or needed > left:
                         self.cut = True
                         break
