@@ -85,7 +85,8 @@ def test_bounded_marian_positions_refuse_longer_inputs():
 ])
 def test_logits_equal_transformers_float64(overrides):
     hf = _random_marian(**overrides).double()
-    model = from_hf_marian(hf).double()
+    # opus-mt's generation_config bans the pad token: decoding only, teacher forcing stays raw
+    model = from_hf_marian(hf, config_from_hf_marian(hf.config, generation={"bad_words_ids": [[PAD]]})).double()
     generator = torch.Generator().manual_seed(1)
     src = _source_batch(generator)
     tgt = torch.randint(1, 100, (3, 7), generator=generator)
@@ -162,6 +163,31 @@ def test_beam_search_equals_transformers_without_length_penalty(num_beams):
         expected.append([t for t in tokens if t != PAD] if EOS in tokens else tokens)
     assert [best[0].tokens for best in ours] == expected
     assert any(len(t) > 1 for t in expected)  # not only empty translations
+
+
+def test_decode_step_adds_the_bias_and_suppresses_like_decode():
+    """The step path (TokenDecoder.step, and its forward with a cache: the fixed-shape beam
+    search, CUDA graphs) adds the logits bias and suppresses the pad token as
+    Transformer.decode does: its beam search equals the eager one, hypothesis for
+    hypothesis, and never proposes pad; teacher forcing keeps the raw logits."""
+    from attnlab.generation.graphs import beam_search_fixed_shape
+
+    hf = _random_marian(seed=4, eos_bias=1.0)
+    model = from_hf_marian(hf, config_from_hf_marian(hf.config, generation={"bad_words_ids": [[PAD]]}))
+    src = _source_batch(torch.Generator().manual_seed(5))
+    expected = beam_search(model, src, beam_size=3, nbest=3, alpha=0.6, max_len_a=0, max_len_b=8)
+    fixed = beam_search_fixed_shape(model, src, beam_size=3, nbest=3, alpha=0.6, max_len_a=0, max_len_b=8,
+                                    use_graph=False)
+    for got, want in zip(fixed, expected, strict=True):
+        assert [h.tokens for h in got] == [h.tokens for h in want]
+        torch.testing.assert_close([h.score for h in got], [h.score for h in want], atol=1e-4, rtol=1e-4)
+    assert all(PAD not in h.tokens for hypotheses in fixed for h in hypotheses)
+    memory, memory_mask = model.encode(src[:1])
+    with torch.no_grad():
+        full = model.decode(torch.tensor([[PAD]]), memory, memory_mask)[:, -1]
+    assert full[0, PAD] == float("-inf") and torch.isfinite(full[0, :PAD]).all()
+    with torch.no_grad():
+        assert torch.isfinite(model(src[:1], torch.tensor([[PAD]]))).all()  # teacher forcing: raw logits
 
 
 # -- a MarianMT directory ------------------------------------------------------------------
