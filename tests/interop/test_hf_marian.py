@@ -281,6 +281,20 @@ def test_cli_translate_runs_on_a_marian_directory(marian_dir, monkeypatch, capsy
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
+def test_attention_verb_on_a_marian_directory(marian_dir, tmp_path, capsys):
+    """The attention verb goes through Translator.load too: cross-attention of the translation
+    it prints, one row per target piece (EOS included), one column per source piece."""
+    out = tmp_path / "attention.png"
+    assert main(["attention", "--model", str(marian_dir), SOURCE_TEXT[1], "-o", str(out), "--beam", "2"]) == 0
+    assert out.stat().st_size > 0
+    printed = capsys.readouterr().out.splitlines()
+    example = Translator.load(marian_dir).attention(SOURCE_TEXT[1], beam_size=2)
+    assert printed[0] == example.translation
+    layers, heads, rows, columns = example.cross.shape
+    assert (layers, heads) == (2, 4) and (rows, columns) == (len(example.target_pieces), len(example.source_pieces))
+    torch.testing.assert_close(example.cross.sum(-1), torch.ones(layers, heads, rows))
+
+
 def test_cli_translate_quantized(marian_dir, monkeypatch, capsys):
     args = ["translate", "--model", str(marian_dir), "--beam", "2", "--max-len-a", "0", "--max-len-b", "20"]
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(SOURCE_TEXT[:4]) + "\n"))
