@@ -281,6 +281,17 @@ def test_cli_translate_runs_on_a_marian_directory(marian_dir, monkeypatch, capsy
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
+def test_cli_evaluate_scores_a_marian_directory(marian_dir, tmp_path, capsys):
+    sources, references, hypotheses = tmp_path / "src.de", tmp_path / "ref.en", tmp_path / "hyp.en"
+    sources.write_text("\n".join(SOURCE_TEXT[:6]) + "\n", encoding="utf-8")
+    references.write_text("\n".join(TARGET_TEXT[:6]) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--model", str(marian_dir), "--src-file", str(sources), "--ref-file", str(references),
+                 "--beam", "1", "-o", str(hypotheses)]) == 0
+    assert "BLEU" in capsys.readouterr().out
+    expected = Translator.load(marian_dir).translate(SOURCE_TEXT[:6], beam_size=1)
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
+
+
 def test_attention_verb_on_a_marian_directory(marian_dir, tmp_path, capsys):
     """The attention verb goes through Translator.load too: cross-attention of the translation
     it prints, one row per target piece (EOS included), one column per source piece."""
