@@ -69,6 +69,15 @@ def test_marian_layout_equals_transformers_table(d_model):
     torch.testing.assert_close(interleaved[:, order], ours, atol=0, rtol=0)
 
 
+def test_only_the_encoder_decoder_takes_marian_positions():
+    import attnlab
+
+    assert attnlab.create_model("transformer_tiny", positional="sinusoidal_halves").encoder.positions.layout == "halves"
+    for preset in ("lm_tiny", "imagetransformer_mnist_small"):  # the latter has its own raster positions
+        with pytest.raises(ValueError, match="unknown positional encoding 'sinusoidal_halves'"):
+            attnlab.create_model(preset, positional="sinusoidal_halves")
+
+
 def test_bounded_marian_positions_refuse_longer_inputs():
     hf = _random_marian(max_position_embeddings=12)
     model = from_hf_marian(hf)

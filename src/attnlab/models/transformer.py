@@ -44,6 +44,7 @@ class TransformerConfig(StackConfig):
 
     family = "transformer"
     pattern_fields = {"encoder_attention": False, "decoder_attention": True}
+    positional_kinds = ("sinusoidal", "learned", "none", "sinusoidal_halves")  # + Marian's layout
 
     vocab_size: int = 32000
     tgt_vocab_size: int | None = None
