@@ -22,6 +22,11 @@ cross-attention takes of the fused query/key/value weight) through the
 step path's ``F.linear`` on gathered weights, search and sampling) runs quantised without
 a second implementation. A quantised model is for decoding only: it cannot be trained or
 saved (``save_pretrained`` refuses), and runs on the CPU in float32.
+
+``quantize("bf16")`` instead casts every weight to bfloat16 (the model then computes in
+bf16; search and sampling take their softmax in float32), and only where the CPU has native
+bf16 products (AVX512-BF16 or AMX, read from ``/proc/cpuinfo``): elsewhere torch emulates
+them and bf16 is slower than float32, so it refuses with a message naming the CPU.
 """
 
 from __future__ import annotations
@@ -32,7 +37,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-QUANTIZE_MODES = ("int8",)
+QUANTIZE_MODES = ("int8", "bf16")
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def fast_bf16_cpu() -> tuple[bool, str]:
+    """Whether this CPU multiplies bfloat16 natively (``/proc/cpuinfo`` lists AVX512-BF16 or
+    AMX-BF16), and a description for messages. Without them torch emulates bf16 products,
+    which is slower than float32, so ``quantize("bf16")`` refuses."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    found = [flag for flag in BF16_CPU_FLAGS if flag in flags]
+    capability = torch.backends.cpu.get_cpu_capability()
+    return bool(found), f"{capability}" + (f" with {', '.join(found)}" if found else " without AVX512-BF16/AMX")
 
 
 def check_quantize_mode(mode: str, *, flag: str = "quantize") -> None:
@@ -133,17 +157,28 @@ class QuantizedLinear(nn.Module):
 
 @torch.no_grad()
 def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
-    """Quantise ``model``'s linear layers in place (see the module doc) and return it in eval mode.
+    """Quantise ``model`` in place and return it in eval mode. "int8": the linear layers (see
+    the module doc). "bf16": every weight in bfloat16, only on a CPU that multiplies bf16
+    natively (:func:`fast_bf16_cpu`; detected, not assumed).
 
     Raises ValueError for an unknown ``mode``, a model that is not float32 on the CPU, a
-    model already quantised, or a torch without the int8 kernels."""
+    model already quantised, a torch without the int8 kernels, or bf16 on a CPU without
+    native bf16."""
     check_quantize_mode(mode)
     if getattr(model, "quantized", None):
         raise ValueError(f"the model is already quantised ({model.quantized})")
     for name, parameter in model.named_parameters():
         if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
-            raise ValueError(f"int8 quantisation needs a float32 model on the CPU; {name} is {parameter.dtype} on "
+            raise ValueError(f"{mode} quantisation needs a float32 model on the CPU; {name} is {parameter.dtype} on "
                              f"{parameter.device} (load it with --device cpu)")
+    if mode == "bf16":
+        fast, description = fast_bf16_cpu()
+        if not fast:
+            raise ValueError(f"quantize='bf16' needs a CPU with native bfloat16 (AVX512-BF16 or AMX); this one is "
+                             f"{description}, where bf16 runs slower than float32: use int8")
+        model.to(torch.bfloat16)
+        model.quantized = mode
+        return model.eval()
     if not _kernels_available():
         raise ValueError("this torch build has no quantized int8 linear kernels (torch.ops.quantized.linear_dynamic)")
     targets = [(parent, child_name, child) for parent in model.modules()
@@ -163,4 +198,4 @@ def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
     return model.eval()
 
 
-__all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "quantize_model"]
+__all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "fast_bf16_cpu", "quantize_model"]

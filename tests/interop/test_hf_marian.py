@@ -69,6 +69,15 @@ def test_marian_layout_equals_transformers_table(d_model):
     torch.testing.assert_close(interleaved[:, order], ours, atol=0, rtol=0)
 
 
+def test_only_the_encoder_decoder_takes_marian_positions():
+    import attnlab
+
+    assert attnlab.create_model("transformer_tiny", positional="sinusoidal_halves").encoder.positions.layout == "halves"
+    for preset in ("lm_tiny", "imagetransformer_mnist_small"):  # the latter has its own raster positions
+        with pytest.raises(ValueError, match="unknown positional encoding 'sinusoidal_halves'"):
+            attnlab.create_model(preset, positional="sinusoidal_halves")
+
+
 def test_bounded_marian_positions_refuse_longer_inputs():
     hf = _random_marian(max_position_embeddings=12)
     model = from_hf_marian(hf)
@@ -85,7 +94,8 @@ def test_bounded_marian_positions_refuse_longer_inputs():
 ])
 def test_logits_equal_transformers_float64(overrides):
     hf = _random_marian(**overrides).double()
-    model = from_hf_marian(hf).double()
+    # opus-mt's generation_config bans the pad token: decoding only, teacher forcing stays raw
+    model = from_hf_marian(hf, config_from_hf_marian(hf.config, generation={"bad_words_ids": [[PAD]]})).double()
     generator = torch.Generator().manual_seed(1)
     src = _source_batch(generator)
     tgt = torch.randint(1, 100, (3, 7), generator=generator)
@@ -162,6 +172,31 @@ def test_beam_search_equals_transformers_without_length_penalty(num_beams):
         expected.append([t for t in tokens if t != PAD] if EOS in tokens else tokens)
     assert [best[0].tokens for best in ours] == expected
     assert any(len(t) > 1 for t in expected)  # not only empty translations
+
+
+def test_decode_step_adds_the_bias_and_suppresses_like_decode():
+    """The step path (TokenDecoder.step, and its forward with a cache: the fixed-shape beam
+    search, CUDA graphs) adds the logits bias and suppresses the pad token as
+    Transformer.decode does: its beam search equals the eager one, hypothesis for
+    hypothesis, and never proposes pad; teacher forcing keeps the raw logits."""
+    from attnlab.generation.graphs import beam_search_fixed_shape
+
+    hf = _random_marian(seed=4, eos_bias=1.0)
+    model = from_hf_marian(hf, config_from_hf_marian(hf.config, generation={"bad_words_ids": [[PAD]]}))
+    src = _source_batch(torch.Generator().manual_seed(5))
+    expected = beam_search(model, src, beam_size=3, nbest=3, alpha=0.6, max_len_a=0, max_len_b=8)
+    fixed = beam_search_fixed_shape(model, src, beam_size=3, nbest=3, alpha=0.6, max_len_a=0, max_len_b=8,
+                                    use_graph=False)
+    for got, want in zip(fixed, expected, strict=True):
+        assert [h.tokens for h in got] == [h.tokens for h in want]
+        torch.testing.assert_close([h.score for h in got], [h.score for h in want], atol=1e-4, rtol=1e-4)
+    assert all(PAD not in h.tokens for hypotheses in fixed for h in hypotheses)
+    memory, memory_mask = model.encode(src[:1])
+    with torch.no_grad():
+        full = model.decode(torch.tensor([[PAD]]), memory, memory_mask)[:, -1]
+    assert full[0, PAD] == float("-inf") and torch.isfinite(full[0, :PAD]).all()
+    with torch.no_grad():
+        assert torch.isfinite(model(src[:1], torch.tensor([[PAD]]))).all()  # teacher forcing: raw logits
 
 
 # -- a MarianMT directory ------------------------------------------------------------------
@@ -262,6 +297,31 @@ def test_cli_translate_runs_on_a_marian_directory(marian_dir, monkeypatch, capsy
     monkeypatch.setattr("sys.stdin", io.StringIO(SOURCE_TEXT[0] + "\n"))
     assert main(["translate", "--model", str(marian_dir)]) == 0  # the directory's num_beams
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_cli_evaluate_scores_a_marian_directory(marian_dir, tmp_path, capsys):
+    sources, references, hypotheses = tmp_path / "src.de", tmp_path / "ref.en", tmp_path / "hyp.en"
+    sources.write_text("\n".join(SOURCE_TEXT[:6]) + "\n", encoding="utf-8")
+    references.write_text("\n".join(TARGET_TEXT[:6]) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--model", str(marian_dir), "--src-file", str(sources), "--ref-file", str(references),
+                 "--beam", "1", "-o", str(hypotheses)]) == 0
+    assert "BLEU" in capsys.readouterr().out
+    expected = Translator.load(marian_dir).translate(SOURCE_TEXT[:6], beam_size=1)
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
+
+
+def test_attention_verb_on_a_marian_directory(marian_dir, tmp_path, capsys):
+    """The attention verb goes through Translator.load too: cross-attention of the translation
+    it prints, one row per target piece (EOS included), one column per source piece."""
+    out = tmp_path / "attention.png"
+    assert main(["attention", "--model", str(marian_dir), SOURCE_TEXT[1], "-o", str(out), "--beam", "2"]) == 0
+    assert out.stat().st_size > 0
+    printed = capsys.readouterr().out.splitlines()
+    example = Translator.load(marian_dir).attention(SOURCE_TEXT[1], beam_size=2)
+    assert printed[0] == example.translation
+    layers, heads, rows, columns = example.cross.shape
+    assert (layers, heads) == (2, 4) and (rows, columns) == (len(example.target_pieces), len(example.source_pieces))
+    torch.testing.assert_close(example.cross.sum(-1), torch.ones(layers, heads, rows))
 
 
 def test_cli_translate_quantized(marian_dir, monkeypatch, capsys):

@@ -40,14 +40,15 @@ def add_arguments(parser) -> None:
     add_quantize_argument(parser)
 
 
-QUANTIZE_CHOICES = ("int8",)  # attnlab.quantize.QUANTIZE_MODES, named here so no torch import is needed
+QUANTIZE_CHOICES = ("int8", "bf16")  # attnlab.quantize.QUANTIZE_MODES, named here so no torch import is needed
 
 
 def add_quantize_argument(parser) -> None:
     """``--quantize int8``: the decoding verbs' weight-quantised CPU mode (attnlab.quantize)."""
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="int8: quantise the linear layers' weights to int8 for faster CPU decoding "
-                             "(outputs may differ slightly from float32)")
+                        help="int8: quantise the linear layers' weights to int8 for faster CPU decoding; "
+                             "bf16: bfloat16 weights, only on a CPU with AVX512-BF16/AMX (outputs may differ "
+                             "slightly from float32)")
 
 
 def apply_quantize(model, mode: str | None, device: str) -> None:

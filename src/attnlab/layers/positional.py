@@ -104,27 +104,32 @@ class LearnedPositionalEmbedding(nn.Module):
         return nn.functional.embedding(positions, self.weight)
 
 
-POSITIONAL_KINDS = ("sinusoidal", "learned", "none", "sinusoidal_halves")
-"""What a config's ``positional`` may be. "sinusoidal_halves" is Marian's table (sines in
-the first half, cosines in the second, ``max_positions`` rows, a longer input refused), for
-models converted from MarianMT (:mod:`attnlab.interop.hf_marian`). "none" (NoPE) adds no position information: only
+POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
+"""What a config's ``positional`` may be. "none" (NoPE) adds no position information: only
 a causal stack can then tell positions apart (the mask breaks the permutation symmetry;
 Haviv et al. 2022, "Transformer Language Models without Positional Encodings Still Learn
 Positional Information")."""
 
 
-def check_positional(kind: str) -> None:
-    """Raise ValueError unless ``kind`` is one of :data:`POSITIONAL_KINDS`."""
-    if kind not in POSITIONAL_KINDS:
-        raise ValueError(f"unknown positional encoding {kind!r}; choose one of {', '.join(map(repr, POSITIONAL_KINDS))}")
+MARIAN_POSITIONAL = "sinusoidal_halves"
+"""Marian's table (sines in the first half, cosines in the second, ``max_positions`` rows, a
+longer input refused): a kind only the encoder–decoder accepts (``TransformerConfig.
+positional_kinds``), for models converted from MarianMT (:mod:`attnlab.interop.hf_marian`)."""
+
+
+def check_positional(kind: str, allowed: tuple[str, ...] = POSITIONAL_KINDS) -> None:
+    """Raise ValueError unless ``kind`` is one of ``allowed`` (default :data:`POSITIONAL_KINDS`)."""
+    if kind not in allowed:
+        raise ValueError(f"unknown positional encoding {kind!r}; choose one of {', '.join(map(repr, allowed))}")
 
 
 def build_positional(kind: str, d_model: int, max_positions: int) -> nn.Module | None:
-    """The position module of ``kind`` (see :data:`POSITIONAL_KINDS`); None for "none"."""
-    check_positional(kind)
+    """The position module of ``kind`` (see :data:`POSITIONAL_KINDS`, :data:`MARIAN_POSITIONAL`);
+    None for "none"."""
+    check_positional(kind, POSITIONAL_KINDS + (MARIAN_POSITIONAL,))
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, initial_length=min(max_positions, 4096))
-    if kind == "sinusoidal_halves":
+    if kind == MARIAN_POSITIONAL:
         return SinusoidalPositionalEncoding(d_model, initial_length=min(max_positions, 4096), layout="halves",
                                             max_positions=max_positions)
     if kind == "learned":

@@ -129,6 +129,7 @@ class StackConfig(LayerConfig):
     """
 
     pattern_fields: ClassVar[dict[str, bool]] = {}  # field name -> must be causal
+    positional_kinds: ClassVar[tuple[str, ...] | None] = None  # None: layers.positional.POSITIONAL_KINDS
 
     positional: str = "sinusoidal"
     max_positions: int = 1024
@@ -139,7 +140,10 @@ class StackConfig(LayerConfig):
 
         super().__post_init__()
         require_positive(self, "max_positions")
-        check_positional(self.positional)
+        if self.positional_kinds is None:
+            check_positional(self.positional)
+        else:
+            check_positional(self.positional, self.positional_kinds)
         for name, must_be_causal in self.pattern_fields.items():
             spec = getattr(self, name)
             try:

@@ -95,7 +95,9 @@ class TokenDecoder(_Embedder):
         head: the output projection, or None to tie it to ``embed``.
         dropout: dropout on the embeddings.
         head_bias: give the tied head a bias (zeros; Marian's ``final_logits_bias``).
-        suppress_ids: token ids :meth:`suppress` (and so :meth:`step`) give -inf logits.
+        suppress_ids: token ids decoding never proposes: :meth:`suppress` gives them -inf logits,
+            as :meth:`step` and :meth:`forward` with a cache do (without a cache, teacher
+            forcing, the logits are left as computed).
     """
 
     def __init__(self, embed: TokenEmbedding, positions: nn.Module | None, stack: TransformerStack, *,
@@ -151,6 +153,8 @@ class TokenDecoder(_Embedder):
                                      memory=memory,
                                      memory_mask=memory_mask, cache=cache, need_weights=need_weights)
         logits = self.head(hidden)
+        if cache is not None and self.suppress_ids is not None:
+            logits = self.suppress(logits)  # decoding never proposes them (teacher forcing keeps the raw logits)
         return (logits, weights) if need_weights else logits
 
     def step(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:

@@ -37,12 +37,14 @@ class TransformerConfig(StackConfig):
     default: ``scale_embeddings`` (multiply embeddings by sqrt(d_model), the paper's §3.4;
     on by default), ``output_bias`` (a bias on the output projection: Marian's
     ``final_logits_bias``), ``suppress_ids`` (token ids decoding never proposes: their
-    logits are -inf in :meth:`Transformer.decode` and the decoder's step; Marian's
+    logits are -inf in :meth:`Transformer.decode`, the decoding API, and in the decoder's
+    cached forward and step; the teacher-forced ``forward`` keeps the raw logits; Marian's
     ``bad_words_ids``, its pad token, which is also its decoder start token).
     """
 
     family = "transformer"
     pattern_fields = {"encoder_attention": False, "decoder_attention": True}
+    positional_kinds = ("sinusoidal", "learned", "none", "sinusoidal_halves")  # + Marian's layout
 
     vocab_size: int = 32000
     tgt_vocab_size: int | None = None
@@ -179,6 +181,15 @@ class Transformer(AttnlabModel):
         recomputation. ``memory`` may be None once the cache holds the cross-attention
         keys/values. With ``need_weights`` also returns ``list[LayerAttention]``.
         """
+        out = self._decode(tgt_ids, memory, memory_mask, cache=cache, need_weights=need_weights)
+        if self.config.suppress_ids is None:
+            return out
+        logits = self.decoder.suppress(out[0] if need_weights else out)
+        return (logits, out[1]) if need_weights else logits
+
+    def _decode(self, tgt_ids: Tensor, memory: Tensor | None, memory_mask: Tensor | None, *,
+                cache: StackCache | None = None, need_weights: bool = False):
+        # decode() without the suppression of config.suppress_ids (teacher forcing: raw logits)
         check_token_ids(tgt_ids, self.config.target_vocab_size, "tgt_ids")
         if memory_mask is not None:
             batch = tgt_ids.shape[0]
@@ -186,12 +197,8 @@ class Transformer(AttnlabModel):
             check_mask(memory_mask, batch, self.config.num_heads, tgt_ids.shape[1], source_len, "memory_mask")
         offset = 0 if cache is None else cache.length
         positions = torch.arange(offset, offset + tgt_ids.shape[1], device=tgt_ids.device)
-        out = self.decoder(tgt_ids, positions, memory=memory, memory_mask=memory_mask, cache=cache,
-                           need_weights=need_weights, positions_bound=offset + tgt_ids.shape[1])
-        if self.config.suppress_ids is None:
-            return out
-        logits = self.decoder.suppress(out[0] if need_weights else out)
-        return (logits, out[1]) if need_weights else logits
+        return self.decoder(tgt_ids, positions, memory=memory, memory_mask=memory_mask, cache=cache,
+                            need_weights=need_weights, positions_bound=offset + tgt_ids.shape[1])
 
     def new_cache(self, capacity: int = 64) -> StackCache:
         """An empty growing decoder cache for incremental decoding (search reorders it)."""
@@ -209,7 +216,7 @@ class Transformer(AttnlabModel):
         if varlen:
             return self._forward_varlen(src_ids, tgt_in_ids)
         memory, memory_mask = self.encode(src_ids)
-        return self.decode(tgt_in_ids, memory, memory_mask)
+        return self._decode(tgt_in_ids, memory, memory_mask)
 
     def _forward_varlen(self, src_ids: Tensor, tgt_in_ids: Tensor) -> Tensor:
         c = self.config
