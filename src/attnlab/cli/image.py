@@ -136,7 +136,7 @@ def run(args) -> int:
     if not trainer.context.is_main:
         return 0
     minutes = (time.perf_counter() - started) / 60
-    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes}, replace=args.force)
     results = evaluate_bits_per_dim(model, test, batch_size=max(args.batch_size, 32), limit=args.test_images)
     results.update({"data": str(args.data), "split": "test", "updates": trainer.step,
                     "train_minutes": round(minutes, 2)})

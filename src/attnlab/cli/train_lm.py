@@ -115,7 +115,8 @@ def run(args) -> int:
         started = time.perf_counter()
         last = trainer.train(resume=args.resume)
         model_dir = save_run_model(model, out / "model",
-                                   extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
+                                   extra_files={tokenizer_file.name: tokenizer_file.read_bytes()},
+                                   replace=args.force)
     figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
         + f" (nats per {'character' if args.tokenizer == 'char' else 'token'}); model -> {model_dir}")

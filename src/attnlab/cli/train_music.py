@@ -90,7 +90,7 @@ def run(args) -> int:
         started = time.perf_counter()
         last = trainer.train(resume=args.resume)
         model_dir = save_run_model(model, out / "model",
-                                   extra_files={MUSIC_FILE: data_record(args.data, args.data_dir)})
+                                   extra_files={MUSIC_FILE: data_record(args.data, args.data_dir)}, replace=args.force)
     figures = ", ".join(f"{key} {last[key]:.4f}" for key in ("loss", "valid_loss", "valid_nll") if key in last)
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s" + (f"; {figures}" if figures else "")
         + f" (nats per token); model -> {model_dir}")

@@ -157,7 +157,7 @@ def run(args) -> int:
     last = trainer.train(resume=args.resume)
     if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
         return 0
-    model_dir = save_run_model(model, out / "model", extra_files={CLASSES_FILE: classes_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={CLASSES_FILE: classes_bytes}, replace=args.force)
     evaluation = evaluate_classifier(model, test)
     write_evaluation(evaluation, out / "evaluation", test)
     say(f"done: {trainer.step} updates in {time.perf_counter() - started:.0f} s; "

@@ -423,7 +423,7 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     last = trainer.train(resume=o.resume)
     seconds = time.perf_counter() - started
     model_dir = save_run_model(model, out / "model", extra_files={
-        "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()})
+        "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()}, replace=o.force)
     o.log(f"trained {trainer.step} updates in {seconds:.0f} s; "
           + ", ".join(f"{k} {last[k]:.4f}" for k in ("loss", "valid_loss", "valid_ppl") if k in last))
     results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size)
