@@ -27,12 +27,14 @@ MODEL_SUBDIR = "model"
 
 
 def describe_model_directory(directory: Path) -> str:
-    """What ``directory`` holds, for a message: "a trained attnlab model" or "files attnlab
-    did not write (notes.txt, ...)"."""
+    """What ``directory`` holds, for a message: "a trained attnlab model (with
+    char_tokenizer.json, README.md)" or "files attnlab did not write (notes.txt, ...)"."""
     names = sorted(entry.name for entry in directory.iterdir())
-    if {"config.json", "model.safetensors"} <= set(names):
-        return "a trained attnlab model"
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    model = {"config.json", "model.safetensors"} <= set(names)
+    others = [name for name in names if name not in ("config.json", "model.safetensors")] if model else names
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    if model:
+        return "a trained attnlab model" + (f" (with {shown})" if others else "")
     return f"files attnlab did not write ({shown})"
 
 
