@@ -65,14 +65,14 @@ run() {  # name preset steps [extra train arguments...]
     --max-steps "$steps" --max-minutes "$MINUTES" --transpose "$TRANSPOSE" --precision "$PRECISION" \
     --set dropout="$DROPOUT" --val-every 250 --save-every 250 --threads 1 --no-progress --out "$out" "${@:4}"
   attnlab evaluate-music --model "$out/model" --data jsb --context "$CONTEXT" $((2 * CONTEXT)) --threads 1 \
-    --json "$out/eval.json"
+    --force --json "$out/eval.json"
   # Windows of L whose ends advance by L/4 (every token with at least 3L/4 of its chorale
   # before it), and whole chorales: 2,304 tokens is the longest validation chorale, so each
   # is one sequence (absolute positions past L are unseen: the baseline's score there is poor).
   attnlab evaluate-music --model "$out/model" --data jsb --context "$CONTEXT" --stride $(( CONTEXT >= 4 ? CONTEXT / 4 : 1 )) \
-    --threads 1 --json "$out/eval_windows.json"
+    --threads 1 --force --json "$out/eval_windows.json"
   attnlab evaluate-music --model "$out/model" --data jsb --context $(( CONTEXT > 2304 ? CONTEXT : 2304 )) --batch-size 2 \
-    --threads 1 --json "$out/eval_whole.json"
+    --threads 1 --force --json "$out/eval_whole.json"
   attnlab generate-music --model "$out/model" --primer jsb-valid:0 --primer-steps 16 --length $((2 * CONTEXT)) \
     --top-k 8 --seed 1 --threads 1 --force --out "$out/bach_primed_2x.mid"
   echo "$name: commit $(git rev-parse --short HEAD), wall time $(( $(date +%s) - start )) s"

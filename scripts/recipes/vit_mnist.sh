@@ -30,4 +30,4 @@ attnlab train vit --data "$DATA" --preset "$PRESET" --batch-size 128 --max-steps
   --lr 1e-3 --warmup 500 --weight-decay 0.05 --label-smoothing 0.1 --shift 2 \
   --val-every 1000 --save-every 1000 --threads 2 --out "$OUT" "$@"
 echo "training + test evaluation: $(( $(date +%s) - start )) s (test accuracy: $OUT/evaluation/results.json)"
-attnlab vit-figures --model "$OUT/model" --out "$OUT/figures" --images 256
+attnlab vit-figures --model "$OUT/model" --out "$OUT/figures" --images 256 --force

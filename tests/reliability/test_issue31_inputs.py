@@ -206,3 +206,9 @@ def test_every_verb_here_refuses_threads_below_one(verb, threads, tmp_path, caps
            "super-resolve": ["--out", str(tmp_path / "x.png")]}
     refused([verb, "--model", str(tmp_path / "model"), *extra.get(verb, []), *out.get(verb, []), "--threads", threads],
             capsys, "--threads", f"{threads} must be")
+
+
+def test_evaluate_vit_refuses_images_of_another_size(vit_model, tmp_path, capsys):
+    folder = write_folder(tmp_path / "rgb", ("a", "b"), size=32, mode="RGB")
+    refused(["evaluate-vit", "--model", str(vit_model), "--data", str(folder), "--device", "cpu"], capsys,
+            f"--data {folder}", "32×32")

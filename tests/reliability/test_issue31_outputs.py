@@ -6,7 +6,6 @@ check (attnlab.training.outputs.check_run_output)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import pytest
@@ -179,15 +178,19 @@ def test_resume_without_checkpoints_does_not_overwrite_a_model(tmp_path, lm_text
     assert snapshot(out) == before
 
 
-def test_resume_continues_a_run_and_replaces_its_own_model(lm_run, tmp_path, capsys, lm_text):
+def test_resume_replaces_its_own_model_and_keeps_the_users_files_there(lm_run, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(lm_run, out)
+    (out / "model" / "README.md").write_text("how I trained it\n")
+    before = (out / "model" / "model.safetensors").read_bytes()
     text = tmp_path / "text.txt"
     shutil.copy(lm_run.parent / "text.txt", text)
     args = lm_args(text, out, "--resume")
     args[args.index("--max-steps") + 1] = "3"
     assert run_cli(args, capsys)[0] == 0
-    assert os.path.isfile(out / "model" / "model.safetensors")
+    assert (out / "model" / "model.safetensors").read_bytes() != before  # the continued run's model
+    assert (out / "model" / "README.md").read_text() == "how I trained it\n"
+    assert attnlab.load_model(out / "model") is not None
 
 
 def test_evaluate_vit_out_keeps_the_users_results(vit_model, tmp_path, capsys):

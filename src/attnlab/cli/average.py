@@ -26,6 +26,7 @@ def run(args) -> int:
 
     from attnlab.files import check_output_directory
     from attnlab.training import average_checkpoints_to_directory, list_checkpoints
+    from attnlab.training.outputs import describe_model_directory
 
     paths = [Path(p) for p in args.checkpoints]
     for path in paths:
@@ -49,6 +50,9 @@ def run(args) -> int:
     if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
         raise ValueError(f"-o {out}: is the current directory or holds it; refusing to replace it as a whole, "
                          "even with --force. Choose a new directory")
+    if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not args.force:
+        raise ValueError(f"-o {out}: the directory holds {describe_model_directory(out)}; pass --force to replace it "
+                         "as a whole, or choose a new directory")
     check_output_directory(out, force=args.force, flag="-o")
     average_checkpoints_to_directory(paths, out, replace=True)  # checked above: missing, empty, or --force
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {out}")

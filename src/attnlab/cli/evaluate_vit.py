@@ -34,8 +34,25 @@ def run(args) -> int:
             check_output_file(out / name, force=args.force, flag="--out")
     apply_threads(args)
     model, classes = load_classifier(args.model, resolve_device(args.device))
-    data_name = args.data or _trained_on(Path(args.model) / CLASSES_FILE)
-    data = load_images(data_name, args.split, image_size=model.config.image_size, channels=model.config.in_channels)
+    if args.data is None:
+        trained_on = _trained_on(Path(args.model) / CLASSES_FILE)  # refuses when the file does not say
+    else:
+        try:
+            trained_on = _trained_on(Path(args.model) / CLASSES_FILE)
+        except ValueError:
+            trained_on = None
+    data_name = args.data or trained_on
+    # The model's own data is converted as training converted it; other images are scored
+    # only at the size and channels they have (as evaluate-image): no silent resize.
+    c = model.config
+    same = data_name == trained_on
+    data = load_images(data_name, args.split, image_size=c.image_size if same else None,
+                       channels=c.in_channels if same else None)
+    if tuple(data.images.shape[1:]) != (c.in_channels, c.image_size, c.image_size):
+        _, channels, height, width = data.images.shape
+        raise ValueError(f"--data {data_name}: its images are {width}×{height} with {channels} channel(s), but the "
+                         f"model takes {c.image_size}×{c.image_size} with {c.in_channels}; give images of the model's "
+                         "size and channels")
     if data.classes != classes:
         raise ValueError(f"{data_name}: its classes {data.classes[:10]} are not the model's {classes[:10]}")
     evaluation = evaluate_classifier(model, data)

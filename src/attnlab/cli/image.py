@@ -143,7 +143,7 @@ def run(args) -> int:
     if not trainer.context.is_main:
         return 0
     minutes = (time.perf_counter() - started) / 60
-    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes}, replace=args.force)
     scoring = Scoring("test bits/dim", len(test) if args.test_images is None else min(args.test_images, len(test)),
                       unit="image", batch_size=max(args.batch_size, 32), budget=budget, progress=not args.no_progress)
     results = evaluate_bits_per_dim(model, test, batches=scoring)

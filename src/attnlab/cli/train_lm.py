@@ -118,7 +118,8 @@ def run(args) -> int:
         tokenizer.save(out)
         train_within(trainer, budget, resume=args.resume, say=say)
         model_dir = save_run_model(model, out / "model",
-                                   extra_files={tokenizer_file.name: tokenizer_file.read_bytes()})
+                                   extra_files={tokenizer_file.name: tokenizer_file.read_bytes()},
+                                   replace=args.force)
     unit = f"nats per {'character' if args.tokenizer == 'char' else 'token'}"
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), unit)}; model -> {model_dir}")
     if budget.limited:

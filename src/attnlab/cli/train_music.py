@@ -93,7 +93,7 @@ def run(args) -> int:
         refuse_symlinks(out, (*TRAINER_OUTPUTS, "model"))
         train_within(trainer, budget, resume=args.resume, say=say)
         model_dir = save_run_model(model, out / "model",
-                                   extra_files={MUSIC_FILE: data_record(args.data, args.data_dir)})
+                                   extra_files={MUSIC_FILE: data_record(args.data, args.data_dir)}, replace=args.force)
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_nll'), 'nats per token')}; model -> {model_dir}")
     if budget.limited:
         say(budget_report(budget))

@@ -160,7 +160,7 @@ def run(args) -> int:
     train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
     if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
         return 0
-    model_dir = save_run_model(model, out / "model", extra_files={CLASSES_FILE: classes_bytes})
+    model_dir = save_run_model(model, out / "model", extra_files={CLASSES_FILE: classes_bytes}, replace=args.force)
     evaluation, scored, scoring = score_test_split(model, test, budget, progress=not args.no_progress)
     write_evaluation(evaluation, out / "evaluation", scored, scoring=scoring.record())
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'))}")

@@ -440,7 +440,7 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     train_within(trainer, budget, reserve=scoring_reserve(budget), resume=o.resume, say=o.log)
     seconds = time.perf_counter() - started
     model_dir = save_run_model(model, out / "model", extra_files={
-        "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()})
+        "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()}, replace=o.force)
     o.log(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_ppl'))}")
     results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size, budget=budget,
                                     progress=o.progress_bar)

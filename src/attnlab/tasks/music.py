@@ -42,8 +42,9 @@ import torch
 from attnlab.data import music
 from attnlab.tasks.lm import lm_loss, score_windows, scoring_windows
 
-__all__ = ["load_music_model", "MUSIC_FILE", "data_record", "recorded_data", "MusicData", "load_music_data", "music_stream", "evaluate_nll", "lm_loss", "TRANSPOSITIONS", "STRETCHES",
-           "primer_tokens", "tokens_to_notes"]
+__all__ = ["load_music_model", "MUSIC_FILE", "data_record", "recorded_data", "MusicData", "load_music_data",
+           "music_stream", "evaluate_nll", "lm_loss", "TRANSPOSITIONS", "STRETCHES", "primer_tokens",
+           "tokens_to_notes"]
 
 TRANSPOSITIONS = (-3, -2, -1, 0, 1, 2, 3)
 STRETCHES = (0.95, 1.0, 1.05)

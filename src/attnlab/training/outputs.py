@@ -27,12 +27,14 @@ MODEL_SUBDIR = "model"
 
 
 def describe_model_directory(directory: Path) -> str:
-    """What ``directory`` holds, for a message: "a trained attnlab model" or "files attnlab
-    did not write (notes.txt, ...)"."""
+    """What ``directory`` holds, for a message: "a trained attnlab model (with
+    char_tokenizer.json, README.md)" or "files attnlab did not write (notes.txt, ...)"."""
     names = sorted(entry.name for entry in directory.iterdir())
-    if {"config.json", "model.safetensors"} <= set(names):
-        return "a trained attnlab model"
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    model = {"config.json", "model.safetensors"} <= set(names)
+    others = [name for name in names if name not in ("config.json", "model.safetensors")] if model else names
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    if model:
+        return "a trained attnlab model" + (f" (with {shown})" if others else "")
     return f"files attnlab did not write ({shown})"
 
 
@@ -65,14 +67,31 @@ def check_run_output(out: str | os.PathLike, *, resume: bool, force: bool = Fals
                      "to replace it, or choose another directory")
 
 
-def save_run_model(model, directory: str | os.PathLike, *, extra_files: dict[str, bytes] | None = None) -> Path:
-    """Write a run's final model to ``directory`` (``OUT/model``) as a whole: built in a
-    temporary directory and swapped in (:func:`attnlab.files.atomic_directory`), so what was
-    there before (allowed by :func:`check_run_output`) is replaced entirely, never mixed
-    with the new files, and a crash leaves the old directory or the new one."""
+def save_run_model(model, directory: str | os.PathLike, *, extra_files: dict[str, bytes] | None = None,
+                   replace: bool = False) -> Path:
+    """Write a run's final model to ``directory`` (``OUT/model``): built in a temporary
+    directory and swapped in (:func:`attnlab.files.atomic_directory`), so a crash leaves the
+    old directory or the new one, never a mix.
+
+    ``replace`` (``--force``): what was there goes as a whole. Otherwise (a resumed run
+    replacing its own model) entries of the old directory that the new model does not write
+    (a README you added) are copied into the new one: nothing of yours is lost."""
+    import shutil
+
     from attnlab.files import atomic_directory
 
     directory = Path(directory)
     with atomic_directory(directory) as temporary:
         model.save_pretrained(temporary, extra_files=extra_files)
+        if not replace and directory.is_dir():
+            for entry in directory.iterdir():
+                target = temporary / entry.name
+                if target.exists() or target.is_symlink():
+                    continue
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry), target)
+                elif entry.is_dir():
+                    shutil.copytree(entry, target, symlinks=True)
+                else:
+                    shutil.copy2(entry, target)
     return directory
