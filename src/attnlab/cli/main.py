@@ -41,6 +41,7 @@ VERBS = {
     "evaluate-image": "attnlab.cli.evaluate_image",
     "generate-music": "attnlab.cli.generate_music",
     "evaluate-music": "attnlab.cli.evaluate_music",
+    "data": "attnlab.cli.data",
 }
 
 
