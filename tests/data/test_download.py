@@ -271,3 +271,76 @@ def test_package_sets_say_how_to_install_them(tmp_path, capsys, monkeypatch):
 def test_missing_jsb_names_the_command_that_gets_it(tmp_path):
     with pytest.raises(music.DataUnavailable, match="`attnlab data get jsb`"):
         music.load_jsb_chorales("train", tmp_path)
+
+
+def emoji_tarball(path, extra=()):
+    """A tarball shaped like npm's emoji-datasource-twitter: package/emoji.json, 64 px PNGs,
+    and sprite sheets that are left out when unpacking."""
+    import tarfile
+
+    def add(archive, name, data=b"", kind=tarfile.REGTYPE, link=""):
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname, info.size = kind, link, len(data)
+        archive.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+
+    with tarfile.open(path, "w:gz") as archive:
+        add(archive, "package/emoji.json", b"[]")
+        add(archive, "package/img/twitter/64/1f600.png", b"\x89PNG fake")
+        add(archive, "package/img/twitter/sheets/64.png", b"x" * 1000)
+        for name, kind, link in extra:
+            add(archive, name, b"", kind, link)
+    return path
+
+
+def test_emoji_tarball_is_unpacked_without_sheets_into_its_folder(tmp_path):
+    tarball = emoji_tarball(tmp_path / "emoji-datasource-twitter-16.0.0.tgz")
+    data = tarball.read_bytes()
+    remote = dataclasses.replace(download.EMOJI_FILE, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    sets = {"emoji": dataclasses.replace(DATA_SETS["emoji"], files=(remote,))}
+    root = tmp_path / "data"
+    lines = []
+    get_data_set("emoji", root, source=str(tarball), data_sets=sets, say=lines.append)
+    folder = root / "emoji-datasource-twitter"
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) == [
+        "emoji.json", "img/twitter/64/1f600.png"]
+    assert sorted(os.listdir(root)) == ["emoji-datasource-twitter"]  # the tarball is not kept
+    assert lines[-1].startswith("emoji: unpacked 2 files") and "(1 images of 64x64)" in lines[-1]
+    lines.clear()
+    get_data_set("emoji", root, source=str(tarball), data_sets=sets, say=lines.append)
+    assert "already at" in lines[0]
+
+    # A folder holding something else is replaced only with --force, as a whole.
+    other = tmp_path / "other"
+    (other / "emoji-datasource-twitter").mkdir(parents=True)
+    (other / "emoji-datasource-twitter" / "mine.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds files attnlab did not write"):
+        get_data_set("emoji", other, source=str(tarball), data_sets=sets)
+    assert (other / "emoji-datasource-twitter" / "mine.txt").read_text() == "mine"
+    get_data_set("emoji", other, source=str(tarball), data_sets=sets, force=True, say=lambda line: None)
+    assert not (other / "emoji-datasource-twitter" / "mine.txt").exists()
+    assert (other / "emoji-datasource-twitter" / "emoji.json").is_file()
+
+
+@pytest.mark.parametrize("member", [
+    ("package/../../escaped.txt", "0", ""),
+    ("package/img/link.png", "2", "/etc/passwd"),
+])
+def test_emoji_tarball_members_outside_the_package_are_refused(tmp_path, member):
+    import tarfile
+
+    kind = tarfile.SYMTYPE if member[1] == "2" else tarfile.REGTYPE
+    tarball = emoji_tarball(tmp_path / "e.tgz", extra=[(member[0], kind, member[2])])
+    data = tarball.read_bytes()
+    remote = dataclasses.replace(download.EMOJI_FILE, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    sets = {"emoji": dataclasses.replace(DATA_SETS["emoji"], files=(remote,))}
+    root = tmp_path / "data"
+    with pytest.raises(ValueError, match="not a plain file or directory inside package/"):
+        get_data_set("emoji", root, source=str(tarball), data_sets=sets)
+    assert not root.exists() and not (tmp_path / "escaped.txt").exists()
+
+
+def test_the_emoji_tarball_is_checked_against_the_published_one(tmp_path):
+    tarball = emoji_tarball(tmp_path / "emoji-datasource-twitter-16.0.0.tgz")
+    with pytest.raises(ValueError, match="the published emoji-datasource-twitter-16.0.0.tgz is 61,683,754"):
+        get_data_set("emoji", tmp_path / "data", source=str(tarball))
+    assert not (tmp_path / "data").exists()

