@@ -46,6 +46,7 @@ VERBS = {
     "generate-music": "attnlab.cli.generate_music",
     "evaluate-music": "attnlab.cli.evaluate_music",
     "evaluate-lm": "attnlab.cli.evaluate_lm",
+    "data": "attnlab.cli.data",
 }
 
 

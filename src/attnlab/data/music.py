@@ -47,6 +47,7 @@ import io
 import json
 import math
 import os
+import pickle
 import sys
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -60,7 +61,7 @@ __all__ = [
     "MusicFileError", "DataUnavailable", "read_midi_notes", "notes_from_midi_bytes", "notes_to_midi", "midi_bytes",
     "write_midi", "seconds", "describe_notes",
     "encode_performance", "decode_performance", "augment_notes", "describe_event", "serialize_chorale",
-    "deserialize_chorale", "chorale_to_notes", "load_jsb_chorales", "jsb_path", "load_midi_folder",
+    "deserialize_chorale", "chorale_to_notes", "load_jsb_chorales", "jsb_path", "convert_published_jsb", "write_jsb", "load_midi_folder",
     "load_bach_chorales",
 ]
 
@@ -359,7 +360,8 @@ def load_jsb_chorales(split: str, data_dir: str | os.PathLike | None = None) -> 
         raise ValueError(f"JSB Chorales split {split!r}: choose train or valid (the test split is not used here)")
     path = jsb_path(data_dir)
     if not path.is_file():
-        raise DataUnavailable(f"JSB Chorales not found at {path}: put the file there (from {JSB_SOURCE}), "
+        raise DataUnavailable(f"JSB Chorales not found at {path}: `attnlab data get jsb` downloads the published "
+                              f"file and converts it ({JSB_SOURCE}; `--from FILE` converts a copy you have), "
                               "or point ATTNLAB_DATA / --data-dir at the directory that holds jsb_chorales/")
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -370,6 +372,65 @@ def load_jsb_chorales(split: str, data_dir: str | os.PathLike | None = None) -> 
         raise MusicFileError(f"{path}: {split}_steps {steps.shape} and {split}_lengths (sum "
                              f"{int(lengths.sum())}) do not fit together")
     return [chorale.astype(np.float32) for chorale in np.split(steps, np.cumsum(lengths)[:-1])]
+
+
+JSB_MAX_MEMBER_BYTES = 64 << 20  # the published arrays hold 0.75 MB; refuse anything far larger unread
+
+
+def convert_published_jsb(source: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The published ``Jsb16thSeparated.npz`` (czhuang/JSB-Chorales-dataset, Coconet's format)
+    as the arrays :func:`load_jsb_chorales` reads: ``{split}_steps`` ``(N, 4)`` float32 (NaN =
+    rest) and ``{split}_lengths`` int64, for train and valid (the test split is left out, as
+    everywhere in attnlab). That file stores each split as an object array of float16
+    ``(T, 4)`` arrays, i.e. a pickle: it is read with an unpickler that builds numpy arrays
+    and nothing else (never ``allow_pickle=True``), after checking each member's size.
+    Raises :class:`MusicFileError` naming the file when it is not that archive."""
+    from attnlab.data.images import _ArraysOnly
+
+    path = Path(source)
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for split in ("train", "valid"):
+                member = archive.getinfo(f"{split}.npy")
+                if member.file_size > JSB_MAX_MEMBER_BYTES:
+                    raise ValueError(f"{split}.npy unpacks to {member.file_size:,} bytes (at most "
+                                     f"{JSB_MAX_MEMBER_BYTES:,} expected)")
+                with archive.open(member) as handle:
+                    version = np.lib.format.read_magic(handle)
+                    if version not in ((1, 0), (2, 0)):
+                        raise ValueError(f"{split}.npy is .npy format {version}, not 1.0 or 2.0")
+                    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                        np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read_header(handle)
+                    if not dtype.hasobject or len(shape) != 1:
+                        raise ValueError(f"{split}.npy holds {dtype} {shape}, not a list of chorales")
+                    chorales = _ArraysOnly(io.BytesIO(handle.read()), encoding="latin1").load()
+                if not isinstance(chorales, np.ndarray) or chorales.shape != shape:
+                    raise ValueError(f"{split}.npy: the pickle does not hold the {shape} array its header names")
+                grids = [np.asarray(grid, dtype=np.float32) for grid in chorales]
+                for index, grid in enumerate(grids):
+                    if not isinstance(chorales[index], np.ndarray) or grid.ndim != 2 or grid.shape[1] != 4:
+                        raise ValueError(f"{split} chorale {index} is not a (T, 4) grid of pitches")
+                    serialize_chorale(grid)  # whole MIDI pitches 0..127 or NaN, else ValueError
+                arrays[f"{split}_steps"] = np.concatenate(grids) if grids else np.zeros((0, 4), np.float32)
+                arrays[f"{split}_lengths"] = np.array([len(grid) for grid in grids], dtype=np.int64)
+    except (OSError, EOFError, KeyError, ValueError, TypeError, IndexError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as error:
+        raise MusicFileError(f"{path}: not the published Jsb16thSeparated.npz ({error})") from None
+    return arrays
+
+
+def write_jsb(arrays: dict[str, np.ndarray], path: str | os.PathLike) -> Path:
+    """Write :func:`convert_published_jsb`'s arrays as the pickle-free archive attnlab reads
+    (``np.savez_compressed``, atomically)."""
+    from attnlab.files import atomic_write
+
+    def save(temporary: str) -> None:
+        with open(temporary, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+
+    return atomic_write(path, save)
 
 
 # -- performance sources -----------------------------------------------------------------
