@@ -283,7 +283,8 @@ def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
                            own: Callable[[Path], bool] | None = None) -> Path:
     """An output directory named by option ``flag``, checked before any work is done.
 
-    Accepted: a path that does not exist (its parent must), an empty directory, or one
+    Accepted: a path that does not exist (missing parent directories are made by the writer;
+    an existing ancestor that is a file is refused), an empty directory, or one
     for which ``own(path)`` says the verb wrote it itself (e.g. its own earlier output,
     recognised by a marker it writes). Anything else — a file, a symlink, a directory
     holding other files — is refused unless ``force``; with ``force`` the caller replaces
@@ -296,8 +297,11 @@ def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
     if out.exists() and not out.is_dir():
         raise ValueError(f"{flag} {out}: is a file, not a directory")
     if not out.exists():
-        if not out.parent.is_dir():
-            raise ValueError(f"{flag} {out}: the directory {out.parent} does not exist")
+        ancestor = out.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise ValueError(f"{flag} {out}: {ancestor} is a file, not a directory")
         return out
     entries = sorted(entry.name for entry in out.iterdir())
     if not entries or force or (own is not None and own(out)):
