@@ -7,7 +7,9 @@ not committed can help), so the groups run apart (pytest-xdist spreads them) and
 stand on its own. ``attnlab`` is that copy's CLI (its ``src`` first on PYTHONPATH),
 ``python`` the interpreter running the tests, and ``ATTNLAB_DATA`` an empty temporary
 directory: the data a line uses must ship with the repository or be installed by
-``scripts/setup.sh``. The README's ```python block runs as a script the same way.
+``scripts/setup.sh``. Every ```python block of the README runs as a script the same way; one
+whose first line is ``# after: LINE`` runs after the bash group that starts with LINE, in the
+same copy (it reads what those lines wrote).
 
 The one change made to a line: BUDGET. After the lines of the verbs below the test appends
 flags that bound only how long the line trains, generates or scores (argparse keeps the
@@ -243,15 +245,41 @@ def test_readme_command_lines_run(group, checkout):
             assert (copy / path).exists(), f"{path} was not written by: {group}"
 
 
-def test_the_readme_python_example_runs(checkout):
+def python_blocks() -> list[str]:
+    return readme_blocks("python")
+
+
+def prerequisite(block: str) -> list[str] | None:
+    """The README's bash group a python block runs after: its first line is ``# after: LINE``,
+    LINE being the first line of that group (the block reads what the group wrote)."""
+    first = block.splitlines()[0] if block.strip() else ""
+    if not first.startswith("# after:"):
+        return None
+    wanted = first[len("# after:"):].strip()
+    for group in command_groups():
+        if without_comment(group[0]) == wanted:
+            return group
+    raise AssertionError(f"python block names a group that is not in the README: {wanted!r}")
+
+
+@pytest.mark.parametrize("block", python_blocks(), ids=lambda block: block.strip().splitlines()[0][:50])
+def test_the_readme_python_examples_run(block, checkout):
     copy, data, env = checkout
-    (block,) = readme_blocks("python")
+    group = prerequisite(block)
+    if group is not None:  # the lines it reads the outputs of, with their budgets, as above
+        result = run_script([budgeted(line) for line in group if not listed(line, NOT_RUN)], copy, env)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     script = copy / "readme_example.py"
     script.write_text(block, encoding="utf-8")
     result = subprocess.run([sys.executable, str(script)], cwd=copy, env=env, capture_output=True, text=True,
                             timeout=GROUP_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (copy / "my_model" / "config.json").is_file()
+    if "save_pretrained(\"my_model\")" in block:
+        assert (copy / "my_model" / "config.json").is_file()
+
+
+def test_every_python_block_is_run():
+    assert len(python_blocks()) >= 2  # the low-level example and attnlab.load
 
 
 @pytest.mark.parametrize("line, expected", [

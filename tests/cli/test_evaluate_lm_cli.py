@@ -43,6 +43,19 @@ def test_scores_a_text_and_writes_json(lm_dir, tmp_path, capsys):
     assert written["bits_per_char"] == pytest.approx(written["bits_per_token"])  # one token per character
 
 
+def test_limit_scores_the_first_tokens(lm_dir, tmp_path, capsys):
+    out = tmp_path / "limited.json"
+    assert main(["evaluate-lm", "--model", str(lm_dir), "--text", str(tmp_path / "held_out.txt"), "--limit", "20",
+                 "--json", str(out), "--no-progress"]) == 0
+    written = json.loads(out.read_text())
+    import attnlab
+
+    ids = CharTokenizer.load(lm_dir).encode(TEXT)[:20]
+    expected = evaluate_text(attnlab.load_model(lm_dir), ids, context=64)
+    assert written["tokens"] == 19 and written["nll"] == pytest.approx(expected["nll"], rel=1e-6)
+    assert "its first 20 tokens (--limit)" in capsys.readouterr().out
+
+
 def test_evaluate_routes_a_language_model_here(lm_dir, tmp_path, capsys):
     assert main(["evaluate", "--model", str(lm_dir), "--text", str(tmp_path / "held_out.txt"), "--no-progress"]) == 0
     assert "held-out NLL" in capsys.readouterr().out

@@ -31,6 +31,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--stride", type=bounded_int(1, 1 << 20),
                         help="overlapping windows whose ends advance by STRIDE tokens (default: consecutive windows)")
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=8, help="windows per batch (default: 8)")
+    parser.add_argument("--limit", type=bounded_int(2), metavar="N",
+                        help="score only the first N tokens of the text (default: all of it)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_force_argument(parser, "--json")
@@ -81,6 +83,10 @@ def run(args) -> int:
         ids = tokenizer.encode(text)
     except (KeyError, ValueError) as error:
         raise ValueError(f"--text: cannot be encoded with the model's tokenizer ({error})") from None
+    if args.limit is not None and len(ids) > args.limit:
+        ids = ids[:args.limit]
+        text = tokenizer.decode(ids)
+        source += f", its first {args.limit:,d} tokens (--limit)"
     if len(ids) < 2:
         raise ValueError(f"--text {source}: {len(ids)} token(s); scoring needs at least 2")
     step = args.stride or context
