@@ -15,7 +15,7 @@ HELP = "caption image files with a trained captioner (and draw where each word l
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
     parser.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, help="with --sample: draw among the k likeliest words")
     parser.add_argument("--seed", type=int, default=0, help="with --sample (default: 0)")
     parser.add_argument("--attention-dir", help="write DIR/<image name>.png: each word's attention over the image")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

@@ -9,12 +9,12 @@ HELP = "classify image files with a trained Vision Transformer (top-k classes wi
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.vit import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
     parser.add_argument("images", nargs="+", help="image files (png, jpg, ...)")
     parser.add_argument("--top-k", type=int, default=3, help="classes shown per image (default: 3)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

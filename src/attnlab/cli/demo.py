@@ -11,9 +11,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=500, help="training steps (default: 500)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="save the trained model to this directory")
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

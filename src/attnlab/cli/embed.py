@@ -5,7 +5,7 @@ printed as vectors or as the matrix of cosine similarities."""
 HELP = "sentence embeddings (mean-pooled, unit length) or their cosine similarities from a BERT model directory"
 
 
-from attnlab.cli.options import add_device_argument, resolve_device  # noqa: F401 (explore imports them here)
+from attnlab.cli.options import add_runtime_arguments, resolve_device
 
 
 def add_arguments(parser) -> None:
@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vectors", action="store_true",
                         help="print each embedding (one line of numbers per sentence) instead of similarities")
     parser.add_argument("--decimals", type=int, default=4, help="digits after the point (default: 4)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

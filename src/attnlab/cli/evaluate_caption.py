@@ -18,7 +18,7 @@ HELP = "score a captioner: BLEU-4, CIDEr (pycocoevalcap) and, on scenes, the gro
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
     parser.add_argument("--data", help="scenes, scenes64, emoji[:DIR], coco:DIR or flickr:DIR (default: what the model was trained on)")
@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--figures-count", type=int, default=8, help="(default: 8)")
     parser.add_argument("--json", help="write the results as JSON to this file")
     parser.add_argument("--meteor", action="store_true", help="also METEOR 1.5 (pycocoevalcap's; needs Java)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

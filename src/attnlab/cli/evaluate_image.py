@@ -19,7 +19,7 @@ HELP = "bits per dimension of an Image Transformer on a data split (default: tes
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("--data", help="mnist, fashion-mnist, emoji or DIR (default: what the model was trained on)")
@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--json", help="also write the result to this JSON file (must not exist)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
     sr = parser.add_argument_group("super-resolution models")
     sr.add_argument("--super-resolve", type=int, metavar="N",
                     help="also super-resolve the first N images and report PSNR against bicubic upsampling")

@@ -15,7 +15,7 @@ HELP = "validation NLL (nats/token) of a Music Transformer, at one or more conte
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="Music Transformer directory")
     parser.add_argument("--data", default="jsb", help="jsb (default), bach or a directory of .mid files")
@@ -27,8 +27,7 @@ def add_arguments(parser) -> None:
                              "context/STRIDE times more); default: consecutive chunks, each predicted on its own")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--json", help="also write the results to this JSON file")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

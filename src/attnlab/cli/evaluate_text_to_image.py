@@ -17,7 +17,7 @@ HELP = "score a text-to-image model: VQ-VAE PSNR and fidelity on held-out prompt
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train text-to-image")
     parser.add_argument("--classifier", help="the attribute reader (default: DIR/../attributes/model)")
@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the results as JSON to this file")
     parser.add_argument("--grid", help="write a PNG: samples of 8 unseen-composition prompts (top) and real images")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

@@ -7,13 +7,13 @@ HELP = "score a Vision Transformer on an image set: accuracy, per-class accuracy
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.vit import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
     parser.add_argument("--data", help="mnist, fashion-mnist, digits or DIR (default: what the model was trained on)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
     parser.add_argument("--out", help="write results.json and confusion_matrix.png here")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

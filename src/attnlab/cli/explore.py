@@ -2,7 +2,7 @@
 directory, a translation model, a language model), served on 127.0.0.1 or written as one
 self-contained HTML file."""
 
-from attnlab.cli.embed import add_device_argument, resolve_device
+from attnlab.cli.options import add_runtime_arguments, resolve_device
 
 HELP = "explore a model's attention in the browser: serve it locally, or write a self-contained HTML file"
 
@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0 = any free)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

@@ -14,6 +14,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
     parser.add_argument("--force", action="store_true", help="replace an existing file")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
+    from attnlab.cli.options import add_threads_argument
+
+    add_threads_argument(parser)  # export and check run on the CPU: no --device
 
 
 def run(args) -> int:

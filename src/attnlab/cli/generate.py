@@ -28,10 +28,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--sliding-window", action="store_true",
                         help="allow generating past the model's context (drops the oldest half when full)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 class Continuation:

@@ -17,7 +17,7 @@ HELP = "generate music (MIDI + piano-roll PNG + WAV with fluidsynth) with a Musi
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="Music Transformer directory (attnlab train music)")
     parser.add_argument("--primer", help="a MIDI file (performance-event models), or jsb-valid:N (JSB models: the "
@@ -36,8 +36,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-audio", action="store_true", help="do not render a WAV")
     parser.add_argument("--sample-rate", type=int, default=44100, help="WAV sample rate in Hz (default: 44100)")
     parser.add_argument("--force", action="store_true", help="replace existing output files")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

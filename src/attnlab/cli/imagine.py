@@ -15,7 +15,7 @@ HELP = "draw images for text prompts with a trained text-to-image model"
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train text-to-image")
     parser.add_argument("prompts", nargs="+", help="one or more prompts")
@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
                         help="draw --candidates times as many images and keep the --n that this trained captioner "
                              "finds likeliest to be described by the prompt (CLIP-style re-ranking)")
     parser.add_argument("--candidates", type=int, default=4, help="with --rerank: images drawn per kept one (default: 4)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:

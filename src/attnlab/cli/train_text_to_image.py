@@ -21,7 +21,7 @@ HELP = "train a decoder-only text-to-image model (with its VQ-VAE) on the synthe
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_device_argument, add_threads_argument
 
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="scenes", help="scenes (the only set with the truth fidelity needs)")
@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
     evaluation.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     evaluation.add_argument("--top-k", type=int, default=32, help="sample among the k likeliest tokens (default: 32)")
     run_group = parser.add_argument_group("run")
-    run_group.add_argument("--threads", type=int, help="torch CPU threads")
+    add_threads_argument(run_group)
     run_group.add_argument("--seed", type=int, default=0)
     run_group.add_argument("--out", required=True, help="output directory")
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -13,7 +13,7 @@ HELP = "write the ViT paper's interpretability figures (filters, position simila
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.vit import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
     parser.add_argument("--out", required=True, help="directory for the PNG files")
@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
                         help="use this image file instead (repeatable; the first is drawn)")
     parser.add_argument("--images", type=int, default=128,
                         help="test images averaged for the attention distance (default: 128)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:
