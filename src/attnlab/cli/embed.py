@@ -29,8 +29,11 @@ def run(args) -> int:
     from attnlab.interop.hf_bert import load_hf_bert
     from attnlab.models.bert import mean_pool
 
+    from attnlab.cli.options import require_packages
+
     if not 0 <= args.decimals <= 10:
         raise ValueError(f"--decimals {args.decimals}: choose 0 to 10")
+    require_packages("embed", "tokenizers")
     device = resolve_device(args.device)
     model, tokenizer = load_hf_bert(args.model, device=device)
     for number, count in enumerate(tokenizer.token_counts(args.sentences), 1):

@@ -44,6 +44,9 @@ def run(args) -> int:
     from attnlab.files import atomic_write_json, check_output_file, check_output_files
     from attnlab.tasks.caption import evaluate_captioner, load_caption_split, load_captioner
 
+    from attnlab.cli.options import require_packages
+
+    require_packages("evaluate-caption", "pycocoevalcap")
     if args.json:
         check_output_file(args.json, force=args.force, flag="--json")
     figure_names = [f"image_{i:04d}" for i in range(args.figures_count)]

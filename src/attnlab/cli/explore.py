@@ -40,6 +40,11 @@ def run(args) -> int:
     out = None
     if args.html is not None:
         out = check_output_file(args.html, force=args.force, flag="--html", suffixes=(".html", ".htm"))
+    from attnlab.cli.options import require_packages
+    from attnlab.interop.hf_bert import is_hf_bert_directory
+
+    if is_hf_bert_directory(args.model):
+        require_packages("explore", "tokenizers")
     source = load_source(args.model, device=resolve_device(args.device))
     if out is None:
         from attnlab.viz.explorer.server import serve

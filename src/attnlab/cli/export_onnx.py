@@ -29,10 +29,9 @@ def run(args) -> int:
         raise ValueError(f"-o {args.out}: no such directory {out.parent}")
     if not 14 <= args.opset <= 20:
         raise ValueError(f"--opset {args.opset}: choose 14 to 20")
-    try:
-        import onnx  # noqa: F401  (torch's exporter needs it)
-    except ImportError:
-        raise ValueError("ONNX export needs the onnx package: pip install onnx onnxruntime") from None
+    from attnlab.cli.options import require_packages
+
+    require_packages("export-onnx", "onnx")  # torch's exporter needs it; onnxruntime only checks (optional)
 
     from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert
     from attnlab.interop.onnx_export import export_onnx, onnx_parity

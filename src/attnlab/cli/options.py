@@ -6,12 +6,14 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "OPTIONAL_PACKAGES",
     "add_force_argument",
     "add_runtime_arguments",
     "add_threads_argument",
     "apply_threads",
     "bounded_int",
     "parse_overrides",
+    "require_packages",
 ]
 
 MAX_THREADS = 1024
@@ -202,3 +204,37 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
     return run
+
+
+# --------------------------------------------------------------------------- #
+# Optional packages: checked before a verb starts, never found missing at its end
+# --------------------------------------------------------------------------- #
+# module -> (what attnlab uses it for, how to install it: the pyproject extra where there is one)
+OPTIONAL_PACKAGES = {
+    "pycocoevalcap": ("BLEU-4 and CIDEr of captions", "pip install 'attnlab[caption]' "
+                                                     "(or: pip install --no-deps pycocoevalcap)"),
+    "onnx": ("the ONNX exporter", "pip install 'attnlab[onnx]'"),
+    "onnxruntime": ("checking an ONNX export", "pip install 'attnlab[onnx]'"),
+    "music21": ("the Bach chorales of music21's corpus", "pip install 'attnlab[music]'"),
+    "tokenizers": ("BERT's WordPiece tokenizer (HuggingFace BERT directories)", "pip install tokenizers"),
+}
+
+
+def require_packages(verb: str, *modules: str) -> None:
+    """Refuse to start ``attnlab VERB`` when an optional package it will need is missing
+    (ValueError: one line naming the package, what it is for and how to install it), so
+    that nothing runs for minutes and then fails. Each module is imported, so a broken
+    installation is found here too."""
+    import importlib
+
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        needs = " and ".join(f"{m} ({OPTIONAL_PACKAGES[m][0]})" if m in OPTIONAL_PACKAGES else m for m in missing)
+        hints = dict.fromkeys(OPTIONAL_PACKAGES[m][1] if m in OPTIONAL_PACKAGES else f"pip install {m}"
+                              for m in missing)
+        raise ValueError(f"attnlab {verb} needs {needs}, which is not installed: {'; '.join(hints)}")

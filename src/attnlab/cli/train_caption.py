@@ -51,6 +51,9 @@ def run(args) -> int:
     from attnlab.tasks.caption import CaptionTrainOptions, train_captioner
 
     _check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "train_images", "beam", "vocab_size"))
+    from attnlab.cli.options import require_packages
+
+    require_packages("train caption", "pycocoevalcap")  # the test split is scored at the end
     if not 0.0 <= args.label_smoothing < 1.0:
         raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
     if args.threads:
