@@ -18,17 +18,17 @@ MAX_BEAM = 64  # beam search keeps 2 x beam hypotheses per image on the device
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
+    from attnlab.cli.options import SEED, TEMPERATURE, add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
     parser.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
     parser.add_argument("--beam", type=bounded_int(1, MAX_BEAM), metavar="K",
                         help=f"beam size, 1 to {MAX_BEAM} (1: greedy; default: 3; not with --sample)")
     parser.add_argument("--sample", action="store_true", help="sample each word instead of beam search")
-    parser.add_argument("--temperature", type=float, help="with --sample (default: 1.0)")
+    parser.add_argument("--temperature", type=TEMPERATURE, metavar="T", help="with --sample (default: 1.0)")
     parser.add_argument("--top-k", type=bounded_int(1), metavar="K",
                         help="with --sample: draw among the k likeliest words")
-    parser.add_argument("--seed", type=int, help="with --sample (default: 0)")
+    parser.add_argument("--seed", type=SEED, help="with --sample (default: 0)")
     parser.add_argument("--attention-dir", help="write DIR/<image name>.png: each word's attention over the image")
     add_force_argument(parser, "existing attention figures")
     add_runtime_arguments(parser)
@@ -50,8 +50,6 @@ def run(args) -> int:
             if value is not None:
                 raise ValueError(f"{flag} is used only with --sample (beam search ignores it): add --sample "
                                  f"or drop {flag}")
-    if args.temperature is not None and args.temperature <= 0:
-        raise ValueError(f"--temperature={args.temperature} must be > 0")
     names = [Path(p).stem for p in args.images]
     if args.attention_dir:
         from attnlab.files import check_output_files

@@ -17,16 +17,16 @@ HELP = "score a text-to-image model: VQ-VAE PSNR and fidelity on held-out prompt
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
+    from attnlab.cli.options import SEED, TEMPERATURE, add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train text-to-image")
     parser.add_argument("--classifier", help="the attribute reader (default: DIR/../attributes/model)")
     parser.add_argument("--prompts", type=bounded_int(2, 10_000), default=400, metavar="N",
                         help="held-out prompts, half unseen, 2 to 10,000 (default: 400)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T", help="(default: 1.0)")
     parser.add_argument("--top-k", type=bounded_int(0), default=32, metavar="K",
                         help="(default: 32; 0: the whole codebook)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--json", help="write the results as JSON to this file")
     parser.add_argument("--grid", help="write a PNG: samples of 8 unseen-composition prompts (top) and real images")
     add_force_argument(parser, "--json and --grid files")
@@ -46,8 +46,6 @@ def run(args) -> int:
     from attnlab.models.scene_attributes import SceneAttributeClassifier
     from attnlab.tasks.text_to_image import evaluate_text_to_image, imagine, load_text_to_image, save_grid
 
-    if args.temperature <= 0:
-        raise ValueError(f"--temperature={args.temperature} must be > 0")
     if args.json:
         check_output_file(args.json, force=args.force, flag="--json")
     if args.grid:

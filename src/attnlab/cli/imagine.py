@@ -22,7 +22,7 @@ MAX_GRID_PIXELS = 1 << 26  # 64 Mpixels: a 200 MB canvas
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
+    from attnlab.cli.options import SEED, TEMPERATURE, add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train text-to-image")
     parser.add_argument("prompts", nargs="+", help="one or more prompts")
@@ -30,12 +30,12 @@ def add_arguments(parser) -> None:
                         help=f"images per prompt (default: 8; at most {MAX_IMAGES:,} images in all)")
     parser.add_argument("--out", required=True, help="the grid PNG to write")
     add_force_argument(parser, "--out")
-    parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T", help="(default: 1.0)")
     parser.add_argument("--top-k", type=bounded_int(0), default=32, metavar="K",
                         help="(default: 32; 0: the whole codebook)")
     parser.add_argument("--scale", type=bounded_int(1, MAX_SCALE), default=4, metavar="S",
                         help=f"pixels per image pixel in the PNG, 1 to {MAX_SCALE} (default: 4)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--rerank", metavar="CAPTIONER_DIR",
                         help="draw --candidates times as many images and keep the --n that this trained captioner "
                              "finds likeliest to be described by the prompt (CLIP-style re-ranking)")
@@ -49,8 +49,6 @@ def run(args) -> int:
     from attnlab.files import check_output_file
     from attnlab.tasks.text_to_image import imagine, load_text_to_image, save_grid
 
-    if args.temperature <= 0:
-        raise ValueError(f"--temperature={args.temperature} must be > 0")
     if args.candidates is not None and not args.rerank:
         raise ValueError("--candidates is used only with --rerank: add --rerank CAPTIONER_DIR or drop --candidates")
     candidates = args.candidates or 4

@@ -11,6 +11,7 @@ __all__ = [
     "add_runtime_arguments",
     "add_threads_argument",
     "apply_threads",
+    "bounded_float",
     "bounded_int",
     "parse_overrides",
     "require_packages",
@@ -36,6 +37,30 @@ def bounded_int(low: int, high: int | None = None):
 
     convert.__name__ = "whole number"
     return convert
+
+
+def bounded_float(low: float, high: float, *, include_low: bool = False):
+    """argparse ``type=`` for a finite number in ``(low, high]`` (``[low, high]`` with
+    ``include_low``); argparse names the flag in its message."""
+    import argparse
+    import math
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value > high or value < low or (value == low and not include_low):
+            raise argparse.ArgumentTypeError(f"{text} must be {'at least' if include_low else 'above'} {low:g} "
+                                             f"and at most {high:g}")
+        return value
+
+    convert.__name__ = "number"
+    return convert
+
+
+SEED = bounded_int(0, 2**63 - 1)  # torch.manual_seed takes a 64-bit integer
+TEMPERATURE = bounded_float(0.0, 100.0)  # sampling temperature: above 0; past 100 every draw is uniform
 
 
 def add_threads_argument(parser) -> None:

@@ -1,0 +1,57 @@
+"""What trying each verb with a huge or non-finite number and an existing output found:
+demo's --out replaced a directory it did not write and --steps had no bound; a huge
+--seed and a huge --temperature ended in internal errors. Each is now refused naming the
+flag, before any work."""
+
+import pytest
+
+from attnlab.cli.main import main
+
+
+def _refused(argv, capsys, *needles):
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "internal error" not in err, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_demo_keeps_a_directory_it_did_not_write(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text("the user's config")
+    (mine / "notes.txt").write_text("the user's notes")
+    _refused(["demo", "--steps", "2", "--out", str(mine)], capsys, "--out", "notes.txt", "--force")
+    assert (mine / "config.json").read_text() == "the user's config"
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "notes.txt"]
+
+
+def test_demo_replaces_its_own_model_and_with_force_anything(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--steps", "2", "--device", "cpu", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert main(["demo", "--steps", "2", "--device", "cpu", "--out", str(out)]) == 0  # its own: replaced
+    (out / "notes.txt").write_text("x")
+    _refused(["demo", "--steps", "2", "--out", str(out)], capsys, "--out")
+    assert main(["demo", "--steps", "2", "--device", "cpu", "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]  # no temporary or old copy left
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["demo", "--steps", "100000000"], "--steps"),
+    (["demo", "--seed", "99999999999999999999"], "--seed"),
+    (["caption", "--model", "M", "--sample", "--seed", "99999999999999999999", "x.png"], "--seed"),
+    (["caption", "--model", "M", "--sample", "--temperature", "1e308", "x.png"], "--temperature"),
+    (["caption", "--model", "M", "--sample", "--temperature", "0", "x.png"], "--temperature"),
+    (["imagine", "--model", "M", "--temperature", "1e308", "--out", "o.png", "red"], "--temperature"),
+    (["imagine", "--model", "M", "--temperature", "nan", "--out", "o.png", "red"], "--temperature"),
+    (["imagine", "--model", "M", "--seed", "-5", "--out", "o.png", "red"], "--seed"),
+    (["evaluate-text-to-image", "--model", "M", "--temperature", "1e308"], "--temperature"),
+    (["evaluate-text-to-image", "--model", "M", "--seed", "1e3"], "--seed"),
+])
+def test_huge_and_non_finite_numbers_are_refused_at_the_parser(argv, flag, capsys):
+    _refused(argv, capsys, f"argument {flag}")
