@@ -52,6 +52,10 @@ def test_demo_replaces_its_own_model_and_with_force_anything(tmp_path, capsys):
     (["imagine", "--model", "M", "--seed", "-5", "--out", "o.png", "red"], "--seed"),
     (["evaluate-text-to-image", "--model", "M", "--temperature", "1e308"], "--temperature"),
     (["evaluate-text-to-image", "--model", "M", "--seed", "1e3"], "--seed"),
+    (["train", "caption", "--beam", "1000", "--out", "O"], "--beam"),
+    (["train", "caption", "--image-size", "100000", "--out", "O"], "--image-size"),
+    (["train", "text-to-image", "--temperature", "1e300", "--out", "O"], "--temperature"),
 ])
-def test_huge_and_non_finite_numbers_are_refused_at_the_parser(argv, flag, capsys):
-    _refused(argv, capsys, f"argument {flag}")
+def test_huge_and_non_finite_numbers_are_refused_at_the_parser(argv, flag, capsys, tmp_path):
+    _refused([str(tmp_path / "o") if a == "O" else a for a in argv], capsys, f"argument {flag}")
+    assert not (tmp_path / "o").exists()
