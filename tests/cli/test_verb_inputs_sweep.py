@@ -59,3 +59,36 @@ def test_demo_replaces_its_own_model_and_with_force_anything(tmp_path, capsys):
 def test_huge_and_non_finite_numbers_are_refused_at_the_parser(argv, flag, capsys, tmp_path):
     _refused([str(tmp_path / "o") if a == "O" else a for a in argv], capsys, f"argument {flag}")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture
+def char_lm(tmp_path):
+    import torch
+
+    from attnlab import create_model
+    from attnlab.data.text import CharTokenizer
+
+    tokenizer = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz .,")
+    torch.manual_seed(0)
+    create_model("lm_tiny", vocab_size=tokenizer.vocab_size, max_positions=64).save_pretrained(tmp_path / "lm")
+    tokenizer.save(tmp_path / "lm")
+    return tmp_path / "lm"
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--top-p", "2"], ["argument --top-p"]),
+    (["--top-k", "0"], ["argument --top-k"]),
+    (["--temperature", "0"], ["argument --temperature"]),
+    (["--max-new-tokens", "100"], ["--max-new-tokens 100", "at most 62", "--sliding-window"]),
+])
+def test_generate_names_the_flags_not_the_library_arguments(char_lm, capsys, extra, needles):
+    try:
+        code = main(["generate", "--model", str(char_lm), "--prompt", "ab", *extra])
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""  # refused before the prompt is echoed
+    for needle in needles:
+        assert needle in err
+    for internal in ("top_p=", "top_k=", "max_new_tokens=", "sliding_window=", "greedy=True"):
+        assert internal not in err

@@ -50,7 +50,9 @@ def bounded_float(low: float, high: float, *, include_low: bool = False):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or value > high or value < low or (value == low and not include_low):
+        if not math.isfinite(value):  # as main's float type says it
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if value > high or value < low or (value == low and not include_low):
             raise argparse.ArgumentTypeError(f"{text} must be {'at least' if include_low else 'above'} {low:g} "
                                              f"and at most {high:g}")
         return value
