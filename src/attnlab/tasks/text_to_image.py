@@ -374,9 +374,10 @@ def evaluate_text_to_image(model, vqvae, tokenizer: Tokenizer, classifier, test,
     return results
 
 
-def load_text_to_image(directory: str | Path, device: str = "cpu"):
+def load_text_to_image(directory: str | Path, device: str = "cpu", *, flag: str = "--model"):
     """A saved TextToImage, its VQ-VAE (``DIR/vqvae``) and its tokenizer; its
-    ``text_to_image.json`` is checked (:func:`attnlab.tasks.read_task_file`)."""
+    ``text_to_image.json`` is checked (:func:`attnlab.tasks.read_task_file`). Errors name
+    ``flag``, the option that gave ``directory``."""
     import math
 
     from attnlab.models.registry import load_model
@@ -386,7 +387,7 @@ def load_text_to_image(directory: str | Path, device: str = "cpu"):
 
     model = load_model(directory, device=str(device))
     if not isinstance(model, TextToImage):
-        raise ValueError(f"--model {directory}: holds a {model.config.family} model, not a text-to-image model")
+        raise ValueError(f"{flag} {directory}: holds a {model.config.family} model, not a text-to-image model")
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
     info_path = Path(directory) / TASK_FILE
     info = read_task_file(info_path, {
