@@ -185,7 +185,8 @@ def test_huge_or_meaningless_sizes_are_refused_naming_the_flag(models, tmp_path,
 
 # -- another family's model, named by its flag ------------------------------------------
 @pytest.mark.parametrize("flag, other, what", [("--vqvae", "lm", "not a VQ-VAE"),
-                                                ("--classifier", "vit", "not an attribute reader")])
+                                                ("--classifier", "vit", "not an attribute reader"),
+                                                ("--vqvae", "nowhere", "no such model directory")])
 def test_train_text_to_image_refuses_another_family_before_training(models, tmp_path, capsys, flag, other, what):
     out = tmp_path / "run"
     argv = ["train", "text-to-image", "--out", str(out), flag, str(models / other), "--no-progress",
@@ -203,4 +204,6 @@ def test_other_families_given_to_the_caption_and_t2i_verbs(models, tmp_path, cap
     _fails(["evaluate-text-to-image", "--model", str(models / "t2i"), "--classifier", str(models / "vit")], capsys,
            "--classifier", "not an attribute reader")
     _fails(["evaluate-text-to-image", "--model", str(models / "t2i")], capsys, "--classifier")
+    _fails(["evaluate-text-to-image", "--model", str(models / "t2i"), "--classifier", str(tmp_path / "nowhere")],
+           capsys, "--classifier", "no such model directory")
     assert not (tmp_path / "o.png").exists()

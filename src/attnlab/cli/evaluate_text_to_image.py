@@ -56,6 +56,8 @@ def run(args) -> int:
     if not args.classifier and not classifier_dir.is_dir():
         raise ValueError(f"no attribute reader at {classifier_dir} (where train text-to-image writes it); "
                          "pass --classifier DIR")
+    if args.classifier and not classifier_dir.is_dir():
+        raise ValueError(f"--classifier {classifier_dir}: no such model directory")
     classifier = load_model(classifier_dir, device=device)
     if not isinstance(classifier, SceneAttributeClassifier):
         raise ValueError(f"--classifier {classifier_dir}: holds a {classifier.config.family} model, "

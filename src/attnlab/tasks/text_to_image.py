@@ -415,6 +415,8 @@ def _check_given_part(directory: str | None, flag: str, family: str, what: str) 
 
     if directory is None:
         return
+    if not Path(directory).is_dir():
+        raise ValueError(f"{flag} {directory}: no such model directory")
     config = load_config(directory)
     if config.family != family:
         raise ValueError(f"{flag} {directory}: holds a {config.family} model, not {what}")
