@@ -46,6 +46,7 @@ __all__ = [
     "atomic_write_json",
     "check_output_directory",
     "check_output_file",
+    "check_output_files",
     "default_file_mode",
     "fsync_path",
     "json_safe",
@@ -309,6 +310,32 @@ def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
     shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
     raise ValueError(f"{flag} {out}: the directory exists and holds files attnlab did not write here "
                      f"({shown}); pass --force to replace it as a whole, or choose a new directory")
+
+
+def check_output_files(directory: str | os.PathLike, names: Iterable[str], *, force: bool, flag: str) -> Path:
+    """A directory named by option ``flag`` into which a verb writes the files ``names``
+    (and nothing else), checked before any work is done: the directory may exist (other
+    files in it are left alone) or not (its parent must; the verb creates it); it must not
+    be a file or a symlink; two outputs may not share a name; and each ``directory/name``
+    follows :func:`check_output_file` (an existing file or link refused unless ``force``,
+    then replaced atomically)."""
+    out = Path(directory)
+    if out.is_symlink():
+        raise ValueError(f"{flag} {out}: is a symlink (to {os.readlink(out)}); attnlab does not write "
+                         "through symlinks; give a directory")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{flag} {out}: is a file, not a directory")
+    if not out.exists() and not out.parent.is_dir():
+        raise ValueError(f"{flag} {out}: the directory {out.parent} does not exist")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{flag} {out}: two outputs would both be written as {name}; give inputs "
+                             "with different file names")
+        seen.add(name)
+        if out.is_dir():
+            check_output_file(out / name, force=force, flag=flag)
+    return out
 
 
 # --------------------------------------------------------------------------- #

@@ -24,7 +24,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n", default="64,128,256,512,1024", help="sequence lengths (default: 64,...,1024)")
     parser.add_argument("--d", default="64,128,256,512", help="widths, multiples of 4 (default: 64,...,512)")
     parser.add_argument("--repeats", type=int, default=3, help="timed forwards per point; the median is kept")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    from attnlab.cli.options import MAX_THREADS, bounded_int
+
+    parser.add_argument("--threads", type=bounded_int(1, MAX_THREADS), default=1, metavar="N",
+                        help="torch CPU threads (default: 1)")
     parser.add_argument("--force", action="store_true", help="replace the files of an earlier run in --out")
 
 
@@ -43,8 +46,8 @@ def run(args) -> int:
     ns, ds = _sizes(args.n, "--n"), _sizes(args.d, "--d")
     if any(d % 4 for d in ds):
         raise ValueError(f"--d {args.d}: widths must be multiples of 4 (4 heads)")
-    if not 1 <= args.repeats <= 50 or not 1 <= args.threads <= 256:
-        raise ValueError("--repeats must be 1 to 50 and --threads 1 to 256")
+    if not 1 <= args.repeats <= 50:
+        raise ValueError("--repeats must be 1 to 50")
     out = Path(args.out)
     existing = [name for name in FILES if (out / name).exists()]
     if existing and not args.force:

@@ -7,13 +7,24 @@ save/load) that needs no data and finishes in well under a minute on a CPU.
 HELP = "train a tiny Transformer to reverse sequences in seconds, then decode with greedy and beam search"
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--steps", type=int, default=500, help="training steps (default: 500)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="save the trained model to this directory")
-    from attnlab.cli.options import add_device_argument
+MAX_STEPS = 100_000
 
-    add_device_argument(parser)
+
+def add_arguments(parser) -> None:
+    from attnlab.cli.options import SEED, add_force_argument, add_runtime_arguments, bounded_int
+
+    parser.add_argument("--steps", type=bounded_int(1, MAX_STEPS), default=500, metavar="N",
+                        help=f"training steps, 1 to {MAX_STEPS:,} (default: 500)")
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--out", default=None,
+                        help="save the trained model to this directory (new, empty, or an earlier demo model)")
+    add_force_argument(parser, "--out")
+    add_runtime_arguments(parser)
+
+
+def _demo_model(directory) -> bool:
+    """Whether ``directory`` holds only what ``demo --out`` writes (an earlier demo model)."""
+    return {p.name for p in directory.iterdir()} <= {"config.json", "model.safetensors"}
 
 
 def run(args) -> int:
@@ -25,8 +36,10 @@ def run(args) -> int:
     from attnlab.cli.options import describe_device, resolve_device
     from attnlab.generation import beam_search, greedy_search
 
-    if args.steps < 1:
-        raise ValueError(f"--steps={args.steps} must be >= 1")
+    if args.out:
+        from attnlab.files import check_output_directory
+
+        check_output_directory(args.out, force=args.force, flag="--out", own=_demo_model)
     torch.manual_seed(args.seed)
     pad, bos, eos, first_symbol, vocab = 0, 1, 2, 3, 13  # ten symbols 3..12
     device = resolve_device(args.device)
@@ -84,7 +97,10 @@ def run(args) -> int:
     print(f"reversed exactly: greedy {greedy_right}/{len(src)}, beam search {beam_right}/{len(src)}, "
           f"both {both_right}/{len(src)}")
     if args.out:
-        model.save_pretrained(args.out)
+        from attnlab.files import atomic_directory
+
+        with atomic_directory(args.out) as temporary:  # replaced as a whole, never half-written
+            model.save_pretrained(temporary)
         reloaded = attnlab.load_model(args.out, device=device)
         same = torch.equal(reloaded(src, src), model(src, src))
         print(f"saved to {args.out}; reloaded model gives identical outputs: {same}")

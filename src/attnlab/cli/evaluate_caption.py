@@ -18,32 +18,41 @@ HELP = "score a captioner: BLEU-4, CIDEr (pycocoevalcap) and, on scenes, the gro
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.caption import MAX_BEAM
+    from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
     parser.add_argument("--data", help="scenes, scenes64, emoji[:DIR], coco:DIR or flickr:DIR (default: what the model was trained on)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
-    parser.add_argument("--limit", type=int, help="only the first N images")
-    parser.add_argument("--beam", type=int, default=3, help="beam size (default: 3)")
+    parser.add_argument("--limit", type=bounded_int(1), metavar="N", help="only the first N images")
+    parser.add_argument("--beam", type=bounded_int(1, MAX_BEAM), default=3, metavar="K",
+                        help=f"beam size, 1 to {MAX_BEAM} (default: 3)")
     parser.add_argument("--figures", help="write attention PNGs of the first --figures-count images into this folder")
-    parser.add_argument("--figures-count", type=int, default=8, help="(default: 8)")
+    parser.add_argument("--figures-count", type=bounded_int(1, 1000), default=8, metavar="N", help="(default: 8)")
     parser.add_argument("--json", help="write the results as JSON to this file")
+    add_force_argument(parser, "--json and --figures files")
     parser.add_argument("--meteor", action="store_true", help="also METEOR 1.5 (pycocoevalcap's; needs Java)")
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:
     import sys
+    from pathlib import Path
 
     from attnlab.cli.options import resolve_device
     from attnlab.cli.train_caption import format_results
-    from attnlab.files import atomic_write_json
+    from attnlab.files import atomic_write_json, check_output_file, check_output_files
     from attnlab.tasks.caption import evaluate_captioner, load_caption_split, load_captioner
 
-    for name in ("limit", "beam", "figures_count"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
+    from attnlab.cli.options import require_packages
+
+    require_packages("evaluate-caption", "pycocoevalcap")
+    if args.json:
+        check_output_file(args.json, force=args.force, flag="--json")
+    figure_names = [f"image_{i:04d}" for i in range(args.figures_count)]
+    if args.figures:
+        check_output_files(args.figures, [f"{name}.png" for name in figure_names], force=args.force,
+                           flag="--figures")
     model, tokenizer, info = load_captioner(args.model, resolve_device(args.device))
     spec = args.data or info.get("data")
     if not spec:
@@ -56,7 +65,9 @@ def run(args) -> int:
         from attnlab.viz.caption import write_caption_figures
 
         count = min(args.figures_count, len(data))
-        write_caption_figures(model, tokenizer, data.images[:count], captions[:count], args.figures)
+        Path(args.figures).mkdir(exist_ok=True)
+        write_caption_figures(model, tokenizer, data.images[:count], captions[:count], args.figures,
+                              names=figure_names[:count])
     if args.json:
         atomic_write_json(args.json, results, indent=2)
     print(format_results(results))

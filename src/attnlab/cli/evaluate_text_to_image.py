@@ -17,17 +17,20 @@ HELP = "score a text-to-image model: VQ-VAE PSNR and fidelity on held-out prompt
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import SEED, TEMPERATURE, add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train text-to-image")
     parser.add_argument("--classifier", help="the attribute reader (default: DIR/../attributes/model)")
-    parser.add_argument("--prompts", type=int, default=400, help="held-out prompts, half unseen (default: 400)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")
-    parser.add_argument("--top-k", type=int, default=32, help="(default: 32; 0: the whole codebook)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompts", type=bounded_int(2, 10_000), default=400, metavar="N",
+                        help="held-out prompts, half unseen, 2 to 10,000 (default: 400)")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T", help="(default: 1.0)")
+    parser.add_argument("--top-k", type=bounded_int(0), default=32, metavar="K",
+                        help="(default: 32; 0: the whole codebook)")
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--json", help="write the results as JSON to this file")
     parser.add_argument("--grid", help="write a PNG: samples of 8 unseen-composition prompts (top) and real images")
-    add_device_argument(parser)
+    add_force_argument(parser, "--json and --grid files")
+    add_runtime_arguments(parser)
 
 
 def run(args) -> int:
@@ -38,19 +41,27 @@ def run(args) -> int:
     from attnlab.cli.options import resolve_device
     from attnlab.cli.train_text_to_image import report
     from attnlab.data.scenes import load_scenes
-    from attnlab.files import atomic_write_json
+    from attnlab.files import atomic_write_json, check_output_file
     from attnlab.models.registry import load_model
     from attnlab.models.scene_attributes import SceneAttributeClassifier
     from attnlab.tasks.text_to_image import evaluate_text_to_image, imagine, load_text_to_image, save_grid
 
-    if args.prompts < 2 or args.top_k < 0 or args.temperature <= 0:
-        raise ValueError("--prompts must be at least 2, --top-k at least 0 and --temperature above 0")
+    if args.json:
+        check_output_file(args.json, force=args.force, flag="--json")
+    if args.grid:
+        check_output_file(args.grid, force=args.force, flag="--grid", suffixes=(".png",))
     device = resolve_device(args.device)
     model, vqvae, tokenizer = load_text_to_image(args.model, device)
     classifier_dir = Path(args.classifier) if args.classifier else Path(args.model).resolve().parent / "attributes" / "model"
+    if not args.classifier and not classifier_dir.is_dir():
+        raise ValueError(f"no attribute reader at {classifier_dir} (where train text-to-image writes it); "
+                         "pass --classifier DIR")
+    if args.classifier and not classifier_dir.is_dir():
+        raise ValueError(f"--classifier {classifier_dir}: no such model directory")
     classifier = load_model(classifier_dir, device=device)
     if not isinstance(classifier, SceneAttributeClassifier):
-        raise ValueError(f"{classifier_dir}: holds a {classifier.config.family} model, not an attribute reader")
+        raise ValueError(f"--classifier {classifier_dir}: holds a {classifier.config.family} model, "
+                         "not an attribute reader (train text-to-image writes one to OUT/attributes/model)")
     test = load_scenes("test")
     results = evaluate_text_to_image(model, vqvae, tokenizer, classifier, test, prompts=args.prompts,
                                      temperature=args.temperature, top_k=args.top_k or None, seed=args.seed)

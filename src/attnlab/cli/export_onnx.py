@@ -18,6 +18,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
     parser.add_argument("--force", action="store_true", help="replace an existing file")
     parser.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
+    from attnlab.cli.options import add_threads_argument
+
+    add_threads_argument(parser)  # export and check run on the CPU: no --device
 
 
 def run(args) -> int:
@@ -30,10 +33,9 @@ def run(args) -> int:
         raise ValueError(f"-o {args.out}: no such directory {out.parent}")
     if not 14 <= args.opset <= 20:
         raise ValueError(f"--opset {args.opset}: choose 14 to 20")
-    try:
-        import onnx  # noqa: F401  (torch's exporter needs it)
-    except ImportError:
-        raise ValueError("ONNX export needs the onnx package: pip install onnx onnxruntime") from None
+    from attnlab.cli.options import require_packages
+
+    require_packages("export-onnx", "onnx")  # torch's exporter needs it; onnxruntime only checks (optional)
 
     from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert
     from attnlab.interop.onnx_export import export_onnx, onnx_parity

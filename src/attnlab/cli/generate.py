@@ -19,20 +19,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer)")
     parser.add_argument("--prompt", action="append", default=None,
                         help="prompt text; repeat for a batch (default: a newline)")
-    parser.add_argument("--max-new-tokens", type=int, default=200, help="(default: 200)")
+    from attnlab.cli.options import SEED, TEMPERATURE, bounded_float, bounded_int
+
+    parser.add_argument("--max-new-tokens", type=bounded_int(0, 1_000_000), default=200, metavar="N",
+                        help="(default: 200)")
     parser.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
-    parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")
-    parser.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
-    parser.add_argument("--top-p", type=float, help="nucleus sampling: smallest set with probability >= p")
-    parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T",
+                        help="above 0 (default: 1.0; --greedy for argmax)")
+    parser.add_argument("--top-k", type=bounded_int(1), metavar="K", help="sample among the k most probable tokens")
+    parser.add_argument("--top-p", type=bounded_float(0.0, 1.0), metavar="P",
+                        help="nucleus sampling: smallest set with probability >= p, in (0, 1]")
+    parser.add_argument("--seed", type=SEED, help="seed for reproducible sampling")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--sliding-window", action="store_true",
                         help="allow generating past the model's context (drops the oldest half when full)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads")
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
     from attnlab.cli.translate import add_quantize_argument
 
-    add_device_argument(parser)
+    add_runtime_arguments(parser)
     add_quantize_argument(parser)
 
 
@@ -84,6 +88,12 @@ def run(args) -> int:
         raise ValueError(str(error)) from None
     prompts = args.prompt or ["\n"]
     encoded = [tokenizer.encode(p) for p in prompts]
+    context = model.config.max_positions
+    longest = max(len(ids) for ids in encoded)
+    if not args.sliding_window and longest + args.max_new_tokens > context:  # before a word is printed
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens}: the prompt has {longest} tokens and the model's "
+                         f"context holds {context}: ask for at most {max(0, context - longest)}, or pass "
+                         "--sliding-window")
     stream = len(prompts) == 1
     on_token = None
     if stream:

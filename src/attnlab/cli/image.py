@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from attnlab.cli.options import add_device_argument
+from attnlab.cli.options import add_runtime_arguments
 
 HELP = "train an Image Transformer (local 1D/2D attention) on mnist, fashion-mnist, emoji or a folder of images"
 IMAGE_FILE = "image.json"
@@ -324,8 +324,6 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from attnlab.cli.options import add_runtime_arguments
-
     add_runtime_arguments(parser)
 
 

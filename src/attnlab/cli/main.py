@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        from attnlab.cli.options import apply_threads
+
+        apply_threads(args)  # --threads (options.add_threads_argument) applies to every verb that has it
         with _sigterm_raises():
             return args.run(args) or 0
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, or a Trainer's TrainingInterrupted

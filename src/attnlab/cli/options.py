@@ -6,12 +6,15 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "OPTIONAL_PACKAGES",
     "add_force_argument",
     "add_runtime_arguments",
     "add_threads_argument",
     "apply_threads",
+    "bounded_float",
     "bounded_int",
     "parse_overrides",
+    "require_packages",
 ]
 
 MAX_THREADS = 1024
@@ -34,6 +37,34 @@ def bounded_int(low: int, high: int | None = None):
 
     convert.__name__ = "whole number"
     return convert
+
+
+def bounded_float(low: float, high: float | None = None, *, include_low: bool = False):
+    """argparse ``type=`` for a finite number in ``(low, high]`` (``[low, high]`` with
+    ``include_low``; ``high`` None: no upper bound); argparse names the flag in its message."""
+    import argparse
+    import math
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):  # as main's float type says it
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if (high is not None and value > high) or value < low or (value == low and not include_low):
+            bound = f"{'at least' if include_low else 'above'} {low:g}"
+            if high is None:
+                raise argparse.ArgumentTypeError(f"{text} must be a number {bound}")
+            raise argparse.ArgumentTypeError(f"{text} must be {bound} and at most {high:g}")
+        return value
+
+    convert.__name__ = "number"
+    return convert
+
+
+SEED = bounded_int(0, 2**63 - 1)  # torch.manual_seed takes a 64-bit integer
+TEMPERATURE = bounded_float(0.0, 100.0)  # sampling temperature: above 0; past 100 every draw is uniform
 
 
 def add_threads_argument(parser) -> None:
@@ -185,24 +216,6 @@ def options_from_args(options_class, args, **given):
     return options_class(**{**values, **given})
 
 
-def bounded_float(low: float, *, inclusive: bool = True):
-    """argparse ``type=`` for a finite number ``>= low`` (``> low`` when not ``inclusive``)."""
-    import argparse
-    import math
-
-    def convert(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or value < low or (value == low and not inclusive):
-            raise argparse.ArgumentTypeError(f"{text} must be a number {'at least' if inclusive else 'above'} {low:g}")
-        return value
-
-    convert.__name__ = "number"
-    return convert
-
-
 SAVE_EVERY_MINUTES = 10.0
 """Default of ``--save-every-minutes``: an interrupted or killed run loses at most this much."""
 
@@ -210,7 +223,8 @@ SAVE_EVERY_MINUTES = 10.0
 def add_checkpoint_minutes_argument(group) -> None:
     """``--save-every-minutes M`` (default 10; 0: by updates only), the Trainer's
     ``checkpoint_every_minutes``; read it with :func:`checkpoint_minutes`."""
-    group.add_argument("--save-every-minutes", type=bounded_float(0.0), default=SAVE_EVERY_MINUTES, metavar="M",
+    group.add_argument("--save-every-minutes", type=bounded_float(0.0, include_low=True), default=SAVE_EVERY_MINUTES,
+                       metavar="M",
                        help=f"also checkpoint whenever M minutes passed since the last checkpoint (0: only by "
                             f"updates; default: {SAVE_EVERY_MINUTES:g})")
 
@@ -230,7 +244,7 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
     so a verb can add its own run options to it. SIGINT/SIGTERM stop a run with a
     checkpoint that ``--resume`` continues (attnlab.training.Trainer)."""
     run = parser.add_argument_group("run")
-    run.add_argument("--max-minutes", type=bounded_float(0.0, inclusive=False),
+    run.add_argument("--max-minutes", type=bounded_float(0.0),
                      help="wall-clock budget of the whole command (loading, training, final scoring; it says "
                           "how it splits it when it starts)")
     run.add_argument("--val-every", type=bounded_int(0), default=every,
@@ -320,3 +334,37 @@ def check_training_memory(config, *, batch_size: int, flag: str, length: int | N
     check_fits_in_memory(16 * parameters + attention + activations, flag=flag,
                          what=f"training a model of {parameters:,d} parameters on sequences of {length:,d} "
                               f"positions, {batch_size} at a time")
+
+
+# --------------------------------------------------------------------------- #
+# Optional packages: checked before a verb starts, never found missing at its end
+# --------------------------------------------------------------------------- #
+# module -> (what attnlab uses it for, how to install it: the pyproject extra where there is one)
+OPTIONAL_PACKAGES = {
+    "pycocoevalcap": ("BLEU-4 and CIDEr of captions", "pip install 'attnlab[caption]' "
+                                                     "(or: pip install --no-deps pycocoevalcap)"),
+    "onnx": ("the ONNX exporter", "pip install 'attnlab[onnx]'"),
+    "onnxruntime": ("checking an ONNX export", "pip install 'attnlab[onnx]'"),
+    "music21": ("the Bach chorales of music21's corpus", "pip install 'attnlab[music]'"),
+    "tokenizers": ("BERT's WordPiece tokenizer (HuggingFace BERT directories)", "pip install tokenizers"),
+}
+
+
+def require_packages(verb: str, *modules: str) -> None:
+    """Refuse to start ``attnlab VERB`` when an optional package it will need is missing
+    (ValueError: one line naming the package, what it is for and how to install it), so
+    that nothing runs for minutes and then fails. Each module is imported, so a broken
+    installation is found here too."""
+    import importlib
+
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        needs = " and ".join(f"{m} ({OPTIONAL_PACKAGES[m][0]})" if m in OPTIONAL_PACKAGES else m for m in missing)
+        hints = dict.fromkeys(OPTIONAL_PACKAGES[m][1] if m in OPTIONAL_PACKAGES else f"pip install {m}"
+                              for m in missing)
+        raise ValueError(f"attnlab {verb} needs {needs}, which is not installed: {'; '.join(hints)}")

@@ -44,7 +44,7 @@ def add_arguments(parser) -> None:
 
 def _add_translation_arguments(parser) -> None:
     from attnlab.cli.options import (DEVICE_HELP, RUN_FORCE, add_device_argument, add_force_argument,
-                                     add_named_data_arguments, add_precision_argument)
+                                     add_named_data_arguments, add_precision_argument, add_threads_argument)
 
     # The argument dests are TranslationTrainOptions' field names (run() builds it from them);
     # tests/cli/test_translation_cli.py checks that the defaults here are the dataclass's.
@@ -78,7 +78,7 @@ def _add_translation_arguments(parser) -> None:
                             "variable-length sequences (on a GPU in bf16: the pad-free flash kernel); the same loss")
     model.add_argument("--seed", type=int, default=1)
     add_device_argument(model, help=DEVICE_HELP + "; under torchrun with nccl each process takes its own GPU")
-    model.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
+    add_threads_argument(model)
     run_group = parser.add_argument_group("run")
     run_group.add_argument("--out", required=True, help="output directory (the model goes to OUT/model)")
     run_group.add_argument("--max-minutes", type=float,

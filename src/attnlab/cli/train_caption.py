@@ -20,12 +20,16 @@ HELP = "train an image captioner on scenes (synthetic), coco:DIR or flickr:DIR"
 
 
 def add_arguments(parser) -> None:
+    from attnlab.cli.caption import MAX_BEAM
+    from attnlab.cli.options import bounded_int
+
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="scenes",
                       help="scenes (32x32 synthetic), scenes64, emoji[:DIR] (Twemoji by their Unicode names), "
                            "coco:DIR or flickr:DIR (default: scenes)")
     data.add_argument("--train-images", type=int, help="scenes: this many training images (default: 8000)")
-    data.add_argument("--image-size", type=int, default=32, help="emoji/coco/flickr: images resized to this square (default: 32)")
+    data.add_argument("--image-size", type=bounded_int(8, 512), default=32, metavar="S",
+                      help="emoji/coco/flickr: images resized to this square, 8 to 512 (default: 32)")
     data.add_argument("--vocab-size", type=int, default=1000,
                       help="sentencepiece vocabulary, at most (fewer when the captions allow fewer; default: 1000)")
     model = parser.add_argument_group("model and optimisation")
@@ -37,7 +41,8 @@ def add_arguments(parser) -> None:
     model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
     model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
-    model.add_argument("--beam", type=int, default=3, help="beam size for the final test captions (default: 3)")
+    model.add_argument("--beam", type=bounded_int(1, MAX_BEAM), default=3, metavar="K",
+                       help=f"beam size for the final test captions, 1 to {MAX_BEAM} (default: 3)")
     from attnlab.cli.options import add_run_group
 
     add_run_group(parser)
@@ -51,6 +56,9 @@ def run(args) -> int:
     from attnlab.tasks.caption import CaptionTrainOptions, train_captioner
 
     _check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "train_images", "beam", "vocab_size"))
+    from attnlab.cli.options import require_packages
+
+    require_packages("train caption", "pycocoevalcap")  # the test split is scored at the end
     if not 0.0 <= args.label_smoothing < 1.0:
         raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
     if args.threads:

@@ -21,7 +21,8 @@ HELP = "train a decoder-only text-to-image model (with its VQ-VAE) on the synthe
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import RUN_FORCE, add_device_argument, add_force_argument
+    from attnlab.cli.options import (RUN_FORCE, SEED, TEMPERATURE, add_device_argument, add_force_argument,
+                                     add_threads_argument)
 
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="scenes", help="scenes (the only set with the truth fidelity needs)")
@@ -50,11 +51,12 @@ def add_arguments(parser) -> None:
                             "has the rest")
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--eval-prompts", type=int, default=400, help="held-out prompts, half unseen (default: 400)")
-    evaluation.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    evaluation.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T",
+                            help="sampling temperature (default: 1.0)")
     evaluation.add_argument("--top-k", type=int, default=32, help="sample among the k likeliest tokens (default: 32)")
     run_group = parser.add_argument_group("run")
-    run_group.add_argument("--threads", type=int, help="torch CPU threads")
-    run_group.add_argument("--seed", type=int, default=0)
+    add_threads_argument(run_group)
+    run_group.add_argument("--seed", type=SEED, default=0)
     run_group.add_argument("--out", required=True, help="output directory")
     add_force_argument(run_group, RUN_FORCE)
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -14,10 +14,9 @@ def add_decoding_arguments(parser) -> None:
     parser.add_argument("--max-len-a", type=float, default=1.5,
                         help="output tokens <= a * source tokens + b (default a: 1.5)")
     parser.add_argument("--max-len-b", type=float, default=10, help="(default b: 10)")
-    from attnlab.cli.options import add_device_argument
+    from attnlab.cli.options import add_runtime_arguments
 
-    add_device_argument(parser)
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
+    add_runtime_arguments(parser)
 
 
 def set_threads(threads: int | None) -> None:

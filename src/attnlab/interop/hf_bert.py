@@ -86,10 +86,27 @@ def config_from_hf_bert(hf_config: Mapping | object, *, source: str = "config") 
                   attention_dropout=get("attention_probs_dropout_prob", 0.1),
                   layer_norm_eps=get("layer_norm_eps", 1e-12),
                   pad_id=get("pad_token_id") if get("pad_token_id") is not None else 0)
-    missing = sorted(name for name, value in values.items() if value is None)
+    missing = sorted(_HF_NAMES.get(name, name) for name, value in values.items() if value is None)
     if missing:
-        raise ValueError(f"{source}: missing BERT config field(s) for {missing}")
-    return BertConfig.from_dict(values, source=source)
+        raise ValueError(f"{source}: missing BERT config field(s) {missing}")
+    try:
+        return BertConfig.from_dict(values, source=source)
+    except ValueError as error:  # name the fields as config.json spells them, not attnlab's
+        raise ValueError(_hf_field_names(str(error))) from None
+
+
+# attnlab's BertConfig field -> the HuggingFace config.json field it comes from
+_HF_NAMES = {"d_model": "hidden_size", "num_heads": "num_attention_heads", "d_ff": "intermediate_size",
+             "num_layers": "num_hidden_layers", "max_positions": "max_position_embeddings",
+             "dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
+             "pad_id": "pad_token_id", "activation": "hidden_act"}
+
+
+def _hf_field_names(message: str) -> str:
+    import re
+
+    message = message.replace("BertConfig.", "")
+    return re.sub(r"\b(" + "|".join(_HF_NAMES) + r")\b", lambda m: _HF_NAMES[m.group(1)], message)
 
 
 def bert_state_dict_to_attnlab(state_dict: Mapping[str, Tensor], num_layers: int, *,
@@ -167,6 +184,15 @@ class WordPieceTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """How many tokens each text has with ``[CLS]`` and ``[SEP]``, before the
+        truncation to ``max_length`` that :meth:`encode` applies."""
+        self.tokenizer.no_truncation()
+        try:
+            return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
+        finally:
+            self.tokenizer.enable_truncation(self.max_length)
+
     def encode(self, texts: list[str]) -> tuple[dict[str, Tensor], list[list[str]]]:
         """Texts -> ({ids, attention_mask, token_type_ids} each ``(B, L)``, tokens per text)."""
         encodings = self.tokenizer.encode_batch(list(texts))
@@ -215,11 +241,19 @@ def load_hf_bert(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
         raise ValueError(f"{directory}: not a directory")
     config_path, weights_path, vocab_path = (directory / name for name in ("config.json", "model.safetensors",
                                                                            "vocab.txt"))
+    values = _read_json(config_path) if config_path.is_file() else None
+    if values is not None and values.get("model_type") != "bert" and (
+            "family" in values or "model_type" in values or not vocab_path.is_file()):
+        what = (f"an attnlab {values['family']} model directory" if "family" in values else
+                f"config.json has model_type={values['model_type']!r}, which is not a BERT model"
+                if "model_type" in values else "no BERT config and no vocab.txt")
+        raise ValueError(f"{directory}: not a HuggingFace BERT directory ({what}); give a directory with a BERT "
+                         "config.json (model_type \"bert\"), model.safetensors and vocab.txt")
     for path in (config_path, weights_path, vocab_path):
         if not path.is_file():
             raise ValueError(f"{path}: no such file; a HuggingFace BERT directory holds config.json, "
                              f"model.safetensors and vocab.txt")
-    config = config_from_hf_bert(_read_json(config_path), source=str(config_path))
+    config = config_from_hf_bert(values, source=str(config_path))
     try:
         state_dict = load_file(str(weights_path))
     except (SafetensorError, OSError) as error:

@@ -96,10 +96,16 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
         raise ValueError(f"{path}: not a valid JSON config ({error})") from None
     except RecursionError:
         raise ValueError(f"{path}: not a valid model config (nested too deeply)") from None
-    family = values.get("family") if isinstance(values, dict) else None
-    if family is None and isinstance(values, dict) and values.get("model_type") == "bert":
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a JSON object naming the model family, found {type(values).__name__}")
+    family = values.get("family")
+    if family is None and values.get("model_type") == "bert":
         raise ValueError(f"{path}: a HuggingFace BERT directory, not an attnlab one: load it with "
                          "attnlab.load(directory) (a BERT pipeline) or attnlab.interop.hf_bert.load_hf_bert")
+    if family is None and "model_type" in values:
+        raise ValueError(f"{path}: a HuggingFace config (model_type={values['model_type']!r}), not an attnlab "
+                         "model directory; attnlab reads HuggingFace BERT directories with `attnlab embed` / "
+                         "`attnlab explore`, or converts models with attnlab.interop")
     if family not in _FAMILIES:
         raise ValueError(f"{path}: unknown model family {family!r}; known families: {sorted(_FAMILIES)}")
     return _FAMILIES[family].config_class.from_dict(values, source=str(path))

@@ -455,28 +455,27 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     return model_dir, results
 
 
-def load_captioner(directory: str | Path, device: str = "cpu"):
-    """A saved Captioner, its tokenizer and its ``caption.json`` (ValueError for anything else)."""
-    import json
-
+def load_captioner(directory: str | Path, device: str = "cpu", *, flag: str = "--model"):
+    """A saved Captioner, its tokenizer and its ``caption.json`` (ValueError for anything
+    else, naming ``flag``, the option that gave ``directory``)."""
     from attnlab.models.captioner import Captioner
     from attnlab.models.registry import load_model
+    from attnlab.tasks import is_positive_int, is_text, read_task_file
 
     model = load_model(directory, device=str(device))
     if not isinstance(model, Captioner):
-        raise ValueError(f"{directory}: holds a {model.config.family} model, not a captioner")
+        raise ValueError(f"{flag} {directory}: holds a {model.config.family} model, not a captioner")
     tokenizer = Tokenizer.load(directory)
     if tokenizer.vocab_size != model.config.vocab_size:
         raise ValueError(f"{Path(directory) / 'tokenizer.model'}: {tokenizer.vocab_size} pieces, but the model has a "
                          f"vocabulary of {model.config.vocab_size}")
-    info = {}
     path = Path(directory) / CAPTION_FILE
-    if path.is_file():
-        try:
-            info = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path}: not valid JSON ({error})") from None
-    return model, tokenizer, info if isinstance(info, dict) else {}
+    info = read_task_file(path, {"data": (is_text, "a data set name"), "input": (is_text, "a text"),
+                                 "image_size": (is_positive_int, "a whole number of pixels")})
+    if info.get("image_size") not in (None, model.config.image_size):
+        raise ValueError(f"{path}: image_size={info['image_size']} but config.json has image_size="
+                         f"{model.config.image_size}")
+    return model, tokenizer, info
 
 
 def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3, meteor: bool = False,

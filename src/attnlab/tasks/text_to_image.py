@@ -462,24 +462,55 @@ def evaluate_text_to_image(model, vqvae, tokenizer: Tokenizer, classifier, test,
     return results
 
 
-def load_text_to_image(directory: str | Path, device: str = "cpu"):
-    """A saved TextToImage, its VQ-VAE (``DIR/vqvae``) and its tokenizer."""
+def load_text_to_image(directory: str | Path, device: str = "cpu", *, flag: str = "--model"):
+    """A saved TextToImage, its VQ-VAE (``DIR/vqvae``) and its tokenizer; its
+    ``text_to_image.json`` is checked (:func:`attnlab.tasks.read_task_file`). Errors name
+    ``flag``, the option that gave ``directory``."""
+    import math
+
     from attnlab.models.registry import load_model
     from attnlab.models.text_to_image import TextToImage
     from attnlab.models.vqvae import VQVAE
+    from attnlab.tasks import is_positive_int, is_text, read_task_file
 
     model = load_model(directory, device=str(device))
     if not isinstance(model, TextToImage):
-        raise ValueError(f"{directory}: holds a {model.config.family} model, not a text-to-image model")
+        raise ValueError(f"{flag} {directory}: holds a {model.config.family} model, not a text-to-image model")
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    info_path = Path(directory) / TASK_FILE
+    info = read_task_file(info_path, {
+        "data": (is_text, "a data set name"), "image_size": (is_positive_int, "a whole number of pixels"),
+        "temperature": (lambda v: number(v) and v > 0, "a number above 0"),
+        "top_k": (lambda v: is_positive_int(v) or v == 0, "a whole number >= 0")})
     vqvae = load_model(Path(directory) / VQVAE_SUBDIR, device=str(device))
     if not isinstance(vqvae, VQVAE) or vqvae.config.codebook_size != model.config.image_vocab_size \
             or vqvae.config.grid != (model.config.grid, model.config.grid):
         raise ValueError(f"{Path(directory) / VQVAE_SUBDIR}: not the VQ-VAE this model's image tokens come from")
+    if info.get("image_size") not in (None, vqvae.config.image_size):
+        raise ValueError(f"{info_path}: image_size={info['image_size']} but the VQ-VAE draws "
+                         f"{vqvae.config.image_size}x{vqvae.config.image_size} images")
     tokenizer = Tokenizer.load(directory)
     if tokenizer.vocab_size > model.config.text_vocab_size:
         raise ValueError(f"{Path(directory) / 'tokenizer.model'}: {tokenizer.vocab_size} pieces do not fit the "
                          f"model's text vocabulary of {model.config.text_vocab_size}")
     return model, vqvae, tokenizer
+
+
+def _check_given_part(directory: str | None, flag: str, family: str, what: str) -> None:
+    """Before anything is trained: a model directory given by ``flag`` holds a ``family``
+    model for 32x32 RGB scenes (its config.json is read; nothing is loaded)."""
+    from attnlab.models.registry import load_config
+
+    if directory is None:
+        return
+    if not Path(directory).is_dir():
+        raise ValueError(f"{flag} {directory}: no such model directory")
+    config = load_config(directory)
+    if config.family != family:
+        raise ValueError(f"{flag} {directory}: holds a {config.family} model, not {what}")
+    if (config.image_size, config.in_channels) != (32, 3):
+        raise ValueError(f"{flag} {directory}: reads {config.image_size}x{config.image_size} images with "
+                         f"{config.in_channels} channel(s); the scenes are 32x32 RGB")
 
 
 def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
@@ -499,6 +530,9 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
         raise ValueError(f"--preset {o.preset!r} is not a text-to-image preset")
     out = Path(o.out)
     check_run_output(out, resume=False, force=o.force)
+    _check_given_part(o.vqvae, "--vqvae", "vqvae", "a VQ-VAE (train text-to-image writes one to OUT/vqvae/model)")
+    _check_given_part(o.classifier, "--classifier", "scene_attributes",
+                      "an attribute reader (train text-to-image writes one to OUT/attributes/model)")
     plan = budget_plan(budget, parts=[(name, share) for name, share, given in (
         ("the VQ-VAE", VQVAE_SHARE, o.vqvae), ("the attribute reader", READER_SHARE, o.classifier)) if not given],
         main="the text-to-image model", scoring="fidelity on held-out prompts")

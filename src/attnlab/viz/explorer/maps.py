@@ -225,7 +225,33 @@ class LMSource:
         self.max_tokens = min(max_tokens, model.config.max_positions)
         c = model.config
         self.description = f"decoder-only LM: {c.num_layers} layers x {c.num_heads} heads, d_model={c.d_model}"
-        self.default_text = "ROMEO:\nBut soft, what light"
+        self.default_text = self._fitting_default()
+
+    DEFAULT_TEXTS = ("ROMEO:\nBut soft, what light", "but soft, what light", "to be or not to be", "the")
+
+    def _fitting_default(self) -> str:
+        """The first of :attr:`DEFAULT_TEXTS` that the tokenizer can encode and that fills at
+        most half the model's context (a character LM trained on lower-case text has no
+        'R'); else a few characters of the tokenizer's own vocabulary."""
+        for text in self.DEFAULT_TEXTS:
+            try:
+                ids = self.tokenizer.encode(text)
+            except (ValueError, KeyError):
+                continue
+            if 0 < len(ids) <= max(1, self.max_tokens // 2):
+                return text
+        for count in range(min(8, self.max_tokens // 2), 0, -1):
+            try:
+                text = self.tokenizer.decode(list(range(count)))
+                if text.strip() and self.tokenizer.encode(text):
+                    return text
+            except (ValueError, KeyError, IndexError):
+                continue
+        return ""
+
+    def generated_limit(self, text: str) -> int:
+        """How many tokens may be generated after ``text`` within the model's context."""
+        return max(0, self.max_tokens - len(self.tokenizer.encode(_check_text(text, 20 * self.max_tokens))))
 
     def analyse(self, text: str, *, generate: int = 0, **options) -> Analysis:
         from attnlab.generation import generate as generate_tokens
@@ -234,7 +260,10 @@ class LMSource:
         if not isinstance(generate, int) or isinstance(generate, bool) or not 0 <= generate <= 256:
             raise ValueError(f"generate={generate!r}: give a number of tokens from 0 to 256")
         ids = self.tokenizer.encode(text)
-        _check_length(len(ids) + generate, self.max_tokens)
+        _check_length(len(ids), self.max_tokens)
+        if len(ids) + generate > self.max_tokens:
+            raise ValueError(f"the text has {len(ids)} tokens and the model's context holds {self.max_tokens}: "
+                             f"generate at most {self.max_tokens - len(ids)} more, not {generate}")
         new = generate_tokens(self.model, [ids], max_new_tokens=generate, greedy=True)[0] if generate else []
         everything = ids + new
         device = next(self.model.parameters()).device

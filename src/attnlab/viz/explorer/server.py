@@ -3,7 +3,9 @@
 Safe by default: it binds 127.0.0.1; the model directory is fixed when it starts (no
 request names a file: the page and its script are served from memory); texts, bodies and
 query strings are size-limited; every bad request gets a 4xx JSON error and every failure
-a 500 JSON error, never a traceback page.
+a 500 JSON error, never a traceback page. A client that stops sending for ``READ_TIMEOUT``
+seconds gets 408 and is disconnected (a half-sent request does not hold a thread), and a
+client that goes away mid-request is dropped quietly (no traceback in the terminal).
 
 API (all JSON):
   GET  /                          the page
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
 import sys
 import threading
 from collections import OrderedDict
@@ -33,6 +36,7 @@ from attnlab.viz.explorer.payload import (layer_bytes, layer_payload, overview, 
                                           thumbnail_payload)
 
 MAX_BODY = 64 * 1024  # bytes of a POST body
+READ_TIMEOUT = 10.0  # seconds a connection may stay silent while its request is being read
 KEEP = 8  # analyses kept for /api/layer and /api/pair
 
 __all__ = ["ExplorerApp", "make_server", "serve"]
@@ -42,6 +46,10 @@ class RequestError(ValueError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+class ClientGone(Exception):
+    """The client closed the connection or stopped sending before its request was whole."""
 
 
 class Binary(bytes):
@@ -144,6 +152,26 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     quiet = False
 
+    def handle(self) -> None:
+        # A client that disconnects while a reply is written (BrokenPipeError,
+        # ConnectionResetError) or that falls silent (socket.timeout) ends its connection,
+        # not the server, and prints no traceback.
+        try:
+            super().handle()
+        except (ConnectionError, socket.timeout, ClientGone):
+            self.close_connection = True
+
+    def _read_body(self, length: int) -> bytes:
+        """Exactly ``length`` bytes of body, or :class:`ClientGone` (closed early) or
+        RequestError 408 (silent for ``timeout`` seconds)."""
+        try:
+            body = self.rfile.read(length)
+        except socket.timeout:
+            raise RequestError(408, f"the request body did not arrive within {self.timeout:g} s") from None
+        if len(body) < length:
+            raise ClientGone()
+        return body
+
     def _send(self, status: int, payload) -> None:
         if isinstance(payload, Binary):
             data, kind = bytes(payload), "application/octet-stream"
@@ -172,10 +200,15 @@ class _Handler(BaseHTTPRequestHandler):
                     raise RequestError(411, "a POST needs a Content-Length")
                 if int(length) > MAX_BODY:
                     raise RequestError(413, f"the body has {length} bytes; the limit is {MAX_BODY}")
-                body = self.rfile.read(int(length))
+                body = self._read_body(int(length))
             status, payload = self.app.handle(method, self.path, body)
+        except (ClientGone, ConnectionError):  # the client went away: no one to answer
+            self.close_connection = True
+            return
         except RequestError as error:
             status, payload = error.status, {"error": str(error)}
+            if status == 408:
+                self.close_connection = True
         except ValueError as error:  # bad input found by the model side (too long, unknown character...)
             status, payload = 400, {"error": str(error)}
         except Exception as error:  # never a traceback page; the server keeps running
@@ -208,9 +241,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def make_server(source: AttentionSource, host: str = "127.0.0.1", port: int = 8000, *,
-                quiet: bool = False) -> ThreadingHTTPServer:
-    """A ready (not yet serving) HTTP server for ``source``; ``port=0`` picks a free port."""
-    handler = type("Handler", (_Handler,), {"app": ExplorerApp(source), "quiet": quiet})
+                quiet: bool = False, read_timeout: float = READ_TIMEOUT) -> ThreadingHTTPServer:
+    """A ready (not yet serving) HTTP server for ``source``; ``port=0`` picks a free port;
+    a connection silent for ``read_timeout`` seconds mid-request is answered 408 and closed."""
+    handler = type("Handler", (_Handler,), {"app": ExplorerApp(source), "quiet": quiet,
+                                            "timeout": read_timeout})
     try:
         server = ThreadingHTTPServer((host, port), handler)
     except OSError as error:
