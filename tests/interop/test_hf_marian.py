@@ -288,6 +288,19 @@ def test_attnlab_load_reads_a_marian_directory(marian_dir):
     assert pipeline.translate(SOURCE_TEXT[:2], beam=1, max_len_a=0, max_len_b=20) == expected
 
 
+def test_the_explorer_opens_a_marian_directory(marian_dir, tmp_path, capsys):
+    from attnlab.viz.explorer.maps import load_source
+
+    source = load_source(marian_dir)
+    analysis = source.analyse(SOURCE_TEXT[0])
+    assert [group.name for group in analysis.groups] == ["encoder self", "decoder self", "cross"]
+    assert analysis.output == Translator.load(marian_dir).translate([SOURCE_TEXT[0]], beam_size=1, max_len_a=1.5,
+                                                                    max_len_b=10)[0]
+    page = tmp_path / "marian.html"
+    assert main(["explore", "--model", str(marian_dir), "--html", str(page), SOURCE_TEXT[0]]) == 0
+    assert page.stat().st_size > 1000
+
+
 def test_cli_translate_runs_on_a_marian_directory(marian_dir, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(SOURCE_TEXT[:3]) + "\n"))
     assert main(["translate", "--model", str(marian_dir), "--beam", "1", "--max-len-a", "0",

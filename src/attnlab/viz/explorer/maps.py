@@ -340,9 +340,10 @@ def _load_lm(directory: Path, device: str) -> AttentionSource:
 
 
 def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> AttentionSource:
-    """The :class:`AttentionSource` of a model directory: a HuggingFace BERT directory, or
-    an attnlab model directory of a registered family (translation, LM)."""
+    """The :class:`AttentionSource` of a model directory: a HuggingFace BERT or MarianMT
+    directory, or an attnlab model directory of a registered family (translation, LM)."""
     from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert
+    from attnlab.interop.hf_marian import is_hf_marian_directory
     from attnlab.models.registry import load_config
 
     directory = Path(directory)
@@ -350,8 +351,10 @@ def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> Attenti
         raise ValueError(f"{directory}: no such model directory")
     if is_hf_bert_directory(directory):
         return BertSource(*load_hf_bert(directory, device=device))
+    if is_hf_marian_directory(directory):  # OPUS-MT: Translator.load reads it
+        return _SOURCES["transformer"](directory, device)
     family = load_config(directory).family
     if family not in _SOURCES:
         raise ValueError(f"{directory}: the explorer does not know models of family {family!r} yet; "
-                         f"it knows {sorted(_SOURCES) + ['bert (HuggingFace directory)']}")
+                         f"it knows {sorted(_SOURCES) + ['bert and MarianMT (HuggingFace directories)']}")
     return _SOURCES[family](directory, device)
