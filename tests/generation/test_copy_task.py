@@ -154,11 +154,18 @@ def test_beam_decoding_reverses_fresh_sequences(trained, beam_size):
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_best_beam_is_not_below_greedy_on_the_trained_model(trained, alpha):
+    """Beam size 1 is greedy search, exactly. A wider beam is not promised to reach greedy's
+    score on every source: the search is fairseq's, which stops a source once it holds k
+    finished hypotheses, and on a confident model unlikely early EOS continuations can fill
+    those k while the greedy path is still one token from its EOS (seed shift 9: [3, 3, 8, EOS]
+    at -6.46 returned where greedy found [3, 3, 8, 9, EOS] at -0.018). So: on nearly every
+    source (seed shifts 0 to 10: all but at most one)."""
     model, src, _, _ = trained
     greedy = greedy_search(model, src, alpha=alpha, max_len_b=5)
+    for g, b in zip(greedy, beam_search(model, src, beam_size=1, alpha=alpha, max_len_b=5)):
+        assert b[0].tokens == g.tokens and b[0].score == pytest.approx(g.score, rel=1e-5, abs=1e-5)
     beams = beam_search(model, src, beam_size=4, alpha=alpha, max_len_b=5)
-    for g, b in zip(greedy, beams):
-        assert b[0].score >= g.score - 1e-5
+    assert sum(b[0].score >= g.score - 1e-5 for g, b in zip(greedy, beams)) >= EXACT_AT_LEAST
 
 
 def test_trained_model_survives_save_and_load(trained, tmp_path):
