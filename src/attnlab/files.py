@@ -46,6 +46,7 @@ __all__ = [
     "atomic_write_json",
     "check_output_directory",
     "check_output_file",
+    "read_json_object",
     "check_output_files",
     "default_file_mode",
     "fsync_path",
@@ -253,6 +254,25 @@ def refuse_symlinks(directory: str | os.PathLike, names: Iterable[str]) -> None:
         if path.is_symlink():
             raise ValueError(f"{path}: is a symlink (to {os.readlink(path)}); attnlab writes this name itself "
                              "and does not follow symlinks there; remove the link or choose another output directory")
+
+
+def read_json_object(path: str | os.PathLike, *, max_bytes: int, what: str = "a JSON object") -> dict:
+    """A small JSON file that must hold one object (a model's config, a task's sidecar),
+    read without trusting it: larger than ``max_bytes``, not UTF-8 JSON, nested too deeply
+    or not an object is a ValueError naming the file (``what``: what it should hold)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{path}: {size:,d} bytes is too large for {what}")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON (nested too deeply)") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected {what}, found a JSON {type(values).__name__}")
+    return values
 
 
 # --------------------------------------------------------------------------- #

@@ -52,20 +52,11 @@ def run(args) -> int:
         raise ValueError(f"--stride {args.stride} must be at most --context {args.context}")
     apply_threads(args)
 
-    import attnlab
-    from attnlab.data.text import load_lm_tokenizer, read_text_files, shakespeare_text
-    from attnlab.tasks.lm import evaluate_text
+    from attnlab.data.text import read_text_files, shakespeare_text
+    from attnlab.tasks.lm import evaluate_text, load_language_model
 
     device = resolve_device(args.device)
-    model = attnlab.load_model(args.model, device=device)
-    if model.config.family != "decoder_lm":
-        raise ValueError(f"--model {args.model}: holds a {model.config.family!r} model; evaluate-lm scores a language "
-                         "model ('decoder_lm', from attnlab train lm); `attnlab evaluate --model DIR` finds the "
-                         "evaluator of any family")
-    try:
-        tokenizer = load_lm_tokenizer(args.model)
-    except FileNotFoundError as error:
-        raise ValueError(f"--model {args.model}: {error}") from None
+    model, tokenizer = load_language_model(args.model, device=device, name=f"--model {args.model}")
     if args.text:
         try:
             text = read_text_files(args.text)

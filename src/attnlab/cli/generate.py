@@ -66,8 +66,7 @@ def run(args) -> int:
 
     import torch
 
-    import attnlab
-    from attnlab.data.text import load_lm_tokenizer
+    from attnlab.tasks.lm import load_language_model
     from attnlab.generation import generate
 
     if args.threads:
@@ -76,16 +75,8 @@ def run(args) -> int:
     from attnlab.cli.translate import apply_quantize
 
     device = resolve_device(args.device)
-    model = attnlab.load_model(args.model, device=device)
-    if model.config.family != "decoder_lm":
-        raise ValueError(f"--model {args.model}: holds a {model.config.family!r} model; generate needs a language "
-                         "model ('decoder_lm', from attnlab train lm); translation models are used with attnlab "
-                         "translate")
+    model, tokenizer = load_language_model(args.model, device=device, name=f"--model {args.model}")
     apply_quantize(model, args.quantize, device)
-    try:
-        tokenizer = load_lm_tokenizer(args.model)
-    except FileNotFoundError as error:
-        raise ValueError(str(error)) from None
     prompts = args.prompt or ["\n"]
     encoded = [tokenizer.encode(p) for p in prompts]
     context = model.config.max_positions

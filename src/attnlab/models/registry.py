@@ -6,7 +6,6 @@ A *preset* is a tiny function named after a paper's setting that returns a confi
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -17,7 +16,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model as _load_safetensors
 
-from attnlab.files import recover_directory
+from attnlab.files import read_json_object, recover_directory
 from attnlab.models.base import CONFIG_NAME, WEIGHTS_NAME, AttnlabModel, ModelConfig
 
 _MAX_CONFIG_BYTES = 1 << 20
@@ -88,20 +87,12 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
     path = Path(directory) / CONFIG_NAME
     if not path.is_file():
         raise ValueError(f"{path}: no such file; a saved attnlab model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise ValueError(f"{path}: {path.stat().st_size:,d} bytes is too large for a model config")
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not a valid JSON config ({error})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: not a valid model config (nested too deeply)") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object naming the model family, found {type(values).__name__}")
+    values = read_json_object(path, max_bytes=_MAX_CONFIG_BYTES, what="a JSON object naming the model family")
     family = values.get("family")
     if family is None and values.get("model_type") == "bert":
-        raise ValueError(f"{path}: a HuggingFace BERT directory, not an attnlab one: load it with "
-                         "attnlab.load(directory) (a BERT pipeline) or attnlab.interop.hf_bert.load_hf_bert")
+        raise ValueError(f"{path}: a HuggingFace BERT directory (a HuggingFace config, model_type='bert'), not an "
+                         "attnlab one: load it with attnlab.load(directory) (a BERT pipeline) or "
+                         "attnlab.interop.hf_bert.load_hf_bert")
     if family is None and "model_type" in values:
         raise ValueError(f"{path}: a HuggingFace config (model_type={values['model_type']!r}), not an attnlab "
                          "model directory; attnlab reads HuggingFace BERT directories with `attnlab embed` / "

@@ -67,18 +67,9 @@ class LanguageModelPipeline(Pipeline):
 
     @classmethod
     def load(cls, directory: Path, *, device: str = "cpu") -> LanguageModelPipeline:
-        from attnlab.data.text import load_lm_tokenizer
-        from attnlab.models.registry import load_model
+        from attnlab.tasks.lm import load_language_model
 
-        model = load_model(directory, device=device)
-        try:
-            tokenizer = load_lm_tokenizer(directory)
-        except FileNotFoundError as error:
-            raise ValueError(str(error)) from None
-        if tokenizer.vocab_size > model.config.vocab_size:
-            raise ValueError(f"{directory}: the tokenizer has {tokenizer.vocab_size} tokens, but the model's "
-                             f"vocabulary is {model.config.vocab_size}")
-        return cls(model, tokenizer, directory)
+        return cls(*load_language_model(directory, device=device), directory)
 
     def generate(self, prompt: str | list[str] = "\n", max_new_tokens: int = 200, *, greedy: bool = False,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,

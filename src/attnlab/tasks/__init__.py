@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from attnlab.files import read_json_object
+
 __all__ = ["read_task_file", "is_positive_int", "is_text"]
 
 MAX_TASK_FILE_BYTES = 1 << 20
@@ -40,16 +42,7 @@ def read_task_file(path: str | Path, fields: Mapping[str, tuple[Callable[[Any], 
     path = Path(path)
     if not path.is_file():
         return {}
-    if path.stat().st_size > MAX_TASK_FILE_BYTES:
-        raise ValueError(f"{path}: {path.stat().st_size:,d} bytes is too large for a task file")
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: not valid JSON (nested too deeply)") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(values).__name__}")
+    values = read_json_object(path, max_bytes=MAX_TASK_FILE_BYTES, what="a JSON object (a task file)")
     for name, value in values.items():
         if name not in fields:
             raise ValueError(f"{path}: unknown field {name!r}; known fields: {', '.join(sorted(fields))}")

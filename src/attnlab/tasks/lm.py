@@ -26,7 +26,7 @@ from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consec
                                shakespeare_text)
 
 __all__ = ["lm_loss", "load_lm_texts", "build_lm_tokenizer", "lm_batches", "scoring_windows", "score_windows",
-           "evaluate_text"]
+           "evaluate_text", "load_language_model"]
 
 
 def lm_loss(model, batch):
@@ -35,6 +35,30 @@ def lm_loss(model, batch):
     logits = model(ids[:, :-1])  # (B, T, V)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="sum")
     return loss, ids[:, 1:].numel(), {"nll": loss.detach()}
+
+
+def load_language_model(directory, *, device: str = "cpu", name: str | None = None):
+    """``(model, tokenizer)`` of a language model directory (``attnlab train lm``): what
+    generate, evaluate-lm, the explorer and ``attnlab.load`` open. ValueError naming
+    ``name`` (default: the directory) for another family's model, a missing tokenizer or a
+    tokenizer larger than the model's vocabulary."""
+    from attnlab.data.text import load_lm_tokenizer
+    from attnlab.models.registry import load_model
+
+    name = name or str(directory)
+    model = load_model(directory, device=device)
+    if model.config.family != "decoder_lm":
+        raise ValueError(f"{name}: holds a {model.config.family!r} model, not a language model ('decoder_lm', "
+                         "from attnlab train lm); `attnlab evaluate --model DIR` and `attnlab.load(DIR)` open any "
+                         "family")
+    try:
+        tokenizer = load_lm_tokenizer(directory)
+    except FileNotFoundError as error:
+        raise ValueError(f"{name}: {error}") from None
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"{name}: the tokenizer has {tokenizer.vocab_size} tokens, but the model's vocabulary is "
+                         f"{model.config.vocab_size}")
+    return model, tokenizer
 
 
 def load_lm_texts(text_files: Sequence[str] | None, valid_files: Sequence[str] | None) -> tuple[str, str]:

@@ -328,15 +328,9 @@ def _load_translation(directory: Path, device: str) -> AttentionSource:
 
 @register_source("decoder_lm")
 def _load_lm(directory: Path, device: str) -> AttentionSource:
-    from attnlab.data.text import load_lm_tokenizer
-    from attnlab.models.registry import load_model
+    from attnlab.tasks.lm import load_language_model
 
-    model = load_model(directory, device=device)
-    try:
-        tokenizer = load_lm_tokenizer(directory)
-    except FileNotFoundError as error:
-        raise ValueError(str(error)) from None
-    return LMSource(model, tokenizer)
+    return LMSource(*load_language_model(directory, device=device))
 
 
 def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> AttentionSource:
