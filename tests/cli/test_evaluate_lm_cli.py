@@ -56,6 +56,18 @@ def test_limit_scores_the_first_tokens(lm_dir, tmp_path, capsys):
     assert "its first 20 tokens (--limit)" in capsys.readouterr().out
 
 
+def test_quantize_int8_scores_the_int8_model(lm_dir, tmp_path, capsys):
+    out = tmp_path / "int8.json"
+    assert main(["evaluate-lm", "--model", str(lm_dir), "--text", str(tmp_path / "held_out.txt"), "--context", "32",
+                 "--quantize", "int8", "--json", str(out), "--no-progress"]) == 0
+    written = json.loads(out.read_text())
+    import attnlab
+
+    model = attnlab.load_model(lm_dir).quantize("int8")
+    expected = evaluate_text(model, CharTokenizer.load(lm_dir).encode(TEXT), context=32)
+    assert written["quantize"] == "int8" and written["nll"] == pytest.approx(expected["nll"], rel=1e-6)
+
+
 def test_evaluate_routes_a_language_model_here(lm_dir, tmp_path, capsys):
     assert main(["evaluate", "--model", str(lm_dir), "--text", str(tmp_path / "held_out.txt"), "--no-progress"]) == 0
     assert "held-out NLL" in capsys.readouterr().out

@@ -67,6 +67,19 @@ def test_evaluate_bleu_equals_sacrebleu(trained_model, small_corpus, tmp_path, c
     assert "case:mixed" in scores["bleu_signature"] and "case:lc" in scores["bleu_lc_signature"]
 
 
+def test_evaluate_quantize_int8_scores_the_int8_translations(trained_model, small_corpus, tmp_path, capsys):
+    from attnlab.translation import Translator
+
+    hypotheses = tmp_path / "int8.en"
+    assert main(["evaluate", "--model", str(trained_model), "--src-file", str(small_corpus["test.de"]),
+                 "--ref-file", str(small_corpus["test.en"]), "--beam", "2", "--quantize", "int8",
+                 "-o", str(hypotheses)]) == 0
+    translator = Translator.load(trained_model)
+    translator.model.quantize("int8")
+    sources = small_corpus["test.de"].read_text(encoding="utf-8").splitlines()
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == translator.translate(sources, beam_size=2)
+
+
 def test_evaluate_named_dataset(trained_model, multi30k_root, capsys):
     assert main(["evaluate", "--model", str(trained_model), "--data", "multi30k", "--data-root", str(multi30k_root),
                  "--split", "test", "--limit", "8", "--beam", "1"]) == 0

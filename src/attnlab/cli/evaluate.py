@@ -58,6 +58,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output", "-o", help="also write the translations to this file")
     parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")
     parser.add_argument("--json", help="also write the scores as JSON to this file")
+    from attnlab.cli.translate import add_quantize_argument
+
+    add_quantize_argument(parser)
 
 
 def run(args) -> int:
@@ -73,6 +76,9 @@ def run(args) -> int:
 
     device = resolve_device(args.device)
     translator = Translator.load(args.model, device=device)  # a missing model is the first thing to say
+    from attnlab.cli.translate import apply_quantize
+
+    apply_quantize(translator.model, args.quantize, device)
     batching = batch_options(args, device)
     if (args.data is None) == (args.src_file is None and args.ref_file is None):
         raise ValueError("give either --data NAME or --src-file and --ref-file")

@@ -37,6 +37,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_force_argument(parser, "--json")
     add_runtime_arguments(parser)
+    from attnlab.cli.translate import add_quantize_argument
+
+    add_quantize_argument(parser)
 
 
 def run(args) -> int:
@@ -57,6 +60,9 @@ def run(args) -> int:
 
     device = resolve_device(args.device)
     model, tokenizer = load_language_model(args.model, device=device, name=f"--model {args.model}")
+    from attnlab.cli.translate import apply_quantize
+
+    apply_quantize(model, args.quantize, device)
     if args.text:
         try:
             text = read_text_files(args.text)
@@ -108,7 +114,8 @@ def run(args) -> int:
           f"{result['bits_per_char']:.4f} bits/char, perplexity {result['perplexity']:.2f}) over "
           f"{result['tokens']:,d} tokens ({result['seconds']} s)", flush=True)
     if json_path is not None:
-        atomic_write_json(json_path, json_safe({"model": str(args.model), "text": source, **result}))
+        atomic_write_json(json_path, json_safe({"model": str(args.model), "text": source, "quantize": args.quantize,
+                                                **result}))
     if not finite:
         raise ValueError("the model's negative log-likelihood is not finite (its weights or outputs hold NaN "
                          "or infinity); the JSON records it as null")
