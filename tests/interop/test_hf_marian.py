@@ -134,8 +134,12 @@ def test_logits_equal_transformers_at_opus_mt_de_en_shape():
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 
 
-def test_greedy_tokens_equal_transformers_generate():
-    hf = _random_marian(seed=4, eos_bias=2.0).double()
+@pytest.mark.parametrize("eos_bias", [-60.0, 2.0, 60.0])
+def test_greedy_tokens_equal_transformers_generate(eos_bias):
+    """Token for token, with outputs that never end (EOS biased far down), a mix, and outputs
+    that end at once (far up): which rows end must not decide by the seed whether both kinds
+    are covered."""
+    hf = _random_marian(seed=4, eos_bias=eos_bias).double()
     model = from_hf_marian(hf, config_from_hf_marian(hf.config, generation={"bad_words_ids": [[PAD]]})).double()
     assert model.config.suppress_ids == [PAD] and model.config.bos_id == PAD
     src = _source_batch(torch.Generator().manual_seed(5))
@@ -148,7 +152,10 @@ def test_greedy_tokens_equal_transformers_generate():
         tokens = row[1:]  # drop decoder_start_token_id
         expected.append(tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens)
     assert [h.tokens for h in ours] == expected
-    assert any(EOS in t for t in expected) and any(EOS not in t for t in expected)  # some end, some run on
+    if eos_bias < 0:
+        assert all(EOS not in t and len(t) == 12 for t in expected)  # run on to the limit
+    if eos_bias > 10:
+        assert all(t == [EOS] for t in expected)  # end at once
 
 
 @pytest.mark.parametrize("num_beams", [2, 4])

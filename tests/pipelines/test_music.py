@@ -37,7 +37,14 @@ def test_a_midi_primer_and_the_written_midi_equal_attnlab_generate_music(perform
     assert main(["generate-music", "--model", str(performance_dir), "--primer", str(theme), "--length", "20",
                  "--seed", "1", "--out", str(tmp_path / "cli.mid"), "--no-audio", "--device", "cpu"]) == 0
     assert written.read_bytes() == (tmp_path / "cli.mid").read_bytes()
-    assert len(read_midi_notes(written)) == len(result.notes)
+    # The file holds the generated notes (a MIDI file keeps one of two same-pitch notes that
+    # start together, so compare which (pitch, onset) pairs are there, within MIDI's ticks).
+    back = read_midi_notes(written)
+
+    def covered(notes, others):
+        return all(any(o.pitch == n.pitch and abs(o.start - n.start) < 0.01 for o in others) for n in notes)
+
+    assert back and covered(back, result.notes) and covered(result.notes, back)
 
 
 def test_a_jsb_validation_primer_where_the_data_is(music_dir, shared_data):
