@@ -300,6 +300,15 @@ def check_output_file(path: str | os.PathLike, *, force: bool, flag: str, suffix
     return out
 
 
+def _refuse_link_or_file(out: Path, flag: str) -> None:
+    """An output directory may not be a symlink (never written through) or a file."""
+    if out.is_symlink():
+        raise ValueError(f"{flag} {out}: is a symlink (to {os.readlink(out)}); attnlab does not write "
+                         "through symlinks; give a directory")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{flag} {out}: is a file, not a directory")
+
+
 def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
                            own: Callable[[Path], bool] | None = None) -> Path:
     """An output directory named by option ``flag``, checked before any work is done.
@@ -312,11 +321,7 @@ def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
     it as a whole with :func:`atomic_directory` (a symlink is never written through).
     """
     out = Path(path)
-    if out.is_symlink():
-        raise ValueError(f"{flag} {out}: is a symlink (to {os.readlink(out)}); attnlab does not write "
-                         "through symlinks; give a directory")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{flag} {out}: is a file, not a directory")
+    _refuse_link_or_file(out, flag)
     if not out.exists():
         ancestor = out.parent
         while not ancestor.exists() and ancestor != ancestor.parent:
@@ -340,11 +345,7 @@ def check_output_files(directory: str | os.PathLike, names: Iterable[str], *, fo
     follows :func:`check_output_file` (an existing file or link refused unless ``force``,
     then replaced atomically)."""
     out = Path(directory)
-    if out.is_symlink():
-        raise ValueError(f"{flag} {out}: is a symlink (to {os.readlink(out)}); attnlab does not write "
-                         "through symlinks; give a directory")
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{flag} {out}: is a file, not a directory")
+    _refuse_link_or_file(out, flag)
     if not out.exists() and not out.parent.is_dir():
         raise ValueError(f"{flag} {out}: the directory {out.parent} does not exist")
     seen: set[str] = set()
