@@ -17,7 +17,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 LAYERS = [
-    {"linear", "files", "quantize"},
+    {"linear", "files", "quantize", "families"},  # families: the registry (attnlab/families/__init__.py) only
     {"attention"},
     {"layers"},
     {"models"},
@@ -27,7 +27,7 @@ LAYERS = [
     {"tasks", "translation", "evaluation"},
     {"viz"},
     {"pipelines"},
-    {"cli"},
+    {"cli", "family"},  # family: a family package, attnlab.families.<name>
 ]
 RANK = {package: index for index, packages in enumerate(LAYERS) for package in packages}
 
@@ -125,7 +125,15 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 
 def layer(module: str) -> str | None:
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "families":
+        return "family"  # attnlab.families.<name>...: one family's package, at the top
     return parts[1] if len(parts) > 1 else None
+
+
+def family_of(module: str) -> str | None:
+    """``"music"`` for ``attnlab.families.music.verbs``; None outside a family package."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "families" else None
 
 
 def test_every_subpackage_has_a_layer():
@@ -157,6 +165,37 @@ def test_nothing_imports_upward():
         f"{a} (line {line}) imports {b}" for (a, b), line in sorted(new.items()))
     gone = KNOWN_UPWARD - set(found)
     assert not gone, f"fixed, remove from KNOWN_UPWARD: {sorted(gone)}"
+
+
+def family_imports(graph) -> dict[tuple[str, str], int]:
+    """Imports of a family package from anywhere but that family itself: the core and the
+    command line reach families only through the registry (attnlab.families), and no
+    family imports another."""
+    found = {}
+    for module, deps in graph.items():
+        for dep, line in deps.items():
+            family = family_of(dep)
+            if family is not None and family_of(module) != family:
+                found[(module, dep)] = line
+    return found
+
+
+def test_only_a_family_imports_its_package():
+    found = family_imports(import_graph())
+    assert not found, "a family package imported from outside it (use attnlab.families' registry): " + "; ".join(
+        f"{a} (line {line}) imports {b}" for (a, b), line in sorted(found.items()))
+
+
+def test_the_family_check_finds_one_family_importing_another(tmp_path):
+    root = tmp_path / "attnlab"
+    for package in ("families", "families/a", "families/b", "cli"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "families" / "a" / "verbs.py").write_text("from attnlab.families.b import thing\n")
+    (root / "cli" / "main.py").write_text("def f():\n    import attnlab.families.a.verbs\n")
+    assert family_imports(import_graph(root)) == {("attnlab.families.a.verbs", "attnlab.families.b"): 1,
+                                                  ("attnlab.cli.main", "attnlab.families.a.verbs"): 2}
 
 
 def test_no_import_cycles_at_module_level():

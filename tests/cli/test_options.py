@@ -132,9 +132,9 @@ def test_evaluate_routing_leaves_translation_and_unreadable_models_alone(tmp_pat
     (tmp_path / "vit" / "config.json").write_text('{"family": "vit"}')
     assert routed_argv(["evaluate", "--model", str(tmp_path / "vit"), "--out", "x"]) == [
         "evaluate-vit", "--model", str(tmp_path / "vit"), "--out", "x"]
-    from attnlab.cli.evaluate import FAMILY_EVALUATORS
-    from attnlab.cli.main import VERBS
+    from attnlab.cli.main import verbs
+    from attnlab.families import families
     from attnlab.models.registry import known_families
 
-    for family, verb in FAMILY_EVALUATORS.items():  # every route names a registered family and a verb
-        assert family in known_families() and verb in VERBS
+    for family in families():  # every route names a registered model family and a verb
+        assert family.config_family in known_families() and family.evaluate in (None, *verbs())

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.pipelines import Pipeline, known_pipelines, register_pipeline
+from attnlab.pipelines import Pipeline, known_pipelines
 
 FAMILY_FIXTURES = {
     "translation_dir": "transformer", "lm_char_dir": "decoder_lm", "bert_dir": "bert", "hf_bert_dir": "bert",
@@ -74,14 +74,6 @@ def test_a_directory_without_its_tokenizer_is_refused(tmp_path, lm_char_dir):
     _one_line_error(bare, str(bare), "tokenizer")
 
 
-def test_a_family_is_registered_once():
-    class Other(Pipeline):
-        pass
-
-    with pytest.raises(ValueError, match="registered twice"):
-        register_pipeline("decoder_lm")(Other)
-
-
 def test_import_attnlab_stays_light_and_exports_load():
     code = ("import sys, attnlab; assert 'torch' not in sys.modules, 'import attnlab imported torch'; "
             "import attnlab.pipelines; assert attnlab.load is attnlab.pipelines.load; print('ok')")
@@ -95,27 +87,44 @@ def test_load_model_on_a_huggingface_bert_directory_points_to_attnlab_load(hf_be
     assert attnlab.load(hf_bert_dir).family == "bert"
 
 
+TOY_PIPELINE = """
+import torch
+from attnlab.pipelines import Pipeline
+
+
+class ToyPipeline(Pipeline):
+    family = "toy_family"
+
+    @classmethod
+    def load(cls, directory, *, device="cpu"):
+        return cls(torch.nn.Linear(2, 2), directory)
+
+
+def is_toy_directory(directory):
+    return (directory / "toy.marker").is_file()
+"""
+
+
 def test_a_family_can_claim_directories_another_library_wrote(tmp_path, monkeypatch):
-    from attnlab.pipelines import base
+    from attnlab.families import Family, register_family, unregister_family
 
-    monkeypatch.setattr(base, "_PIPELINES", dict(base._PIPELINES))  # registrations end with the test
-    monkeypatch.setattr(base, "_FOREIGN", list(base._FOREIGN))
-
-    @register_pipeline("toy_family")
-    class ToyPipeline(Pipeline):
-        @classmethod
-        def load(cls, directory, *, device="cpu"):
-            return cls(torch.nn.Linear(2, 2), directory)
-
-    base.register_foreign_directory("toy_family", lambda directory: (directory / "toy.marker").is_file())
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    (foreign / "toy.marker").write_text("")
-    pipeline = attnlab.load(foreign)
-    assert isinstance(pipeline, ToyPipeline) and pipeline.family == "toy_family"
-    assert "toy_family" in known_pipelines()
-    with pytest.raises(ValueError, match="'toy_family' pipeline does not show its attention yet.*decoder_lm"):
-        pipeline.attention("anything")
+    (tmp_path / "toy_pipeline_module.py").write_text(TOY_PIPELINE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    register_family(Family(name="toy_family", config_family="toy_family", title="toy",
+                           pipeline="toy_pipeline_module:ToyPipeline",
+                           recognise=("toy_pipeline_module:is_toy_directory",)))
+    try:
+        foreign = tmp_path / "foreign"
+        foreign.mkdir()
+        (foreign / "toy.marker").write_text("")
+        pipeline = attnlab.load(foreign)
+        assert type(pipeline).__name__ == "ToyPipeline" and pipeline.family == "toy_family"
+        assert "toy_family" in known_pipelines()
+        with pytest.raises(ValueError, match="'toy_family' pipeline does not show its attention yet.*decoder_lm"):
+            pipeline.attention("anything")
+    finally:
+        unregister_family("toy_family")
+    assert "toy_family" not in known_pipelines()
 
 
 def test_a_bad_device_is_named(lm_char_dir):

@@ -7,25 +7,21 @@ from attnlab.cli.translate import (add_batch_arguments, add_decoding_arguments, 
 HELP = ("score a model directory: a translation model translates a test set (sacreBLEU with signature, chrF, "
         "lower-cased BLEU); other families go to their own evaluator (see --model)")
 
-# A model directory's family (config.json "family") -> the verb that evaluates it. Translation
-# models are evaluated here; ``attnlab evaluate --model DIR ...`` for any other family runs that
-# verb with the same arguments (main.py asks :func:`routed_argv` before parsing).
-FAMILY_EVALUATORS = {
-    "decoder_lm": "evaluate-lm",
-    "vit": "evaluate-vit",
-    "captioner": "evaluate-caption",
-    "text_to_image": "evaluate-text-to-image",
-    "image_transformer": "evaluate-image",
-    "music_transformer": "evaluate-music",
-}
+
+def _evaluators() -> dict[str, str]:
+    """``{family title: verb}``: the evaluator each family registers (attnlab.families);
+    ``attnlab evaluate --model DIR ...`` for a family other than translation runs that verb
+    with the same arguments (main.py asks :func:`routed_argv` before parsing)."""
+    from attnlab.families import families
+
+    return {family.title: family.evaluate for family in families() if family.evaluate}
 
 
 def routed_argv(argv: list[str]) -> list[str]:
     """``argv`` (starting with "evaluate") with the verb replaced by the evaluator of the
-    model's family, when ``--model DIR`` names a directory whose config.json gives a family
-    with its own evaluator; otherwise unchanged (errors are left to the verb that runs)."""
-    import json
-    from pathlib import Path
+    model's family, when ``--model DIR`` names a directory of a family with its own
+    evaluator; otherwise unchanged (errors are left to the verb that runs)."""
+    from attnlab.families import family_for_directory
 
     model = None
     for i, arg in enumerate(argv):
@@ -35,18 +31,16 @@ def routed_argv(argv: list[str]) -> list[str]:
             model = arg.split("=", 1)[1]
     if model is None:
         return argv
-    try:
-        family = json.loads((Path(model) / "config.json").read_text(encoding="utf-8")).get("family")
-    except (OSError, ValueError, AttributeError):
-        return argv
-    verb = FAMILY_EVALUATORS.get(family) if isinstance(family, str) else None
-    return [verb, *argv[1:]] if verb else argv
+    family = family_for_directory(model)
+    verb = family.evaluate if family is not None else None
+    return [verb, *argv[1:]] if verb and verb != "evaluate" else argv
 
 
 def add_arguments(parser) -> None:
     add_decoding_arguments(parser)
     parser.epilog = ("--model DIR of another family runs its evaluator with these arguments: "
-                     + ", ".join(f"{family} -> attnlab {verb}" for family, verb in FAMILY_EVALUATORS.items()))
+                     + ", ".join(f"{title} -> attnlab {verb}" for title, verb in _evaluators().items()
+                                 if verb != "evaluate"))
     from attnlab.cli.options import add_named_data_arguments
 
     add_named_data_arguments(parser)

@@ -17,37 +17,38 @@ import sys
 import threading
 import traceback
 
-# verb name -> module under attnlab.cli; each module has ``HELP``, ``add_arguments(parser)``, ``run(args) -> int``.
-VERBS = {
+# The verbs every family shares: name -> module (``HELP``, ``add_arguments(parser)``,
+# ``run(args) -> int``). Each family adds its own verbs through its registration
+# (attnlab.families); :func:`verbs` lists them all, in the order ``attnlab --help`` shows.
+SHARED_VERBS = {
     "presets": "attnlab.cli.presets",
     "demo": "attnlab.cli.demo",
-    "train": "attnlab.cli.train",
-    "translate": "attnlab.cli.translate",
-    "evaluate": "attnlab.cli.evaluate",
-    "attention": "attnlab.cli.attention",
-    "average": "attnlab.cli.average",
-    "generate": "attnlab.cli.generate",
-    "embed": "attnlab.cli.embed",
-    "explore": "attnlab.cli.explore",
-    "positions": "attnlab.cli.positions",
-    "export-onnx": "attnlab.cli.export_onnx",
-    "complexity": "attnlab.cli.complexity",
-    "classify": "attnlab.cli.classify",
-    "evaluate-vit": "attnlab.cli.evaluate_vit",
-    "vit-figures": "attnlab.cli.vit_figures",
-    "caption": "attnlab.cli.caption",
-    "evaluate-caption": "attnlab.cli.evaluate_caption",
-    "imagine": "attnlab.cli.imagine",
-    "evaluate-text-to-image": "attnlab.cli.evaluate_text_to_image",
-    "sample-images": "attnlab.cli.sample_images",
-    "complete-image": "attnlab.cli.complete_image",
-    "super-resolve": "attnlab.cli.super_resolve",
-    "evaluate-image": "attnlab.cli.evaluate_image",
-    "generate-music": "attnlab.cli.generate_music",
-    "evaluate-music": "attnlab.cli.evaluate_music",
-    "evaluate-lm": "attnlab.cli.evaluate_lm",
     "data": "attnlab.cli.data",
+    "train": "attnlab.cli.train",
+    "evaluate": "attnlab.cli.evaluate",
 }
+SHARED_TOOLS = {
+    "explore": "attnlab.cli.explore",
+    "export-onnx": "attnlab.cli.export_onnx",
+    "average": "attnlab.cli.average",
+    "positions": "attnlab.cli.positions",
+    "complexity": "attnlab.cli.complexity",
+}
+
+
+def verbs() -> dict[str, str]:
+    """Every verb: the shared ones, each family's (attnlab.families), then the shared tools."""
+    from attnlab.families import families
+
+    found = dict(SHARED_VERBS)
+    for family in families():
+        for name, module in [*family.verbs.items(), *((alias, family.verbs[verb])
+                                                      for alias, verb in family.aliases.items())]:
+            if name in found or name in SHARED_TOOLS:
+                raise ValueError(f"family {family.name!r}: verb {name!r} is already a verb of attnlab")
+            found[name] = module
+    found.update(SHARED_TOOLS)
+    return found
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--debug", action="store_true",
                         help="on an error, show the Python traceback (also: ATTNLAB_DEBUG=1)")
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
-    for name, module_name in VERBS.items():
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
+    for name, module_name in verbs().items():
         module = importlib.import_module(module_name)
-        sub = verbs.add_parser(name, help=module.HELP, description=module.HELP)
+        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
         _remember_parser(sub)

@@ -7,7 +7,8 @@ ViT ``images -> logits`` (normalised pixels), the captioner ``(images, tgt_in_id
 logits``, text-to-image ``(text_ids, codes) -> logits`` and the Image Transformer ``images
 (+ labels, + low_res) -> logits (B, C, H, W, 256)`` (teacher-forced; batch dynamic, image
 sizes as built). The VQ-VAE and the scene-attribute reader are not exported
-(:data:`NOT_EXPORTED` says why). For decoding outside torch the
+(:data:`NOT_EXPORTED` says why). Each family's registration (attnlab.families) names its
+graph function here (``onnx``), or says why it has none (``not_exported``). For decoding outside torch the
 translation model is also exported in two parts (:func:`export_translation_parts`): the
 encoder ``src_ids -> (memory, memory_mask)``, run once per source, and the decoder
 ``(tgt_in_ids, memory, memory_mask) -> logits``, run once per generated token over the
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["export_onnx", "example_inputs", "onnx_parity", "export_translation_parts", "parts_parity",
+__all__ = ["export_onnx", "example_inputs", "OnnxGraph", "onnx_parity", "export_translation_parts", "parts_parity",
            "onnx_greedy_translate"]
 
 
@@ -106,7 +109,8 @@ class _ImageTransformerGraph(nn.Module):
         return self.model(images, **dict(zip(self.names, conditioning)))
 
 
-# What ONNX export cannot represent, and why (the families a model directory may hold).
+# Models that are parts of a family, not a family (no registration names them), and why
+# ONNX export leaves them out.
 NOT_EXPORTED = {
     "VQVAE": "the VQ-VAE is the text-to-image model's image tokenizer (its codebook lookup is an argmin over "
              "distances with a straight-through estimator); export the text-to-image model's directory instead",
@@ -114,64 +118,109 @@ NOT_EXPORTED = {
 }
 
 
-def _graph(model) -> tuple[nn.Module, list[str], list[str]]:
-    """The module to trace, its input names and output names."""
-    from attnlab.models.bert import BertEncoder
-    from attnlab.models.captioner import Captioner
-    from attnlab.models.image_transformer import ImageTransformer
-    from attnlab.models.lm import DecoderLM
-    from attnlab.models.text_to_image import TextToImage
-    from attnlab.models.transformer import Transformer
-    from attnlab.models.vit import VisionTransformer
+@dataclass
+class OnnxGraph:
+    """What a family exports: the module to trace, its input and output names,
+    ``example(batch, length, generator) -> {input: tensor}`` (valid random inputs, padding
+    in the last row where the inputs have any) and the inputs whose non-batch sizes are
+    fixed by the model (images, codes, labels); the others get a dynamic length."""
 
-    if isinstance(model, BertEncoder):
-        return _BertGraph(model), ["ids", "attention_mask", "token_type_ids"], ["hidden"]
-    if isinstance(model, DecoderLM):  # the Music Transformer is one too
-        return _LMGraph(model), ["ids"], ["logits"]
-    if isinstance(model, Transformer):
-        return _TranslationGraph(model), ["src_ids", "tgt_in_ids"], ["logits"]
-    if isinstance(model, VisionTransformer):
-        return _ForwardGraph(model), ["images"], ["logits"]
-    if isinstance(model, Captioner):
-        return _ForwardGraph(model), ["images", "tgt_in_ids"], ["logits"]
-    if isinstance(model, TextToImage):
-        return _ForwardGraph(model), ["text_ids", "codes"], ["logits"]
-    if isinstance(model, ImageTransformer):
-        graph = _ImageTransformerGraph(model)
-        return graph, ["images", *graph.names], ["logits"]
+    module: nn.Module
+    inputs: list[str]
+    outputs: list[str]
+    example: Callable[[int, int, torch.Generator], dict[str, Tensor]]
+    fixed: frozenset[str] = frozenset()
+
+
+def _graph(model) -> OnnxGraph:
+    """The graph of ``model``'s family (its registration's ``onnx``, attnlab.families)."""
+    from attnlab.families import family_for_config
+
+    family = family_for_config(getattr(model.config, "family", None) or "")
     name = type(model).__name__
-    why = NOT_EXPORTED.get(name, "no ONNX graph is defined for this model class")
-    raise ValueError(f"ONNX export does not cover {name}: {why}")
+    if family is None:
+        why = NOT_EXPORTED.get(name, "no ONNX graph is defined for this model class")
+        raise ValueError(f"ONNX export does not cover {name}: {why}")
+    return family.onnx_graph(model)
 
 
-def _dynamic_axes(model, inputs: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
-    """Batch is dynamic everywhere; token inputs also have a dynamic length (the output
-    follows the decoder's, or the only input's, length). Images, codes and labels keep the
-    sizes the model was built for."""
-    fixed = {"images", "low_res", "labels", "codes", "text_ids"}
-    axes = {name: {0: "batch"} if name in fixed else {0: "batch", 1: f"{name}_length"} for name in inputs}
-    if "attention_mask" in axes:  # BERT: one length for its three inputs
-        axes["attention_mask"] = axes["token_type_ids"] = {0: "batch", 1: "ids_length"}
-    token_inputs = [name for name in inputs if name not in fixed and name not in ("attention_mask", "token_type_ids")]
-    for name in outputs:
-        axes[name] = {0: "batch", 1: axes[token_inputs[-1]][1]} if token_inputs else {0: "batch"}
-    return axes
-
-
-def example_inputs(model, batch: int = 2, length: int = 7, seed: int = 0) -> dict[str, Tensor]:
-    """Random valid inputs for ``model``'s graph, with right padding in the last row."""
-    from attnlab.models.bert import BertEncoder
-    from attnlab.models.captioner import Captioner
-    from attnlab.models.image_transformer import ImageTransformer
-    from attnlab.models.text_to_image import TextToImage
-    from attnlab.models.transformer import Transformer
-    from attnlab.models.vit import VisionTransformer
-
-    generator = torch.Generator().manual_seed(seed)
+def _token_ids(model, low: int = 0):
+    """``ids(batch, n, generator)``: random token ids in the vocabulary, never the padding id
+    (and at least ``low``: keep clear of pad/bos/eos)."""
     c = model.config
-    if isinstance(model, VisionTransformer):
+    pad = getattr(c, "pad_id", 0)
+
+    def ids(batch: int, n: int, generator: torch.Generator) -> Tensor:
+        values = torch.randint(low, c.vocab_size, (batch, n), generator=generator)
+        return values.masked_fill(values == pad, (pad + 1) % c.vocab_size if low == 0 else low)
+    return ids
+
+
+def bert_graph(model) -> OnnxGraph:
+    """BERT ``(ids, attention_mask, token_type_ids) -> hidden`` (the last row padded)."""
+    ids = _token_ids(model)
+
+    def example(batch, length, generator):
+        tokens, mask = ids(batch, length, generator), torch.ones(batch, length, dtype=torch.long)
+        mask[-1, length - 2:] = 0
+        tokens[-1, length - 2:] = getattr(model.config, "pad_id", 0)
+        return {"ids": tokens, "attention_mask": mask, "token_type_ids": torch.zeros_like(tokens)}
+    return OnnxGraph(_BertGraph(model), ["ids", "attention_mask", "token_type_ids"], ["hidden"], example)
+
+
+def lm_graph(model) -> OnnxGraph:
+    """A decoder-only LM (the Music Transformer is one too): ``ids -> logits``."""
+    ids = _token_ids(model)
+    return OnnxGraph(_LMGraph(model), ["ids"], ["logits"], lambda batch, length, g: {"ids": ids(batch, length, g)})
+
+
+def translation_graph(model) -> OnnxGraph:
+    """The translation Transformer, teacher-forced: ``(src_ids, tgt_in_ids) -> logits``."""
+    ids = _token_ids(model, low=3)
+
+    def example(batch, length, generator):
+        source = ids(batch, length, generator)
+        source[-1, length - 2:] = model.config.pad_id
+        return {"src_ids": source, "tgt_in_ids": ids(batch, max(2, length - 2), generator)}
+    return OnnxGraph(_TranslationGraph(model), ["src_ids", "tgt_in_ids"], ["logits"], example)
+
+
+def vit_graph(model) -> OnnxGraph:
+    """The ViT: ``images (normalised pixels) -> logits``."""
+    c = model.config
+
+    def example(batch, length, generator):
         return {"images": torch.randn(batch, c.in_channels, c.image_size, c.image_size, generator=generator)}
-    if isinstance(model, ImageTransformer):
+    return OnnxGraph(_ForwardGraph(model), ["images"], ["logits"], example, frozenset({"images"}))
+
+
+def captioner_graph(model) -> OnnxGraph:
+    """The captioner, teacher-forced: ``(images, tgt_in_ids) -> logits``."""
+    c = model.config
+
+    def example(batch, length, generator):
+        images = torch.rand(batch, c.in_channels, c.image_size, c.image_size, generator=generator)
+        return {"images": images, "tgt_in_ids": torch.randint(3, c.vocab_size, (batch, length), generator=generator)}
+    return OnnxGraph(_ForwardGraph(model), ["images", "tgt_in_ids"], ["logits"], example, frozenset({"images"}))
+
+
+def text_to_image_graph(model) -> OnnxGraph:
+    """Text-to-image, teacher-forced: ``(text_ids, codes) -> logits``."""
+    c = model.config
+
+    def example(batch, length, generator):
+        return {"text_ids": torch.randint(0, c.text_vocab_size, (batch, c.text_length), generator=generator),
+                "codes": torch.randint(0, c.image_vocab_size, (batch, c.image_tokens), generator=generator)}
+    return OnnxGraph(_ForwardGraph(model), ["text_ids", "codes"], ["logits"], example,
+                     frozenset({"text_ids", "codes"}))
+
+
+def image_transformer_graph(model) -> OnnxGraph:
+    """The Image Transformer, teacher-forced: ``images (+ labels, + low_res) -> logits (B, C, H, W, 256)``."""
+    c = model.config
+    module = _ImageTransformerGraph(model)
+
+    def example(batch, length, generator):
         inputs = {"images": torch.randint(0, 256, (batch, c.channels, c.height, c.width), generator=generator)}
         if c.num_classes:
             inputs["labels"] = torch.randint(0, c.num_classes, (batch,), generator=generator)
@@ -179,42 +228,40 @@ def example_inputs(model, batch: int = 2, length: int = 7, seed: int = 0) -> dic
             inputs["low_res"] = torch.randint(0, 256, (batch, c.channels, c.low_resolution, c.low_resolution),
                                               generator=generator)
         return inputs
-    if isinstance(model, TextToImage):
-        return {"text_ids": torch.randint(0, c.text_vocab_size, (batch, c.text_length), generator=generator),
-                "codes": torch.randint(0, c.image_vocab_size, (batch, c.image_tokens), generator=generator)}
-    if isinstance(model, Captioner):
-        images = torch.rand(batch, c.in_channels, c.image_size, c.image_size, generator=generator)
-        return {"images": images, "tgt_in_ids": torch.randint(3, c.vocab_size, (batch, length), generator=generator)}
-    pad = getattr(c, "pad_id", 0)
-    low = 3 if isinstance(model, Transformer) else 0  # keep clear of pad/bos/eos
+    return OnnxGraph(module, ["images", *module.names], ["logits"], example,
+                     frozenset({"images", "labels", "low_res"}))
 
-    def ids(n):
-        values = torch.randint(low, c.vocab_size, (batch, n), generator=generator)
-        return values.masked_fill(values == pad, (pad + 1) % c.vocab_size if low == 0 else low)
 
-    if isinstance(model, BertEncoder):
-        tokens, mask = ids(length), torch.ones(batch, length, dtype=torch.long)
-        mask[-1, length - 2:] = 0
-        tokens[-1, length - 2:] = pad
-        return {"ids": tokens, "attention_mask": mask, "token_type_ids": torch.zeros_like(tokens)}
-    if isinstance(model, Transformer):
-        source = ids(length)
-        source[-1, length - 2:] = pad
-        return {"src_ids": source, "tgt_in_ids": ids(max(2, length - 2))}
-    return {"ids": ids(length)}
+def _dynamic_axes(graph: OnnxGraph) -> dict[str, dict[int, str]]:
+    """Batch is dynamic everywhere; token inputs also have a dynamic length (the output
+    follows the decoder's, or the only input's, length). Fixed inputs keep the sizes the
+    model was built for."""
+    inputs, fixed = graph.inputs, graph.fixed
+    axes = {name: {0: "batch"} if name in fixed else {0: "batch", 1: f"{name}_length"} for name in inputs}
+    if "attention_mask" in axes:  # BERT: one length for its three inputs
+        axes["attention_mask"] = axes["token_type_ids"] = {0: "batch", 1: "ids_length"}
+    token_inputs = [name for name in inputs if name not in fixed and name not in ("attention_mask", "token_type_ids")]
+    for name in graph.outputs:
+        axes[name] = {0: "batch", 1: axes[token_inputs[-1]][1]} if token_inputs else {0: "batch"}
+    return axes
+
+
+def example_inputs(model, batch: int = 2, length: int = 7, seed: int = 0) -> dict[str, Tensor]:
+    """Random valid inputs for ``model``'s graph, with right padding in the last row."""
+    return _graph(model).example(batch, length, torch.Generator().manual_seed(seed))
 
 
 def export_onnx(model, path: str | os.PathLike, *, opset: int = 17) -> list[str]:
     """Write ``model`` (eval mode, CPU, float32) to ``path`` as ONNX with dynamic batch and
     length axes; returns the graph's input names."""
-    module, inputs, outputs = _graph(model.eval())
-    example = example_inputs(model)
-    axes = _dynamic_axes(model, inputs, outputs)
+    graph = _graph(model.eval())
+    example = graph.example(2, 7, torch.Generator().manual_seed(0))
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracer's notes on Python-side checks
-        torch.onnx.export(module, tuple(example[name] for name in inputs), str(path), dynamo=False,
-                          input_names=inputs, output_names=outputs, dynamic_axes=axes, opset_version=opset)
-    return inputs
+        torch.onnx.export(graph.module, tuple(example[name] for name in graph.inputs), str(path), dynamo=False,
+                          input_names=graph.inputs, output_names=graph.outputs, dynamic_axes=_dynamic_axes(graph),
+                          opset_version=opset)
+    return graph.inputs
 
 
 def onnx_parity(model, path: str | os.PathLike, *, batch: int = 3, length: int = 11, seed: int = 1) -> float:
@@ -223,10 +270,11 @@ def onnx_parity(model, path: str | os.PathLike, *, batch: int = 3, length: int =
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(Path(path)), providers=["CPUExecutionProvider"])
-    inputs = example_inputs(model, batch=batch, length=length, seed=seed)
-    module, names, _ = _graph(model.eval())
+    graph = _graph(model.eval())
+    inputs = graph.example(batch, length, torch.Generator().manual_seed(seed))
+    names = graph.inputs
     with torch.no_grad():
-        expected = module(*(inputs[name] for name in names))
+        expected = graph.module(*(inputs[name] for name in names))
     got = session.run(None, {name: inputs[name].numpy() for name in names})[0]
     return float((torch.from_numpy(got) - expected).abs().max())
 

@@ -5,10 +5,10 @@
     translator.translate(["Ein Hund läuft."], beam=4)
 
 A pipeline carries the model with what its directory holds (tokenizer, class names,
-VQ-VAE, ...) and offers the family's natural calls on raw inputs (docs/api.md). One
-registry keyed by the ``family`` of ``config.json`` (:func:`register_pipeline`); a
-HuggingFace BERT directory (``model_type: bert``) loads as the ``bert`` pipeline
-(:func:`register_foreign_directory`: how a family claims directories other libraries write).
+VQ-VAE, ...) and offers the family's natural calls on raw inputs (docs/api.md). Each
+family's registration (:mod:`attnlab.families`) names its pipeline class and the
+directories of other libraries it reads (a HuggingFace BERT directory is the ``bert``
+family's, an OPUS-MT MarianMT directory the translation family's).
 """
 
 from __future__ import annotations
@@ -16,41 +16,38 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from attnlab.pipelines.base import (Pipeline, foreign_family, known_pipelines, pipeline_class,
-                                    register_foreign_directory, register_pipeline)
+from attnlab.pipelines.base import Pipeline, known_pipelines
 from attnlab.pipelines.images import to_pil
 
-# The families' modules register their pipelines on import.
-from attnlab.pipelines import music as _music  # noqa: E402,F401  isort: skip
-from attnlab.pipelines import text as _text  # noqa: E402,F401  isort: skip
-from attnlab.pipelines import vision as _vision  # noqa: E402,F401  isort: skip
-
-__all__ = ["load", "register_pipeline", "register_foreign_directory", "known_pipelines", "Pipeline", "to_pil"]
+__all__ = ["load", "known_pipelines", "Pipeline", "to_pil"]
 
 
 def load(directory: str | os.PathLike, *, device: str = "cpu") -> Pipeline:
-    """The pipeline of a model directory, by the ``family`` in its ``config.json`` (or a
-    HuggingFace BERT directory). ValueError naming the directory and the known families
-    for anything else."""
+    """The pipeline of a model directory, by its family (:func:`attnlab.families.family_for_directory`:
+    the ``family`` of its ``config.json``, or a HuggingFace directory a family reads).
+    ValueError naming the directory and the known families for anything else."""
+    from attnlab.families import family_for_directory
     from attnlab.models.registry import load_config
 
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"directory: expected a path, got {type(directory).__name__}")
     path = Path(directory)
-    known = ", ".join(known_pipelines()) + " (and HuggingFace BERT directories)"
+    known = ", ".join(known_pipelines()) + " (and HuggingFace BERT and MarianMT directories)"
     if not path.is_dir():
         raise ValueError(f"{path}: no such model directory; attnlab.load knows the families {known}")
-    family = foreign_family(path)
+    family = family_for_directory(path)
     if family is None:
         try:
-            family = load_config(path).family
+            config_family = load_config(path).family  # says what is wrong with config.json
         except ValueError as error:
             raise ValueError(f"{path}: not a model directory attnlab.load can read ({error}); it knows the "
                              f"families {known}") from None
-    cls = pipeline_class(family)
-    if cls is None:
-        raise ValueError(f"{path}: holds a {family!r} model, which has no pipeline; attnlab.load knows the "
+        raise ValueError(f"{path}: holds a {config_family!r} model, which has no pipeline; attnlab.load knows the "
                          f"families {known}")
+    cls = family.pipeline_class()
+    if cls is None:
+        raise ValueError(f"{path}: holds a {family.title} model ({family.config_family!r}), which has no pipeline; "
+                         f"attnlab.load knows the families {known}")
     return cls.load(path, device=_check_device(device))
 
 

@@ -2,68 +2,40 @@
 
 A pipeline is a loaded model *with everything its directory carries* (tokenizer, class
 names, VQ-VAE, ...) and the family's natural calls on raw inputs. Each family's class
-registers itself with :func:`register_pipeline`; :func:`attnlab.pipelines.load` picks the
-class by the ``family`` of the directory's ``config.json``.
+is named by its family's registration (:mod:`attnlab.families`); :func:`attnlab.pipelines.load`
+picks the class by the family of the directory.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
-__all__ = ["Pipeline", "register_pipeline", "register_foreign_directory", "known_pipelines", "pipeline_class"]
-
-_PIPELINES: dict[str, type[Pipeline]] = {}
-
-
-def register_pipeline(family: str) -> Callable[[type[Pipeline]], type[Pipeline]]:
-    """Class decorator: ``cls.load(directory, device=...)`` builds the pipeline of models of
-    ``family`` (the ``family`` field of ``config.json``; ``"bert"`` also serves HuggingFace
-    BERT directories)."""
-    def decorate(cls: type[Pipeline]) -> type[Pipeline]:
-        if family in _PIPELINES and _PIPELINES[family] is not cls:
-            raise ValueError(f"a pipeline for family {family!r} is registered twice "
-                             f"({_PIPELINES[family].__name__} and {cls.__name__})")
-        cls.family = family
-        _PIPELINES[family] = cls
-        return cls
-    return decorate
-
-
-_FOREIGN: list[tuple[Callable[[Path], bool], str]] = []
-
-
-def register_foreign_directory(family: str, recognise: Callable[[Path], bool]) -> None:
-    """Directories another library wrote (no attnlab ``config.json``) that the pipeline of
-    ``family`` reads: ``recognise(directory)`` says whether one is such a directory (e.g.
-    ``is_hf_bert_directory`` -> ``"bert"``). Checked in registration order before ``config.json``."""
-    _FOREIGN.append((recognise, family))
-
-
-def foreign_family(directory: Path) -> str | None:
-    """The family whose pipeline reads the foreign ``directory``, or None."""
-    for recognise, family in _FOREIGN:
-        if recognise(directory):
-            return family
-    return None
+__all__ = ["Pipeline", "known_pipelines", "pipeline_class"]
 
 
 def known_pipelines() -> list[str]:
-    """The families :func:`attnlab.load` can load, sorted."""
-    return sorted(_PIPELINES)
+    """The config families :func:`attnlab.load` can load (each family's registration,
+    :mod:`attnlab.families`, names its pipeline), sorted."""
+    from attnlab.families import families
+
+    return sorted(family.config_family for family in families() if family.pipeline)
 
 
-def pipeline_class(family: str) -> type[Pipeline] | None:
-    return _PIPELINES.get(family)
+def pipeline_class(config_family: str) -> type[Pipeline] | None:
+    """The pipeline class of models whose ``config.json`` says ``"family": config_family``."""
+    from attnlab.families import family_for_config
+
+    family = family_for_config(config_family)
+    return None if family is None else family.pipeline_class()
 
 
 def attention_families() -> list[str]:
     """The families whose pipeline shows its attention (overrides :meth:`Pipeline.attention`)."""
-    return sorted(name for name, cls in _PIPELINES.items() if cls.attention is not Pipeline.attention)
+    return sorted(name for name in known_pipelines() if pipeline_class(name).attention is not Pipeline.attention)
 
 
 class Pipeline:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, register_pipeline
+from attnlab.pipelines.base import Pipeline, check_int
 
 __all__ = ["MusicPipeline", "MusicContinuation"]
 
@@ -38,9 +38,10 @@ class MusicContinuation:
         return write_midi(self.notes, path)
 
 
-@register_pipeline("music_transformer")
 class MusicPipeline(Pipeline):
     """A Music Transformer (:func:`attnlab.tasks.music.load_music_model`)."""
+
+    family = "music_transformer"
 
     @classmethod
     def load(cls, directory: Path, *, device: str = "cpu") -> MusicPipeline:

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_texts, register_foreign_directory, register_pipeline
+from attnlab.pipelines.base import Pipeline, check_int, check_texts
 
 __all__ = ["TranslationPipeline", "LanguageModelPipeline", "BertPipeline"]
 
@@ -16,10 +16,11 @@ def _groups(analysis) -> dict[str, Tensor]:
     return {group.name: group.weights for group in analysis.groups}
 
 
-@register_pipeline("transformer")
 class TranslationPipeline(Pipeline):
     """An encoder–decoder translation model with its sentencepiece vocabulary
     (:class:`attnlab.translation.Translator`, what ``attnlab translate`` runs)."""
+
+    family = "transformer"
 
     def __init__(self, translator, directory=None):
         super().__init__(translator.model, directory)
@@ -57,9 +58,10 @@ class TranslationPipeline(Pipeline):
         return _groups(TranslationSource(self.translator).analyse(text))
 
 
-@register_pipeline("decoder_lm")
 class LanguageModelPipeline(Pipeline):
     """A decoder-only language model with its tokenizer (characters or BPE), as ``attnlab generate``."""
+
+    family = "decoder_lm"
 
     def __init__(self, model, tokenizer, directory=None):
         super().__init__(model, directory)
@@ -129,18 +131,13 @@ class LanguageModelPipeline(Pipeline):
         return _groups(LMSource(self.model, self.tokenizer).analyse(text, generate=generate))
 
 
-def _is_hf_bert_directory(directory: Path) -> bool:
-    from attnlab.interop.hf_bert import is_hf_bert_directory
-
-    return is_hf_bert_directory(directory)
-
-
-@register_pipeline("bert")
 class BertPipeline(Pipeline):
     """A BERT encoder with its WordPiece vocabulary: a HuggingFace BERT directory (e.g.
     all-MiniLM-L6-v2: config.json + model.safetensors + vocab.txt, read by
     :func:`attnlab.interop.hf_bert.load_hf_bert`) or an attnlab ``bert`` directory holding
     ``vocab.txt`` (+ ``tokenizer_config.json``) beside its config and weights."""
+
+    family = "bert"
 
     def __init__(self, model, tokenizer, directory=None):
         super().__init__(model, directory)
@@ -182,11 +179,3 @@ class BertPipeline(Pipeline):
         return _groups(BertSource(self.model, self.tokenizer).analyse(text))
 
 
-def _is_hf_marian_directory(directory: Path) -> bool:
-    from attnlab.interop.hf_marian import is_hf_marian_directory
-
-    return is_hf_marian_directory(directory)
-
-
-register_foreign_directory("bert", _is_hf_bert_directory)
-register_foreign_directory("transformer", _is_hf_marian_directory)  # OPUS-MT: Translator.load reads it

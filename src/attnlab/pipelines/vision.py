@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_texts, register_pipeline
+from attnlab.pipelines.base import Pipeline, check_int, check_texts
 from attnlab.pipelines.images import ImageSpec, to_arrays, to_pixels
 
 __all__ = ["ClassifierPipeline", "CaptionPipeline", "TextToImagePipeline", "ImageTransformerPipeline"]
@@ -26,9 +26,10 @@ def _check_sampling(temperature: float, top_k: int | None, *, greedy_allowed: bo
         check_int(top_k, "top_k", maximum=top_k_max)
 
 
-@register_pipeline("vit")
 class ClassifierPipeline(Pipeline):
     """A Vision Transformer with its class names (``classes.json``), as ``attnlab classify``."""
+
+    family = "vit"
 
     def __init__(self, model, classes: list[str], directory=None):
         super().__init__(model, directory)
@@ -75,9 +76,10 @@ class ClassifierPipeline(Pipeline):
         return attention_maps(self.model, images=normalize(pixels).to(self.device))
 
 
-@register_pipeline("captioner")
 class CaptionPipeline(Pipeline):
     """A captioner with its sentencepiece vocabulary (:func:`attnlab.tasks.caption.load_captioner`)."""
+
+    family = "captioner"
 
     def __init__(self, model, tokenizer, info: dict | None = None, directory=None):
         super().__init__(model, directory)
@@ -124,10 +126,11 @@ class CaptionPipeline(Pipeline):
         return attention_maps(self.model, images=normalize(pixels).to(self.device), tgt_in_ids=tgt_in)
 
 
-@register_pipeline("text_to_image")
 class TextToImagePipeline(Pipeline):
     """A text-to-image model with its VQ-VAE and tokenizer
     (:func:`attnlab.tasks.text_to_image.load_text_to_image`), as ``attnlab imagine``."""
+
+    family = "text_to_image"
 
     def __init__(self, model, vqvae, tokenizer, directory=None):
         super().__init__(model, directory)
@@ -180,10 +183,11 @@ class TextToImagePipeline(Pipeline):
         return attention_maps(self.model, text_ids=text, codes=codes.to(self.device))
 
 
-@register_pipeline("image_transformer")
 class ImageTransformerPipeline(Pipeline):
     """An Image Transformer (unconditional, class-conditional or super-resolution) with its
     class names (``image.json``), as ``attnlab sample-images`` / ``super-resolve``."""
+
+    family = "image_transformer"
 
     def __init__(self, model, classes: list[str], directory=None):
         super().__init__(model, directory)

@@ -37,12 +37,6 @@ def lm_loss(model, batch):
     return loss, ids[:, 1:].numel(), {"nll": loss.detach()}
 
 
-# The verb that uses a model of each other family, for the message when one is given here.
-_FAMILY_VERBS = {"transformer": "translate", "music_transformer": "generate-music", "vit": "classify",
-                 "captioner": "caption", "text_to_image": "imagine", "image_transformer": "sample-images",
-                 "bert": "embed"}
-
-
 def load_language_model(directory, *, device: str = "cpu", name: str | None = None):
     """``(model, tokenizer)`` of a language model directory (``attnlab train lm``): what
     generate, evaluate-lm, the explorer and ``attnlab.load`` open. ValueError naming
@@ -55,9 +49,10 @@ def load_language_model(directory, *, device: str = "cpu", name: str | None = No
     model = load_model(directory, device=device)
     family = model.config.family
     if family != "decoder_lm":
-        verb = _FAMILY_VERBS.get(family)
+        from attnlab.families import used_with
+
         raise ValueError(f"{name}: holds a {family!r} model, not a language model ('decoder_lm', from attnlab train "
-                         "lm)" + (f"; a {family!r} model is used with attnlab {verb}" if verb else "")
+                         "lm)" + used_with(family)
                          + "; `attnlab evaluate --model DIR` and `attnlab.load(DIR)` open any family")
     try:
         tokenizer = load_lm_tokenizer(directory)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 
 from attnlab.viz.explorer.maps import (AttentionGroup, AttentionSource, Analysis, attention_maps, load_source,
-                                       register_attention_maps, register_source)
+                                       register_attention_maps)
 from attnlab.viz.explorer.page import notebook_html, render_page
 from attnlab.viz.explorer.payload import full_payload
 
 __all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "explorer_html", "load_source",
-           "register_attention_maps", "register_source"]
+           "register_attention_maps"]
 
 MAX_FILE_TOKENS = 1024  # a self-contained file holds every layer; keep it a sensible size
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "register_attention_maps",
-           "register_source", "load_source", "BertSource", "LMSource", "TranslationSource"]
+           "load_source", "BertSource", "LMSource", "TranslationSource"]
 
 
 @dataclass
@@ -308,47 +308,45 @@ class TranslationSource:
                         output=translator.tokenizer.decode(output))
 
 
-_SOURCES: dict[str, Callable[[Path, str], AttentionSource]] = {}
-
-
-def register_source(family: str):
-    """Decorator: ``loader(directory, device) -> AttentionSource`` for an attnlab family."""
-    def decorate(fn):
-        _SOURCES[family] = fn
-        return fn
-    return decorate
-
-
-@register_source("transformer")
-def _load_translation(directory: Path, device: str) -> AttentionSource:
+# The explorer's loaders, named by the families' registrations (attnlab.families: ``explore``):
+# ``loader(directory, device) -> AttentionSource``.
+def load_translation_source(directory: Path, device: str) -> AttentionSource:
+    """A translation model directory (attnlab's, or an OPUS-MT MarianMT one)."""
     from attnlab.translation import Translator
 
     return TranslationSource(Translator.load(directory, device=device))
 
 
-@register_source("decoder_lm")
-def _load_lm(directory: Path, device: str) -> AttentionSource:
+def load_lm_source(directory: Path, device: str) -> AttentionSource:
     from attnlab.tasks.lm import load_language_model
 
     return LMSource(*load_language_model(directory, device=device))
 
 
+def load_bert_source(directory: Path, device: str) -> AttentionSource:
+    """A HuggingFace-format BERT directory (config.json, vocab.txt, weights)."""
+    from attnlab.interop.hf_bert import load_hf_bert
+
+    return BertSource(*load_hf_bert(directory, device=device))
+
+
 def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> AttentionSource:
-    """The :class:`AttentionSource` of a model directory: a HuggingFace BERT or MarianMT
-    directory, or an attnlab model directory of a registered family (translation, LM)."""
-    from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert
-    from attnlab.interop.hf_marian import is_hf_marian_directory
+    """The :class:`AttentionSource` of a model directory of any family whose registration
+    names an explorer loader (attnlab.families), HuggingFace BERT and MarianMT directories
+    included."""
+    from attnlab.families import families, family_for_directory
     from attnlab.models.registry import load_config
 
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"{directory}: no such model directory")
-    if is_hf_bert_directory(directory):
-        return BertSource(*load_hf_bert(directory, device=device))
-    if is_hf_marian_directory(directory):  # OPUS-MT: Translator.load reads it
-        return _SOURCES["transformer"](directory, device)
-    family = load_config(directory).family
-    if family not in _SOURCES:
-        raise ValueError(f"{directory}: the explorer does not know models of family {family!r} yet; "
-                         f"it knows {sorted(_SOURCES) + ['bert and MarianMT (HuggingFace directories)']}")
-    return _SOURCES[family](directory, device)
+    family = family_for_directory(directory)
+    shown = [f.title for f in families() if f.explore]
+    if family is None:
+        config_family = load_config(directory).family  # says what is wrong with config.json
+        raise ValueError(f"{directory}: the explorer does not know models of family {config_family!r}; "
+                         f"it shows {', '.join(shown)}")
+    if family.explore is None:
+        raise ValueError(f"{directory}: the explorer does not show {family.title} models yet; it shows "
+                         f"{', '.join(shown)}")
+    return family.attention_source(directory, device)

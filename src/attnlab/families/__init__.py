@@ -1,0 +1,244 @@
+"""The model families, each registered once: what the command line, ``attnlab evaluate``,
+the explorer, ``export-onnx`` and ``attnlab.load`` know about a family comes from here.
+
+A family is a package ``attnlab.families.<name>`` whose ``__init__`` calls
+:func:`register_family` with one :class:`Family` record: its name, the ``family`` its
+models' ``config.json`` carries, the verbs it adds, its ``train`` task, its evaluator, its
+pipeline (``attnlab.load``), its attention source (the explorer), its ONNX graph (or why it
+has none) and the directories of other libraries it reads. The record names code as
+``"module:attribute"`` strings, imported only when used, so listing the families (and
+``attnlab --help``) imports no model code and no torch.
+
+Nothing in this module imports another attnlab module by name: it sits at the bottom of
+the layering (tests/test_layering.py) and finds the built-in family packages through
+:data:`BUILTIN` with :mod:`importlib`. A family outside attnlab registers itself the same
+way, from its own package, or through the ``attnlab.families`` entry-point group
+(``[project.entry-points."attnlab.families"] mine = "mypackage.attnlab_family"``: importing
+the module registers it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+__all__ = ["Family", "register_family", "unregister_family", "families", "get_family", "family_for_config",
+           "family_for_directory", "used_with", "all_verbs", "resolve", "BUILTIN"]
+
+# The family packages attnlab ships, in the order the command line lists them.
+BUILTIN = ("translation", "lm", "bert", "vit", "caption", "text_to_image", "image", "music")
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_VERB = re.compile(r"^[a-z][a-z0-9-]*$")
+_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family, as everything that serves all families sees it.
+
+    ``verbs`` maps a verb name to the module that implements it (``HELP``,
+    ``add_arguments(parser)``, ``run(args) -> int``); ``train`` is the module of
+    ``attnlab train <task>``; ``evaluate`` names the verb (one of ``verbs``) that
+    ``attnlab evaluate --model DIR`` runs for a directory of this family. ``pipeline``,
+    ``explore``, ``onnx`` and every entry of ``recognise`` are ``"module:attribute"``:
+    the :class:`attnlab.pipelines.Pipeline` subclass, ``loader(directory, device) ->
+    AttentionSource``, ``graph(model) -> OnnxGraph``, and ``recognise(directory) -> bool``
+    for directories another library wrote (HuggingFace BERT, MarianMT) that this family
+    reads. ``not_exported`` says why a family without ``onnx`` has no ONNX graph.
+    """
+
+    name: str
+    config_family: str
+    title: str
+    verbs: Mapping[str, str] = field(default_factory=dict)
+    train: str | None = None
+    task: str | None = None
+    evaluate: str | None = None
+    pipeline: str | None = None
+    explore: str | None = None
+    onnx: str | None = None
+    not_exported: str | None = None
+    recognise: tuple[str, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not _NAME.match(self.name):
+            raise ValueError(f"family name {self.name!r}: use lower-case letters, digits and _")
+        if not isinstance(self.config_family, str) or not self.config_family:
+            raise ValueError(f"family {self.name!r}: config_family must name config.json's 'family'")
+        object.__setattr__(self, "verbs", MappingProxyType(dict(self.verbs)))
+        object.__setattr__(self, "aliases", MappingProxyType(dict(self.aliases)))
+        object.__setattr__(self, "recognise", tuple(self.recognise))
+        if self.task is None and self.train is not None:
+            object.__setattr__(self, "task", self.name.replace("_", "-"))
+        for verb in [*self.verbs, *self.aliases]:
+            if not _VERB.match(verb):
+                raise ValueError(f"family {self.name!r}: verb name {verb!r}: use lower-case letters, digits and -")
+        for alias, verb in self.aliases.items():
+            if verb not in self.verbs:
+                raise ValueError(f"family {self.name!r}: alias {alias!r} names {verb!r}, not one of its verbs")
+        if self.evaluate is not None and self.evaluate not in self.verbs and self.evaluate != "evaluate":
+            raise ValueError(f"family {self.name!r}: its evaluator {self.evaluate!r} is not one of its verbs")
+        for what in ("pipeline", "explore", "onnx", *(f"recognise[{i}]" for i in range(len(self.recognise)))):
+            value = self.recognise[int(what[10:-1])] if what.startswith("recognise") else getattr(self, what)
+            if value is not None and not _TARGET.match(value):
+                raise ValueError(f"family {self.name!r}: {what} = {value!r} is not 'module:attribute'")
+        if self.onnx is not None and self.not_exported is not None:
+            raise ValueError(f"family {self.name!r}: give onnx or not_exported, not both")
+
+    # -- what the record names, imported when asked for ---------------------------------
+    def pipeline_class(self):
+        return None if self.pipeline is None else resolve(self.pipeline)
+
+    def attention_source(self, directory: Path, device: str = "cpu"):
+        """The explorer's :class:`AttentionSource` for a model directory of this family."""
+        if self.explore is None:
+            raise ValueError(f"{directory}: the explorer does not show {self.title} models")
+        return resolve(self.explore)(Path(directory), device)
+
+    def onnx_graph(self, model):
+        if self.onnx is None:
+            why = self.not_exported or "no ONNX graph is defined for it"
+            raise ValueError(f"ONNX export does not cover {self.title} models: {why}")
+        return resolve(self.onnx)(model)
+
+    def recognises(self, directory: Path) -> bool:
+        return any(resolve(target)(Path(directory)) for target in self.recognise)
+
+
+_FAMILIES: dict[str, Family] = {}
+_LOADED = False
+
+
+def register_family(family: Family) -> Family:
+    """Make ``family`` known to every command and API that serves all families. A name,
+    a config family, a train task or a verb claimed twice is an error (ValueError)."""
+    if not isinstance(family, Family):
+        raise TypeError(f"register_family takes a Family, got {type(family).__name__}")
+    for other in _FAMILIES.values():
+        if other.name == family.name:
+            if other == family:
+                return other  # re-importing a family package is harmless
+            raise ValueError(f"family {family.name!r} is registered twice")
+        if other.config_family == family.config_family:
+            raise ValueError(f"families {other.name!r} and {family.name!r} both claim config family "
+                             f"{family.config_family!r}")
+        if family.task is not None and other.task == family.task:
+            raise ValueError(f"families {other.name!r} and {family.name!r} both train as {family.task!r}")
+        clash = (set(other.verbs) | set(other.aliases)) & (set(family.verbs) | set(family.aliases))
+        if clash:
+            raise ValueError(f"families {other.name!r} and {family.name!r} both offer the verb(s) {sorted(clash)}")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def unregister_family(name: str) -> None:
+    """Forget a family (tests register a toy family and remove it again)."""
+    _FAMILIES.pop(name, None)
+
+
+def _load() -> None:
+    """Import the built-in family packages (and entry points) once: importing registers."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for name in BUILTIN:
+        importlib.import_module(f"{__name__}.{name}")
+    try:
+        from importlib.metadata import entry_points
+
+        plugins = entry_points(group="attnlab.families")
+    except Exception:  # noqa: BLE001 - broken metadata of another package must not stop attnlab
+        plugins = ()
+    for plugin in plugins:
+        try:
+            plugin.load()
+        except Exception as error:  # noqa: BLE001
+            import warnings
+
+            warnings.warn(f"attnlab: the family plug-in {plugin.name!r} ({plugin.value}) failed to load: {error}",
+                          stacklevel=2)
+
+
+def families() -> list[Family]:
+    """Every registered family: the built-in ones in :data:`BUILTIN` order, then others."""
+    _load()
+    order = {name: index for index, name in enumerate(BUILTIN)}
+    return sorted(_FAMILIES.values(), key=lambda f: (order.get(f.name, len(order)), f.name))
+
+
+def get_family(name: str) -> Family:
+    """The family called ``name`` (ValueError listing the known ones otherwise)."""
+    _load()
+    if name not in _FAMILIES:
+        raise ValueError(f"unknown family {name!r}; known families: {', '.join(f.name for f in families())}")
+    return _FAMILIES[name]
+
+
+def family_for_config(config_family: str) -> Family | None:
+    """The family whose models' ``config.json`` says ``"family": config_family``."""
+    for family in families():
+        if family.config_family == config_family:
+            return family
+    return None
+
+
+def family_for_directory(directory) -> Family | None:
+    """The family of a model directory: a directory another library wrote that a family
+    recognises (checked first), else the ``family`` field of its attnlab ``config.json``.
+    None when neither names a registered family (the caller says what is wrong)."""
+    import json
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    for family in families():
+        if family.recognise and family.recognises(directory):
+            return family
+    try:
+        config = directory / "config.json"
+        if config.stat().st_size > 1 << 20:
+            return None
+        value = json.loads(config.read_text(encoding="utf-8")).get("family")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return family_for_config(value) if isinstance(value, str) else None
+
+
+def used_with(config_family: str) -> str:
+    """For a message about a model of the wrong family: ``"; a 'vit' model (Vision
+    Transformer) is used with attnlab classify"`` (empty for an unknown family)."""
+    family = family_for_config(config_family)
+    if family is None or not family.verbs:
+        return ""
+    return f"; a {config_family!r} model ({family.title}) is used with attnlab {next(iter(family.verbs))}"
+
+
+def all_verbs() -> dict[str, tuple[Family, str]]:
+    """``{verb: (family, module)}`` over every family, aliases included (an alias maps to
+    its verb's module)."""
+    verbs = {}
+    for family in families():
+        for verb, module in family.verbs.items():
+            verbs[verb] = (family, module)
+        for alias, verb in family.aliases.items():
+            verbs[alias] = (family, family.verbs[verb])
+    return verbs
+
+
+def resolve(target: str):
+    """The object a ``"module:attribute"`` string names (ImportError/AttributeError naming it)."""
+    module_name, _, attribute = target.partition(":")
+    value = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise AttributeError(f"{target}: {module_name} has no {attribute}") from None
+    return value

@@ -1,0 +1,14 @@
+"""Decoder-only text-to-image: a VQ-VAE image tokenizer and one decoder over [text; image tokens]."""
+
+from attnlab.families import Family, register_family
+
+FAMILY = register_family(Family(
+    name="text_to_image",
+    config_family="text_to_image",
+    title="text-to-image model",
+    verbs={"imagine": "attnlab.cli.imagine", "evaluate-text-to-image": "attnlab.cli.evaluate_text_to_image"},
+    train="attnlab.cli.train_text_to_image",
+    evaluate="evaluate-text-to-image",
+    pipeline="attnlab.pipelines.vision:TextToImagePipeline",
+    onnx="attnlab.interop.onnx_export:text_to_image_graph",
+))

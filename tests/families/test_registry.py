@@ -1,0 +1,255 @@
+"""One registration per family: a toy family registered from outside attnlab gets every
+verb, ``attnlab train``, ``attnlab evaluate --model``, ``attnlab.load``, the explorer and
+``export-onnx`` with no edit anywhere else; and the built-in families' records are whole."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import textwrap
+
+import pytest
+
+from attnlab.cli.main import build_parser, main, verbs
+from attnlab.families import (BUILTIN, Family, all_verbs, families, family_for_config, family_for_directory,
+                              get_family, register_family, resolve, unregister_family)
+
+TOY_PACKAGE = textwrap.dedent('''
+    """A family outside attnlab: one model, one verb, an evaluator, a pipeline, an explorer
+    source and an ONNX graph, all named by one registration."""
+    import dataclasses
+    from typing import ClassVar
+
+    import torch
+    from torch import nn
+
+    from attnlab.families import Family, register_family
+    from attnlab.models.base import AttnlabModel, ModelConfig
+    from attnlab.models.registry import register_family as register_model
+
+
+    @dataclasses.dataclass(frozen=True)
+    class ToyConfig(ModelConfig):
+        family: ClassVar[str] = "toy_model"
+        vocab_size: int = 13
+        d_model: int = 8
+
+
+    class ToyModel(AttnlabModel):
+        config_class = ToyConfig
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.embed = nn.Embedding(config.vocab_size, config.d_model)
+            self.head = nn.Linear(config.d_model, config.vocab_size)
+
+        def forward(self, ids):
+            return self.head(self.embed(ids))
+
+
+    register_model(ToyModel)
+
+    FAMILY = register_family(Family(
+        name="toy",
+        config_family="toy_model",
+        title="toy model",
+        verbs={"toy-run": "toyfamily.verbs", "toy-evaluate": "toyfamily.verbs"},
+        train="toyfamily.verbs",
+        evaluate="toy-evaluate",
+        pipeline="toyfamily.parts:ToyPipeline",
+        explore="toyfamily.parts:load_source",
+        onnx="toyfamily.parts:graph",
+    ))
+''')
+
+TOY_VERBS = textwrap.dedent('''
+    HELP = "the toy family's verb"
+
+
+    def add_arguments(parser):
+        parser.add_argument("--model", required=True)
+        parser.add_argument("--out")
+
+
+    def run(args):
+        from attnlab.models.registry import load_model
+
+        model = load_model(args.model)
+        print(f"toy verb ran on a {type(model).__name__} with {model.config.vocab_size} tokens")
+        return 0
+''')
+
+TOY_PARTS = textwrap.dedent('''
+    import torch
+
+    from attnlab.interop.onnx_export import OnnxGraph
+    from attnlab.models.registry import load_model
+    from attnlab.pipelines import Pipeline
+    from attnlab.viz.explorer.maps import Analysis, AttentionGroup
+
+
+    class ToyPipeline(Pipeline):
+        family = "toy_model"
+
+        @classmethod
+        def load(cls, directory, *, device="cpu"):
+            return cls(load_model(directory, device=device), directory)
+
+        def logits(self, ids):
+            return self.model(torch.tensor([ids]))
+
+
+    class ToySource:
+        family = "toy_model"
+        description = "toy model: one embedding"
+        default_text = "a b c"
+        max_tokens = 16
+
+        def __init__(self, model):
+            self.model = model
+
+        def analyse(self, text, **options):
+            tokens = text.split()
+            n = len(tokens)
+            weights = torch.full((1, 1, n, n), 1.0 / n)
+            return Analysis(text, [AttentionGroup("self", weights, tokens, tokens)])
+
+
+    def load_source(directory, device):
+        return ToySource(load_model(directory, device=device))
+
+
+    def graph(model):
+        def example(batch, length, generator):
+            return {"ids": torch.randint(0, model.config.vocab_size, (batch, length), generator=generator)}
+        return OnnxGraph(model, ["ids"], ["logits"], example)
+''')
+
+
+@pytest.fixture
+def toy_family(tmp_path, monkeypatch):
+    """The toy family's package on sys.path, imported (which registers it), and a saved model."""
+    from attnlab.models import registry
+
+    package = tmp_path / "src" / "toyfamily"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(TOY_PACKAGE)
+    (package / "verbs.py").write_text(TOY_VERBS)
+    (package / "parts.py").write_text(TOY_PARTS)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))  # the model class leaves with the test
+    for name in [name for name in sys.modules if name.startswith("toyfamily")]:
+        del sys.modules[name]
+    toy = importlib.import_module("toyfamily")
+    model = toy.ToyModel(toy.ToyConfig())
+    directory = model.save_pretrained(tmp_path / "toy_model")
+    yield directory
+    unregister_family("toy")
+    for name in [name for name in sys.modules if name.startswith("toyfamily")]:
+        del sys.modules[name]
+
+
+def test_a_registered_family_gets_its_verbs_train_and_evaluate(toy_family, capsys):
+    assert get_family("toy").config_family == "toy_model"
+    assert "toy-run" in verbs() and "toy-run" in build_parser().format_help()
+    assert main(["toy-run", "--model", str(toy_family)]) == 0
+    assert "toy verb ran on a ToyModel with 13 tokens" in capsys.readouterr().out
+    assert main(["train", "toy", "--model", str(toy_family)]) == 0  # its train task
+    assert "toy verb ran" in capsys.readouterr().out
+    assert main(["evaluate", "--model", str(toy_family)]) == 0  # routed to its evaluator
+    assert "toy verb ran" in capsys.readouterr().out
+
+
+def test_a_registered_family_loads_explores_and_exports(toy_family, tmp_path, capsys):
+    import attnlab
+    from attnlab.viz.explorer import explorer_html, load_source
+
+    pipeline = attnlab.load(toy_family)
+    assert type(pipeline).__name__ == "ToyPipeline" and pipeline.logits([1, 2]).shape == (1, 2, 13)
+    assert family_for_directory(toy_family).name == "toy"
+    source = load_source(toy_family)
+    assert type(source).__name__ == "ToySource"
+    assert "toy model: one embedding" in explorer_html(source)
+    pytest.importorskip("onnx")
+    out = tmp_path / "toy.onnx"
+    assert main(["export-onnx", "--model", str(toy_family), "-o", str(out), "--no-check"]) == 0
+    assert out.stat().st_size > 0 and "inputs ids" in capsys.readouterr().out
+
+
+def test_unregistering_removes_every_trace(toy_family):
+    unregister_family("toy")
+    assert "toy-run" not in verbs() and family_for_config("toy_model") is None
+    with pytest.raises(ValueError, match="unknown family 'toy'"):
+        get_family("toy")
+
+
+def test_the_builtin_families_are_whole():
+    from attnlab.models.registry import known_families
+
+    names = [family.name for family in families()]
+    assert names[: len(BUILTIN)] == list(BUILTIN)
+    for family in families():
+        assert family.config_family in known_families(), family.name
+        assert family.pipeline_class().family == family.config_family, family.name
+        assert family.onnx or family.not_exported, family.name
+        for verb, module in family.verbs.items():
+            loaded = importlib.import_module(module)
+            assert callable(loaded.run) and callable(loaded.add_arguments) and loaded.HELP, verb
+        if family.train:
+            assert callable(importlib.import_module(family.train).run)
+        if family.evaluate not in (None, "evaluate"):
+            assert family.evaluate in family.verbs
+        for target in (family.explore, family.onnx, *family.recognise):
+            if target is not None:
+                assert callable(resolve(target)), target
+    assert set(all_verbs()) <= set(verbs())
+
+
+def test_a_verb_name_or_config_family_claimed_twice_is_refused():
+    with pytest.raises(ValueError, match="both claim config family 'vit'"):
+        register_family(Family(name="vit2", config_family="vit", title="x"))
+    with pytest.raises(ValueError, match=r"both offer the verb\(s\) \['classify'\]"):
+        register_family(Family(name="vit3", config_family="vit3", title="x", verbs={"classify": "x.y"}))
+    with pytest.raises(ValueError, match="registered twice"):
+        register_family(Family(name="vit", config_family="vit9", title="x"))
+    with pytest.raises(ValueError, match="not 'module:attribute'"):
+        Family(name="bad", config_family="bad", title="x", pipeline="no_colon")
+    with pytest.raises(ValueError, match="is not one of its verbs"):
+        Family(name="bad", config_family="bad", title="x", evaluate="score")
+    assert [family.name for family in families()] == list(BUILTIN)
+
+
+def test_a_directory_names_its_family(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"family": "music_transformer"}))
+    assert family_for_directory(tmp_path).name == "music"
+    (tmp_path / "config.json").write_text(json.dumps({"family": "vqvae"}))  # a part, not a family
+    assert family_for_directory(tmp_path) is None
+    (tmp_path / "config.json").write_text("{")
+    assert family_for_directory(tmp_path) is None
+    assert family_for_directory(tmp_path / "missing") is None
+
+
+def test_listing_the_families_imports_no_torch():
+    import subprocess
+
+    code = ("import sys; from attnlab.families import families; names = [f.name for f in families()]; "
+            "assert 'torch' not in sys.modules, 'the registry imported torch'; print(len(names))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == str(len(BUILTIN)), result.stderr
+
+
+def test_the_cli_wrong_family_message_comes_from_the_registry(tmp_path):
+    from attnlab.tasks.lm import load_language_model
+
+    from attnlab.models.registry import create_model
+
+    model_dir = create_model(_any_vit_preset()).save_pretrained(tmp_path / "vit")
+    with pytest.raises(ValueError, match=r"a 'vit' model \(Vision Transformer\) is used with attnlab classify"):
+        load_language_model(model_dir)
+
+
+def _any_vit_preset() -> str:
+    from attnlab.models.registry import get_preset, list_presets
+
+    return next(name for name in list_presets() if get_preset(name).family == "vit")
