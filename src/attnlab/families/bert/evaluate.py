@@ -1,0 +1,171 @@
+"""``attnlab evaluate-bert``: masked-token prediction of a BERT with its masked-LM head.
+
+    attnlab evaluate-bert --model bert-base-uncased/             # English Multi30k test captions
+    attnlab evaluate-bert --model DIR --text held_out.txt --mask-rate 0.15 --seed 0
+
+The protocol (fixed, so figures compare across models and runs): every non-empty line of
+the text is one sequence, ``[CLS] tokens [SEP]`` truncated to the model's context; each
+token other than ``[CLS]``/``[SEP]`` is masked with probability ``--mask-rate`` (default
+0.15, BERT's rate; at least one per line) by a generator seeded with ``--seed``, and every
+masked position is replaced by ``[MASK]`` (no 80/10/10 mix: that is a training device).
+The model predicts the original tokens; the verb prints masked-token accuracy, the mean
+cross-entropy in nats per masked token and its exponent (the masked-LM perplexity).
+``--json FILE`` also writes them (atomically; an existing file only with ``--force``).
+``attnlab evaluate --model DIR`` of a BERT directory runs this verb.
+
+A BERT without a masked-LM head (a sentence-embedding model such as all-MiniLM-L6-v2,
+saved as ``BertModel``) cannot predict tokens: the verb says so and points to
+``attnlab embed``.
+"""
+
+from __future__ import annotations
+
+HELP = "masked-token accuracy and NLL of a BERT with its masked-LM head on a text (default: Multi30k English test)"
+
+MAX_LINES = 1_000_000
+
+
+def add_arguments(parser) -> None:
+    from attnlab.cli.options import SEED, add_force_argument, add_runtime_arguments, bounded_float, bounded_int
+
+    parser.add_argument("--model", required=True, help="HuggingFace-format BERT directory with a masked-LM head")
+    parser.add_argument("--text", nargs="+", metavar="FILE",
+                        help="held-out text files, one sequence a line (default: the English captions of "
+                             "Multi30k's test split, shipped with attnlab)")
+    parser.add_argument("--mask-rate", type=bounded_float(0.0, 1.0), default=0.15, metavar="P",
+                        help="probability that a token is masked (0 < P <= 1; default: 0.15)")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the masking (default: 0)")
+    parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32, help="lines per batch (default: 32)")
+    parser.add_argument("--limit", type=bounded_int(1), metavar="N", help="score only the first N lines")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_force_argument(parser, "--json")
+    add_runtime_arguments(parser)
+
+
+def held_out_lines(paths) -> tuple[list[str], str]:
+    """The non-empty lines of ``paths`` (or of Multi30k's English test captions) and a
+    description of where they came from."""
+    if paths:
+        from attnlab.data.text import read_text_files
+
+        try:
+            text = read_text_files(paths)
+        except FileNotFoundError as error:
+            raise ValueError(f"--text: {error}") from None
+        source = ", ".join(str(p) for p in paths)
+    else:
+        from attnlab.data.registry import get_parallel_dataset
+
+        corpus = get_parallel_dataset("multi30k", "test", "de", "en")
+        text, source = "\n".join(target for _, target in corpus), "Multi30k test (English)"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"--text {source}: no non-empty line to score")
+    return lines, source
+
+
+def mask_batch(ids, attention_mask, special, mask_id: int, rate: float, generator):
+    """``(masked ids, targets)``: each real token that is not in ``special`` is replaced by
+    ``mask_id`` with probability ``rate`` (at least one per row that has such a token);
+    ``targets`` holds the original id there and -100 elsewhere."""
+    import torch
+
+    candidates = attention_mask.bool() & ~torch.isin(ids, torch.tensor(sorted(special)))
+    draws = torch.rand(ids.shape, generator=generator)
+    chosen = candidates & (draws < rate)
+    # a row whose draw chose nothing masks its candidate with the smallest draw
+    empty = candidates.any(1) & ~chosen.any(1)
+    if empty.any():
+        first = draws.masked_fill(~candidates, 2.0).argmin(1)
+        chosen[empty, first[empty]] = True
+    targets = ids.masked_fill(~chosen, -100)
+    return ids.masked_fill(chosen, mask_id), targets
+
+
+def evaluate_masked_lm(model, tokenizer, lines, *, rate: float, seed: int, batch_size: int, device: str = "cpu",
+                       progress=None) -> dict:
+    """Masked-token accuracy and NLL of ``model`` over ``lines`` (the protocol above)."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    vocab = tokenizer.tokenizer
+    mask_id = vocab.token_to_id("[MASK]")
+    if mask_id is None:
+        raise ValueError("the vocabulary has no [MASK] token; masked-token scoring needs one")
+    special = {vocab.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
+    generator = torch.Generator().manual_seed(seed)
+    total_nll, correct, count = 0.0, 0, 0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(lines), batch_size):
+            batch, _ = tokenizer.encode(lines[start:start + batch_size])
+            ids, targets = mask_batch(batch["ids"], batch["attention_mask"], special, mask_id, rate, generator)
+            out = model(ids.to(device), attention_mask=batch["attention_mask"].to(device),
+                        token_type_ids=batch["token_type_ids"].to(device))
+            where = targets != -100
+            logits = model.mlm_logits(out.hidden[where.to(device)]).float()
+            wanted = targets[where].to(device)
+            total_nll += float(F.cross_entropy(logits, wanted, reduction="sum"))
+            correct += int((logits.argmax(-1) == wanted).sum())
+            count += int(where.sum())
+            if progress is not None:
+                progress(min(batch_size, len(lines) - start))
+    if count == 0:
+        raise ValueError("no token could be masked (every line holds only [CLS]/[SEP])")
+    nll = total_nll / count
+    return {"masked_tokens": count, "accuracy": correct / count, "nll": nll,
+            "perplexity": math.exp(nll) if nll < 700 else math.inf, "lines": len(lines), "mask_rate": rate,
+            "seed": seed}
+
+
+def run(args) -> int:
+    import math
+    import sys
+    import time
+
+    from attnlab.cli.options import require_packages, resolve_device
+    from attnlab.files import atomic_write_json, check_output_file, json_safe
+
+    json_path = check_output_file(args.json, force=args.force, flag="--json", suffixes=(".json",)) if args.json else None
+    require_packages("evaluate-bert", "tokenizers")
+    from attnlab.interop.hf_bert import load_hf_bert
+
+    device = resolve_device(args.device)
+    model, tokenizer = load_hf_bert(args.model, device=device)
+    if not model.config.mlm_head:
+        raise ValueError(f"--model {args.model}: this BERT has no masked-LM head (its weights hold no "
+                         "cls.predictions.*, e.g. a sentence-embedding model), so it cannot predict masked tokens; "
+                         "use attnlab embed for its sentence embeddings")
+    lines, source = held_out_lines(args.text)
+    if len(lines) > MAX_LINES:
+        raise ValueError(f"--text {source}: {len(lines):,d} lines; at most {MAX_LINES:,d} (use --limit)")
+    if args.limit is not None and len(lines) > args.limit:
+        lines = lines[:args.limit]
+        source += f", its first {args.limit:,d} lines (--limit)"
+    print(f"scoring {len(lines):,d} lines of {source}: masking {args.mask_rate:g} of the tokens (seed {args.seed})",
+          flush=True)
+    bar = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(lines), desc="scoring", unit="line", file=sys.stderr, leave=False)
+    started = time.perf_counter()
+    try:
+        result = evaluate_masked_lm(model, tokenizer, lines, rate=args.mask_rate, seed=args.seed,
+                                    batch_size=args.batch_size, device=device,
+                                    progress=None if bar is None else bar.update)
+    finally:
+        if bar is not None:
+            bar.close()
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    print(f"masked-token accuracy {result['accuracy']:.4f}, NLL {result['nll']:.4f} nats per masked token "
+          f"(perplexity {result['perplexity']:.2f}) over {result['masked_tokens']:,d} masked tokens "
+          f"({result['seconds']} s)", flush=True)
+    if json_path is not None:
+        atomic_write_json(json_path, json_safe({"model": str(args.model), "text": source, **result}))
+    if not math.isfinite(result["nll"]):
+        raise ValueError("the model's masked-token NLL is not finite (its weights or outputs hold NaN or inf)")
+    return 0
