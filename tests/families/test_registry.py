@@ -152,7 +152,7 @@ def toy_family(tmp_path, monkeypatch):
 
 def test_a_registered_family_gets_its_verbs_train_and_evaluate(toy_family, capsys):
     assert get_family("toy").config_family == "toy_model"
-    assert "toy-run" in verbs() and "toy-run" in build_parser().format_help()
+    assert "toy-run" in verbs() and "toy model: train toy, toy-run, toy-evaluate" in build_parser().format_help()
     assert main(["toy-run", "--model", str(toy_family)]) == 0
     assert "toy verb ran on a ToyModel with 13 tokens" in capsys.readouterr().out
     assert main(["train", "toy", "--model", str(toy_family)]) == 0  # its train task

@@ -71,7 +71,8 @@ def finite_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="attnlab", description="The Transformer family: train, decode, inspect.")
+    parser = _Parser(prog="attnlab", description="The Transformer family: train, decode, inspect.",
+                     epilog=_families_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--debug", action="store_true",
                         help="on an error, show the Python traceback (also: ATTNLAB_DEBUG=1)")
@@ -83,6 +84,23 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=module.run)
         _remember_parser(sub)
     return parser
+
+
+def _families_epilog() -> str:
+    """The families and the verbs each adds, for ``attnlab --help``."""
+    from attnlab.families import families
+
+    lines = ["families (attnlab train TASK; attnlab evaluate --model DIR scores any of them):"]
+    for family in families():
+        verbs = [f"train {family.task}"] if family.task else []
+        verbs += list(family.verbs)
+        lines.append(f"  {family.title}: {', '.join(verbs)}")
+    for what, field in (("explore (attention in the browser)", "explore"), ("export-onnx", "onnx"),
+                        ("attnlab.load(DIR) in Python", "pipeline")):
+        having = [family.name for family in families() if getattr(family, field)]
+        who = "every family" if len(having) == len(families()) else ", ".join(having)
+        lines.append(f"{what}: {who}")
+    return "\n".join(lines)
 
 
 def _remember_parser(parser: argparse.ArgumentParser) -> None:
