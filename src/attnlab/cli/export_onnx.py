@@ -13,7 +13,8 @@ HELP = "export a model directory of any family to ONNX (dynamic batch and length
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="model directory (HuggingFace BERT or attnlab)")
+    parser.add_argument("--model", required=True,
+                        help="model directory (attnlab's, or a HuggingFace BERT, GPT-2 or MarianMT one)")
     parser.add_argument("-o", "--out", required=True, help="the .onnx file to write")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
     parser.add_argument("--force", action="store_true", help="replace an existing file")
@@ -37,14 +38,18 @@ def run(args) -> int:
 
     require_packages("export-onnx", "onnx")  # torch's exporter needs it; onnxruntime only checks (optional)
 
-    from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert
+    from attnlab.families import family_for_directory
     from attnlab.interop.onnx_export import export_onnx, onnx_parity
     from attnlab.models.base import _atomic_write
     from attnlab.models.registry import load_model
-
     from attnlab.models.transformer import Transformer
 
-    model = load_hf_bert(args.model)[0] if is_hf_bert_directory(args.model) else load_model(args.model)
+    family = family_for_directory(args.model)
+    if family is not None and family.recognise and family.recognises(args.model):
+        # a directory another library wrote (HuggingFace BERT, GPT-2, MarianMT): its family's loader reads it
+        model = family.pipeline_class().load(args.model).model
+    else:
+        model = load_model(args.model)
     parts = [out.with_suffix(".encoder.onnx"), out.with_suffix(".decoder.onnx")] if isinstance(model, Transformer) else []
     for path in [out, *parts]:
         if path.exists() and not args.force:

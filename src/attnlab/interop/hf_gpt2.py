@@ -21,7 +21,11 @@ ln_f                                           decoder.stack.final_norm
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -41,7 +45,10 @@ _LAYER_KEYS = {
 
 
 def config_from_hf_gpt2(hf_config) -> DecoderLMConfig:
-    """The :class:`DecoderLMConfig` of a ``transformers.GPT2Config``."""
+    """The :class:`DecoderLMConfig` of a ``transformers.GPT2Config`` (or of its
+    ``config.json`` as a dict: the same fields, GPT2Config's defaults where one is absent)."""
+    if isinstance(hf_config, Mapping):
+        hf_config = _Gpt2Fields(hf_config)
     activation = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
                   "relu": "relu"}.get(hf_config.activation_function)
     if activation is None:
@@ -76,6 +83,24 @@ def gpt2_state_dict_to_attnlab(state_dict: Mapping[str, Tensor], num_layers: int
     return out
 
 
+class _Gpt2Fields:
+    """A GPT-2 ``config.json`` read as attributes, with ``GPT2Config``'s defaults."""
+
+    DEFAULTS = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
+                "activation_function": "gelu_new", "resid_pdrop": 0.1, "attn_pdrop": 0.1,
+                "layer_norm_epsilon": 1e-5, "bos_token_id": 50256, "eos_token_id": 50256,
+                "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
+
+    def __init__(self, values: Mapping):
+        self._values = {**self.DEFAULTS, **values}
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 @torch.no_grad()
 def from_hf_gpt2(hf_model_or_state_dict, config: DecoderLMConfig | None = None) -> DecoderLM:
     """Build a :class:`DecoderLM` with the weights of a HuggingFace GPT-2.
@@ -99,4 +124,86 @@ def from_hf_gpt2(hf_model_or_state_dict, config: DecoderLMConfig | None = None) 
     # the tied lm_head appears once, as decoder.embed.weight
     return copy_converted_weights(DecoderLM(config), weights, "from_hf_gpt2", "the GPT-2 weights")
 
-__all__ = ["config_from_hf_gpt2", "from_hf_gpt2", "gpt2_state_dict_to_attnlab"]
+class ByteLevelBPETokenizer:
+    """GPT-2's byte-level BPE from a directory's ``vocab.json`` + ``merges.txt`` (through the
+    ``tokenizers`` library): ``encode(text) -> ids`` and ``decode(ids) -> text`` as the
+    language-model verbs use them; no special tokens are added."""
+
+    def __init__(self, vocab_file: str | os.PathLike, merges_file: str | os.PathLike):
+        from tokenizers import ByteLevelBPETokenizer as _Tokenizer
+
+        try:
+            self.tokenizer = _Tokenizer(str(vocab_file), str(merges_file))
+        except Exception as error:  # the Rust side raises its own exception types
+            raise ValueError(f"{vocab_file}, {merges_file}: not a readable byte-level BPE vocabulary ({error})") from None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def is_hf_gpt2_directory(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` holds a HuggingFace GPT-2 ``config.json`` (``model_type: gpt2``)."""
+    path = Path(directory) / "config.json"
+    try:
+        if path.stat().st_size > 1 << 20:
+            return False
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(values, dict) and values.get("model_type") == "gpt2"
+
+
+def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[DecoderLM, ByteLevelBPETokenizer]:
+    """``(model, tokenizer)`` of a HuggingFace GPT-2 directory (``config.json``,
+    ``model.safetensors``, ``vocab.json``, ``merges.txt``: what ``save_pretrained`` of a
+    ``GPT2LMHeadModel`` and its tokenizer writes, e.g. ``huggingface-cli download gpt2``).
+    Reads only JSON, text and safetensors — a directory with only ``pytorch_model.bin`` is
+    refused (it would have to be unpickled). ValueError naming the file for anything missing."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    if not is_hf_gpt2_directory(directory):
+        raise ValueError(f"{directory}: not a HuggingFace GPT-2 directory (config.json with model_type \"gpt2\")")
+    config_path, weights_path = directory / "config.json", directory / "model.safetensors"
+    if not weights_path.is_file():
+        pickled = " (pytorch_model.bin is a pickle, which attnlab never loads)" if (
+            directory / "pytorch_model.bin").is_file() else ""
+        raise ValueError(f"{weights_path}: no such file; a GPT-2 directory for attnlab holds its weights as "
+                         f"safetensors{pickled}")
+    for name in ("vocab.json", "merges.txt"):
+        if not (directory / name).is_file():
+            raise ValueError(f"{directory / name}: no such file; a GPT-2 directory holds its byte-level BPE in "
+                             "vocab.json and merges.txt")
+    values = json.loads(config_path.read_text(encoding="utf-8"))
+    try:
+        config = config_from_hf_gpt2(values)
+        # through from_dict: the caps every loaded config meets (no million-layer model from a hostile file)
+        config = DecoderLMConfig.from_dict(dataclasses.asdict(config), source=str(config_path))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{config_path}: {error}") from None
+    try:
+        state_dict = load_file(str(weights_path))
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{weights_path}: not a readable safetensors file (truncated or foreign?): {error}") from None
+    try:
+        weights = gpt2_state_dict_to_attnlab(state_dict, config.num_layers)
+    except KeyError as error:
+        raise ValueError(f"{weights_path}: the GPT-2 weights have no {error}") from None
+    model = copy_converted_weights(DecoderLM(config), weights, str(weights_path), "the GPT-2 weights").eval()
+    tokenizer = ByteLevelBPETokenizer(directory / "vocab.json", directory / "merges.txt")
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"{directory / 'vocab.json'}: {tokenizer.vocab_size} tokens but config.json has vocab_size="
+                         f"{config.vocab_size}")
+    return model.to(device), tokenizer
+
+
+__all__ = ["ByteLevelBPETokenizer", "config_from_hf_gpt2", "from_hf_gpt2", "gpt2_state_dict_to_attnlab",
+           "is_hf_gpt2_directory", "load_hf_gpt2"]

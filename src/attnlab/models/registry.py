@@ -95,8 +95,8 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
                          "attnlab.interop.hf_bert.load_hf_bert")
     if family is None and "model_type" in values:
         raise ValueError(f"{path}: a HuggingFace config (model_type={values['model_type']!r}), not an attnlab "
-                         "model directory; attnlab reads HuggingFace BERT directories with `attnlab embed` / "
-                         "`attnlab explore`, or converts models with attnlab.interop")
+                         "model directory; attnlab.load(directory) and the verbs read HuggingFace BERT, GPT-2 and "
+                         "MarianMT directories, and attnlab.interop converts other models")
     if family not in _FAMILIES:
         raise ValueError(f"{path}: unknown model family {family!r}; known families: {sorted(_FAMILIES)}")
     return _FAMILIES[family].config_class.from_dict(values, source=str(path))

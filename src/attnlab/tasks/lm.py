@@ -38,14 +38,21 @@ def lm_loss(model, batch):
 
 
 def load_language_model(directory, *, device: str = "cpu", name: str | None = None):
-    """``(model, tokenizer)`` of a language model directory (``attnlab train lm``): what
-    generate, evaluate-lm, the explorer and ``attnlab.load`` open. ValueError naming
+    """``(model, tokenizer)`` of a language model directory (``attnlab train lm``, or a
+    HuggingFace GPT-2 directory): what generate, evaluate-lm, the explorer and ``attnlab.load`` open. ValueError naming
     ``name`` (default: the directory) for another family's model, a missing tokenizer or a
     tokenizer larger than the model's vocabulary."""
     from attnlab.data.text import load_lm_tokenizer
+    from attnlab.interop.hf_gpt2 import is_hf_gpt2_directory, load_hf_gpt2
     from attnlab.models.registry import load_model
 
     name = name or str(directory)
+    if is_hf_gpt2_directory(directory):  # a HuggingFace GPT-2 directory: weights converted, its byte-level BPE
+        try:
+            return load_hf_gpt2(directory, device=device)
+        except ImportError:
+            raise ValueError(f"{name}: a HuggingFace GPT-2 directory needs the tokenizers package for its "
+                             "byte-level BPE (pip install tokenizers)") from None
     model = load_model(directory, device=device)
     family = model.config.family
     if family != "decoder_lm":

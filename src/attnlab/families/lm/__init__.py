@@ -12,4 +12,5 @@ FAMILY = register_family(Family(
     pipeline="attnlab.pipelines.text:LanguageModelPipeline",
     explore="attnlab.viz.explorer.maps:load_lm_source",
     onnx="attnlab.interop.onnx_export:lm_graph",
+    recognise=("attnlab.interop.hf_gpt2:is_hf_gpt2_directory",),  # HuggingFace GPT-2 directories
 ))

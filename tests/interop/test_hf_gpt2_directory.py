@@ -1,0 +1,101 @@
+"""A HuggingFace GPT-2 directory (config.json, model.safetensors, vocab.json, merges.txt)
+loads into attnlab: the same logits as GPT2LMHeadModel, the same token ids as
+GPT2TokenizerFast; `attnlab.load` and `attnlab generate` open it; what it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+TEXT = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun.\n"
+        "JULIET: O Romeo, Romeo, wherefore art thou Romeo? Deny thy father and refuse thy name.\n") * 4
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("gpt2") / "model"
+    directory.mkdir()
+    bpe = tokenizers.ByteLevelBPETokenizer()
+    bpe.train_from_iterator([TEXT], vocab_size=300, min_frequency=1, show_progress=False)
+    bpe.save_model(str(directory))  # vocab.json, merges.txt
+    config = transformers.GPT2Config(vocab_size=bpe.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    model.save_pretrained(str(directory), safe_serialization=True)
+    return directory, model
+
+
+def test_logits_and_tokens_equal_huggingface(gpt2_dir):
+    from attnlab.interop.hf_gpt2 import is_hf_gpt2_directory, load_hf_gpt2
+
+    directory, hf = gpt2_dir
+    assert is_hf_gpt2_directory(directory)
+    model, tokenizer = load_hf_gpt2(directory)
+    reference = transformers.GPT2TokenizerFast.from_pretrained(str(directory))  # reads vocab.json + merges.txt
+    text = "But soft, what light? Romeo is the sun."
+    ids = tokenizer.encode(text)
+    assert ids == reference(text)["input_ids"] and tokenizer.decode(ids) == text
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits
+        got = model(torch.tensor([ids]))
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_attnlab_load_and_generate_open_it(gpt2_dir, capsys):
+    import attnlab
+    from attnlab.cli.main import main
+
+    directory, hf = gpt2_dir
+    lm = attnlab.load(directory)
+    assert lm.family == "decoder_lm"
+    prompt = "ROMEO: But"
+    ids = lm.tokenizer.encode(prompt)
+    with torch.no_grad():
+        expected = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, pad_token_id=0,
+                               eos_token_id=None)[0, len(ids):].tolist()
+    continuation = lm.generate(prompt, max_new_tokens=8, greedy=True)
+    assert continuation == lm.tokenizer.decode(expected)
+    assert main(["generate", "--model", str(directory), "--prompt", prompt, "--max-new-tokens", "8", "--greedy"]) == 0
+    assert continuation in capsys.readouterr().out
+
+
+def test_what_it_refuses_is_named(gpt2_dir, tmp_path):
+    from attnlab.interop.hf_gpt2 import load_hf_gpt2
+
+    directory, _ = gpt2_dir
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    for name in ("config.json", "vocab.json", "merges.txt"):
+        (pickled / name).write_bytes((directory / name).read_bytes())
+    (pickled / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(ValueError, match="pytorch_model.bin is a pickle, which attnlab never loads"):
+        load_hf_gpt2(pickled)
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    for name in ("model.safetensors", "vocab.json", "merges.txt"):
+        (huge / name).write_bytes((directory / name).read_bytes())
+    values = json.loads((directory / "config.json").read_text())
+    (huge / "config.json").write_text(json.dumps({**values, "n_layer": 10**7}))
+    with pytest.raises(ValueError, match="config.json.*exceeds the cap"):
+        load_hf_gpt2(huge)
+    with pytest.raises(ValueError, match="not a HuggingFace GPT-2 directory"):
+        load_hf_gpt2(tmp_path)
+
+
+def test_the_explorer_and_export_onnx_open_it(gpt2_dir, tmp_path, capsys):
+    from attnlab.cli.main import main
+    from attnlab.viz.explorer import explorer_html
+
+    directory, _ = gpt2_dir
+    assert "decoder-only LM: 2 layers x 4 heads" in explorer_html(directory, "ROMEO: But soft")
+    pytest.importorskip("onnx")
+    out = tmp_path / "gpt2.onnx"
+    assert main(["export-onnx", "--model", str(directory), "-o", str(out)]) in (0,)
+    printed = capsys.readouterr().out
+    assert out.is_file() and "inputs ids" in printed
