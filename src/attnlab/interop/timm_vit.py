@@ -7,6 +7,12 @@ as ``qkv_proj`` does; its blocks are pre-LN with exact GELU, as the shared layer
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import re
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -77,20 +83,25 @@ def from_timm_vit(timm_model: nn.Module) -> VisionTransformer:
         d_ff=first.mlp.fc1.out_features, class_token=model.cls_token is not None, pool=pool,
         layer_scale_init=1.0 if uses_layer_scale else None, layer_norm_eps=first.norm1.eps,
     )
+    return _load_timm_state(config, model.state_dict(), "from_timm_vit",
+                            final_prefix="norm" if pool == "token" else "fc_norm")
+
+
+def _load_timm_state(config: VisionTransformerConfig, source, origin: str, *, final_prefix: str) -> VisionTransformer:
+    """A VisionTransformer of ``config`` holding timm's ``source`` state dict (renamed)."""
     ours = VisionTransformer(config)
-    source = model.state_dict()
     state = {
         "patch_embed.proj.weight": source["patch_embed.proj.weight"],
         "patch_embed.proj.bias": source["patch_embed.proj.bias"],
         "position_embedding": source["pos_embed"],
-        "norm.weight": final.weight,
-        "norm.bias": final.bias,
+        "norm.weight": source[f"{final_prefix}.weight"],
+        "norm.bias": source[f"{final_prefix}.bias"],
     }
     if config.class_token:
         state["class_token"] = source["cls_token"]
-    if num_classes:
+    if config.num_classes:
         state["head.weight"], state["head.bias"] = source["head.weight"], source["head.bias"]
-    for index in range(len(blocks)):
+    for index in range(config.num_layers):
         for theirs, mine in _BLOCK_KEYS.items():
             for suffix in ("", ".weight", ".bias"):
                 key = f"blocks.{index}.{theirs}{suffix}"
@@ -99,6 +110,130 @@ def from_timm_vit(timm_model: nn.Module) -> VisionTransformer:
     with torch.no_grad():
         missing, unexpected = ours.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=False)
     if missing or unexpected:
-        raise ValueError(f"from_timm_vit: unmatched parameters: missing {sorted(missing)}, "
+        raise ValueError(f"{origin}: unmatched parameters: missing {sorted(missing)}, "
                          f"unexpected {sorted(unexpected)}")
     return ours.eval()
+
+
+# timm's plain ViT architectures: vit_<size>_patch<P>_<image size>[.<pretrained tag>]; heads by size
+# (timm's vision_transformer.py model functions), checked against the weights' widths.
+_TIMM_ARCH = re.compile(r"^vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)(?:\.[\w.-]+)?$")
+_TIMM_SIZES = {"tiny": (192, 3), "small": (384, 6), "base": (768, 12), "large": (1024, 16), "huge": (1280, 16)}
+# model_args timm may record that this converter understands (their values are read from the weights)
+_TIMM_ARGS = {"img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads", "mlp_ratio",
+              "global_pool", "class_token", "init_values", "fc_norm"}
+
+
+def is_timm_vit_directory(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` holds a timm hub ``config.json`` naming a ViT architecture
+    (what ``timm.models.save_for_hf`` writes and the HuggingFace hub serves for timm models)."""
+    path = Path(directory) / "config.json"
+    try:
+        if path.stat().st_size > 1 << 20:
+            return False
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(values, dict) and isinstance(values.get("architecture"), str)
+            and values["architecture"].startswith("vit_") and "family" not in values and "model_type" not in values)
+
+
+def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[VisionTransformer, list[str]]:
+    """``(model, class names)`` of a timm ViT checkpoint directory (``config.json`` with its
+    ``architecture`` and ``pretrained_cfg``, ``model.safetensors``), without timm: the
+    shapes come from the weights, the head count from the architecture's size (or
+    ``model_args``). timm normalises pixels with the checkpoint's ``mean``/``std``;
+    attnlab's ViT reads uint8 pixels as ``x / 127.5 - 1`` — the difference is a per-channel
+    affine map, folded into the patch embedding here (exactly: the patch projection is
+    linear and unpadded), so the model takes attnlab's pixels and gives timm's logits.
+    A ``pytorch_model.bin`` is never read (it is a pickle)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    if not is_timm_vit_directory(directory):
+        raise ValueError(f"{directory}: not a timm ViT directory (config.json naming a vit_* architecture)")
+    config_path, weights_path = directory / "config.json", directory / "model.safetensors"
+    values = json.loads(config_path.read_text(encoding="utf-8"))
+    architecture = values["architecture"]
+    match = _TIMM_ARCH.match(architecture)
+    if match is None:
+        raise ValueError(f"{config_path}: architecture {architecture!r}: attnlab converts timm's plain ViTs "
+                         "(vit_tiny|small|base|large|huge_patchP_S)")
+    model_args = values.get("model_args") or {}
+    unknown = sorted(set(model_args) - _TIMM_ARGS) if isinstance(model_args, dict) else ["(not an object)"]
+    if unknown:
+        raise ValueError(f"{config_path}: model_args {unknown}: options attnlab's ViT does not have")
+    if not weights_path.is_file():
+        pickled = " (pytorch_model.bin is a pickle, which attnlab never loads)" if (
+            directory / "pytorch_model.bin").is_file() else ""
+        raise ValueError(f"{weights_path}: no such file; attnlab reads timm weights as safetensors{pickled}")
+    try:
+        source = load_file(str(weights_path))
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{weights_path}: not a readable safetensors file (truncated or foreign?): {error}") from None
+    for key, feature in (("reg_token", "register tokens"), ("blocks.0.attn.q_norm.weight", "QK normalisation"),
+                         ("norm_pre.weight", "a pre-encoder norm"), ("attn_pool.latent", "attention pooling"),
+                         ("patch_embed.norm.weight", "a norm after the patch embedding")):
+        if key in source:
+            raise ValueError(f"{weights_path}: this timm ViT uses {feature}, which attnlab's VisionTransformer lacks")
+    for key in ("patch_embed.proj.weight", "patch_embed.proj.bias", "pos_embed", "blocks.0.mlp.fc1.weight",
+                "blocks.0.attn.qkv.bias"):
+        if key not in source:
+            raise ValueError(f"{weights_path}: the timm ViT weights have no {key!r}")
+    projection = source["patch_embed.proj.weight"]
+    d_model, channels, patch, patch_w = projection.shape
+    depth = len({key.split(".")[1] for key in source if key.startswith("blocks.")})
+    class_token = "cls_token" in source
+    grid = source["pos_embed"].shape[1] - int(class_token)
+    side = math.isqrt(grid)
+    if patch != patch_w or side * side != grid:
+        raise ValueError(f"{weights_path}: non-square patches or image grid ({patch}x{patch_w}, {grid} positions)")
+    size, default_heads = match.group(1), _TIMM_SIZES[match.group(1)][1]
+    heads = model_args.get("num_heads", default_heads if d_model == _TIMM_SIZES[size][0] else None)
+    if not isinstance(heads, int) or heads <= 0 or d_model % heads:
+        raise ValueError(f"{config_path}: width {d_model} is not {size}'s {_TIMM_SIZES[size][0]} and model_args gives "
+                         "no num_heads that divides it")
+    pool = "mean" if "fc_norm.weight" in source else "token"
+    if pool == "token" and not class_token:
+        raise ValueError(f"{weights_path}: token pooling without a class token")
+    config = VisionTransformerConfig.from_dict(dict(
+        image_size=side * patch, patch_size=patch, in_channels=channels,
+        num_classes=source["head.weight"].shape[0] if "head.weight" in source else 0, d_model=d_model,
+        num_layers=depth, num_heads=heads, d_ff=source["blocks.0.mlp.fc1.weight"].shape[0], class_token=class_token,
+        pool=pool, layer_scale_init=1.0 if "blocks.0.ls1.gamma" in source else None, layer_norm_eps=1e-6),
+        source=str(config_path))
+    model = _load_timm_state(config, source, str(weights_path), final_prefix="norm" if pool == "token" else "fc_norm")
+    pretrained = values.get("pretrained_cfg") or {}
+    _fold_normalisation(model, pretrained.get("mean", (0.5,) * channels), pretrained.get("std", (0.5,) * channels),
+                        str(config_path))
+    return model.to(device).eval(), _class_names(values, config.num_classes)
+
+
+@torch.no_grad()
+def _fold_normalisation(model: VisionTransformer, mean, std, source: str) -> None:
+    """Make the patch embedding of ``model`` take attnlab's pixels (y = x/127.5 - 1) where
+    timm's took (x/255 - mean)/std: with x/255 = (y + 1)/2, that input is
+    y/(2 std) + (1/2 - mean)/std per channel, so W' = W/(2 std) and b' = b + Σ W (1/2 - mean)/std."""
+    channels = model.patch_embed.proj.weight.shape[1]
+    try:
+        mean, std = (torch.tensor([float(v) for v in values], dtype=torch.float64) for values in (mean, std))
+    except (TypeError, ValueError):
+        raise ValueError(f"{source}: pretrained_cfg mean/std must be lists of numbers") from None
+    if mean.numel() != channels or std.numel() != channels or not bool((std > 0).all()):
+        raise ValueError(f"{source}: pretrained_cfg mean/std need {channels} values (std > 0)")
+    proj = model.patch_embed.proj
+    weight = proj.weight.double()
+    shift = ((0.5 - mean) / std).view(1, channels, 1, 1)
+    proj.bias.copy_((proj.bias.double() + (weight * shift).sum((1, 2, 3))).to(proj.bias.dtype))
+    proj.weight.copy_((weight / (2 * std).view(1, channels, 1, 1)).to(proj.weight.dtype))
+
+
+def _class_names(values: dict, count: int) -> list[str]:
+    """``label_names`` of a timm config (a list, or a dict from index), else "0", "1", ..."""
+    names = values.get("label_names")
+    if isinstance(names, dict):
+        names = [names.get(str(i), names.get(i, str(i))) for i in range(count)]
+    if not isinstance(names, list) or len(names) != count:
+        return [str(i) for i in range(count)]
+    return [str(name) for name in names]
