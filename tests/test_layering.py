@@ -34,8 +34,6 @@ RANK = {package: index for index, packages in enumerate(LAYERS) for package in p
 # (importer, imported): upward imports still in the code, each to go in the family-package
 # restructuring (issue 30). A fixed one must be removed from this list.
 KNOWN_UPWARD = {
-    # the scene-attribute judge reads the scene generator's colour and shape names
-    ("attnlab.models.scene_attributes", "attnlab.data.scenes"),
     # a classification task saves its confusion matrix through the ViT figures
     ("attnlab.tasks.classification", "attnlab.viz.vit"),
     # attnlab.load's pipelines call the loaders the verbs call, which still live in the verb

@@ -146,7 +146,7 @@ def test_sampled_captions_follow_the_protocol():
     tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
     model = _model().float()
     images = (torch.rand(3, 3, 32, 32) * 255).to(torch.uint8)
-    from attnlab.tasks.classification import normalize
+    from attnlab.data.images import normalize
 
     top1 = sample_captions(model, tokenizer, images, top_k=1)  # top-1 sampling is greedy search
     greedy = greedy_search(model, normalize(images), max_len_a=0, max_len_b=model.config.max_positions)

@@ -72,7 +72,7 @@ def test_classify_checks_images_against_the_model(vit_dir, tmp_path):
 
 
 def test_vit_attention_is_the_encoders_over_class_token_and_patches(vit_dir):
-    from attnlab.tasks.classification import normalize
+    from attnlab.data.images import normalize
 
     vit = attnlab.load(vit_dir)
     groups = vit.attention(_digit(4))
@@ -141,7 +141,7 @@ def test_imagine_equals_the_task_route(text_to_image_dir):
 
 
 def test_text_to_image_attention_reads_the_prompt_and_the_images_codes(text_to_image_dir):
-    from attnlab.tasks.classification import normalize
+    from attnlab.data.images import normalize
     from attnlab.tasks.text_to_image import encode_prompt
 
     pipeline = attnlab.load(text_to_image_dir)

@@ -8,7 +8,7 @@ from torch import nn
 import attnlab
 from attnlab.data.scenes import load_scenes
 from attnlab.generation.sampling import generate
-from attnlab.tasks.caption import train_caption_tokenizer
+from attnlab.tasks.captioning import train_caption_tokenizer
 from attnlab.tasks.text_to_image import (TensorBatches, attribute_targets, encode_prompt, fidelity, prompt_objects,
                                          text_to_image_loss)
 

@@ -73,10 +73,10 @@ def run(args) -> int:
     import attnlab
     from attnlab.cli.options import checkpoint_minutes, parse_overrides, resolve_device
     from attnlab.cli.options import check_training_memory, sizing_flags
-    from attnlab.cli.vit import _check_positive, check_image_folder_memory
+    from attnlab.cli.options import check_image_folder_memory, check_positive
     from attnlab.data.images import describe
     from attnlab.models.image_transformer import ImageTransformerConfig
-    from attnlab.tasks.classification import ImageBatches
+    from attnlab.training.image_batches import ImageBatches
     from attnlab.tasks.images import evaluate_bits_per_dim, image_loss
     from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.phases import (Scoring, budget_plan, budget_report, command_budget, scoring_reserve,
@@ -84,7 +84,7 @@ def run(args) -> int:
     from attnlab.training.trainer import TrainConfig, Trainer
 
     budget = command_budget(args.max_minutes)  # the whole command's: training and the test split's scoring
-    _check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "val_images", "test_images"))
+    check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "val_images", "test_images"))
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(resolve_device(args.device))

@@ -66,7 +66,7 @@ def run(args) -> int:
                          f"{pixels:,}-pixel PNG; at most {MAX_GRID_PIXELS:,}: lower --scale or --n")
     rerank = None
     if args.rerank:
-        from attnlab.tasks.caption import load_captioner
+        from attnlab.tasks.captioning import load_captioner
 
         captioner, caption_tokenizer, _ = load_captioner(args.rerank, device, flag="--rerank")
         rerank = (captioner, caption_tokenizer)

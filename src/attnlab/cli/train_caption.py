@@ -52,10 +52,10 @@ def run(args) -> int:
     import torch
 
     from attnlab.cli.options import checkpoint_minutes, options_from_args, parse_overrides, resolve_device
-    from attnlab.cli.vit import _check_positive
+    from attnlab.cli.options import check_positive
     from attnlab.tasks.caption import CaptionTrainOptions, train_captioner
 
-    _check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "train_images", "beam", "vocab_size"))
+    check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "train_images", "beam", "vocab_size"))
     from attnlab.cli.options import require_packages
 
     require_packages("train caption", "pycocoevalcap")  # the test split is scored at the end

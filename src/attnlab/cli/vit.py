@@ -61,43 +61,22 @@ def add_arguments(parser) -> None:
     add_run_group(parser)
 
 
-def _check_positive(args, names) -> None:
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
-
-
-def check_image_folder_memory(args) -> None:
-    """``--image-size`` checked before a DIR's images are read: all of them resized to it
-    must fit in memory (shared by train vit and train image)."""
-    from attnlab.cli.options import check_fits_in_memory
-    from attnlab.data.images import IMAGE_SUFFIXES
-
-    size, folder = args.image_size, Path(args.data)
-    if size is None or not folder.is_dir():
-        return
-    count = sum(1 for path in folder.rglob("*") if path.suffix.lower() in IMAGE_SUFFIXES)
-    check_fits_in_memory(count * (args.channels or 3) * size * size, flag=f"--image-size {size}",
-                         what=f"the {count:,d} images of {folder} resized to {size}×{size}")
-
-
 def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import (check_training_memory, checkpoint_minutes, parse_overrides, resolve_precision,
-                                     sizing_flags)
-    from attnlab.data.images import describe, load_images
-    from attnlab.tasks.classification import (CLASSES_FILE, ImageBatches, classification_loss, evaluation_batches,
-                                              save_confusion_matrix)
+    from attnlab.cli.options import (check_image_folder_memory, check_positive, check_training_memory,
+                                     checkpoint_minutes, parse_overrides, resolve_precision, sizing_flags)
+    from attnlab.data.images import PIXEL_INPUT, describe, load_images
+    from attnlab.tasks.classification import CLASSES_FILE, classification_loss
+    from attnlab.training.image_batches import ImageBatches, evaluation_batches
     from attnlab.files import atomic_write_bytes
     from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
     from attnlab.training.trainer import TrainConfig, Trainer
 
     budget = command_budget(args.max_minutes)  # the whole command's: training and the test split's scoring
-    _check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
+    check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
     if not 0.0 <= args.label_smoothing < 1.0:
         raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
     if args.shift < 0:
@@ -144,7 +123,7 @@ def run(args) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     classes_bytes = (json.dumps({"classes": train.classes, "data": str(args.data),
-                                 "input": "(pixel / 255 - 0.5) / 0.5"}, indent=2) + "\n").encode()
+                                 "input": PIXEL_INPUT}, indent=2) + "\n").encode()
     atomic_write_bytes(classes_file, classes_bytes)
     config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
                          min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.999), eps=1e-8,

@@ -35,9 +35,9 @@ def run(args) -> int:
     from attnlab.cli.evaluate_vit import _trained_on
     from attnlab.cli.options import apply_threads
     from attnlab.cli.vit import load_classifier, resolve_device
-    from attnlab.data.images import load_images, read_image
+    from attnlab.data.images import load_images, normalize, read_image
     from attnlab.files import check_output_directory, check_output_file
-    from attnlab.tasks.classification import CLASSES_FILE, normalize
+    from attnlab.tasks.classification import CLASSES_FILE
     from attnlab.viz.vit import FIGURE_NAMES, write_vit_figures
 
     # The directory may hold other files (left alone); the four figures are replaced only with --force.

@@ -17,12 +17,11 @@ from torch import Tensor, nn
 
 from attnlab.models.base import AttnlabModel, ModelConfig, check_images
 from attnlab.models.registry import register_family, register_preset
+from attnlab.models.scene_names import COLOURS, SHAPES
 
 
 def scene_pairs() -> list[tuple[str, str]]:
     """Every (colour, shape) pair of the scene generator, in a fixed order."""
-    from attnlab.data.scenes import COLOURS, SHAPES
-
     return [(colour, shape) for colour in COLOURS for shape in SHAPES]
 
 

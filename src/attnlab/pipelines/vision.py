@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_texts
+from attnlab.pipelines.base import Pipeline, check_int, check_sampling, check_texts
 from attnlab.pipelines.images import ImageSpec, to_arrays, to_pixels
 
 __all__ = ["ClassifierPipeline", "CaptionPipeline", "TextToImagePipeline", "ImageTransformerPipeline"]
-
-
-def _check_sampling(temperature: float, top_k: int | None, *, greedy_allowed: bool, top_k_max: int | None = None):
-    """``temperature`` a finite number > 0 (>= 0 where 0 means greedy), ``top_k`` None or 1..``top_k_max``."""
-    lowest_ok = 0.0 if greedy_allowed else math.nextafter(0.0, 1.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not lowest_ok <= temperature < math.inf:
-        raise ValueError(f"temperature={temperature!r} must be a finite number "
-                         + (">= 0 (0: greedy)" if greedy_allowed else "> 0"))
-    if top_k is not None:
-        check_int(top_k, "top_k", maximum=top_k_max)
 
 
 class ClassifierPipeline(Pipeline):
@@ -67,7 +55,7 @@ class ClassifierPipeline(Pipeline):
     def attention(self, image) -> dict[str, Tensor]:
         """``{"self": (layers, heads, T, T)}`` over the model's tokens for one image: the
         class token (if the model has one) then the patches, row by row."""
-        from attnlab.tasks.classification import normalize
+        from attnlab.data.images import normalize
         from attnlab.viz.explorer.maps import attention_maps
 
         pixels, single = to_pixels(image, self.image_spec, "image")
@@ -110,7 +98,7 @@ class CaptionPipeline(Pipeline):
         decoder reads it teacher-forced: "decoder self", "cross" (over the image's cells) and,
         for a ViT encoder, "image encoder self"."""
         from attnlab.tasks.caption import generate_captions
-        from attnlab.tasks.classification import normalize
+        from attnlab.data.images import normalize
         from attnlab.viz.explorer.maps import attention_maps
 
         pixels, single = to_pixels(image, self.image_spec, "image")
@@ -156,7 +144,7 @@ class TextToImagePipeline(Pipeline):
         if not items:
             raise ValueError("prompts: an empty list; give at least one prompt")
         check_int(n, "n")
-        _check_sampling(temperature, top_k, greedy_allowed=False)
+        check_sampling(temperature, top_k, greedy_allowed=False)
         check_int(seed, "seed", minimum=0)
         images = imagine(self.model, self.vqvae, self.tokenizer, items, n=n, temperature=temperature, top_k=top_k,
                          seed=seed)
@@ -170,7 +158,7 @@ class TextToImagePipeline(Pipeline):
     def attention(self, prompt: str, image) -> dict[str, Tensor]:
         """``{"self": (layers, heads, L, L)}`` over ``[prompt tokens; image tokens]``: the
         model reading ``prompt`` and ``image`` (e.g. one it drew) as its VQ-VAE codes, teacher-forced."""
-        from attnlab.tasks.classification import normalize
+        from attnlab.data.images import normalize
         from attnlab.tasks.text_to_image import encode_prompt
         from attnlab.viz.explorer.maps import attention_maps
 
@@ -205,7 +193,7 @@ class ImageTransformerPipeline(Pipeline):
         return bool(self.model.config.low_resolution)
 
     def _options(self, temperature, top_k, seed) -> dict:
-        _check_sampling(temperature, top_k, greedy_allowed=True, top_k_max=256)
+        check_sampling(temperature, top_k, greedy_allowed=True, top_k_max=256)
         check_int(seed, "seed", minimum=0)
         return {"temperature": temperature, "top_k": top_k,
                 "generator": torch.Generator(device=self.device).manual_seed(seed)}

@@ -31,8 +31,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.data.images import PIXEL_INPUT, normalize
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.tasks.classification import normalize
+from attnlab.tasks.captioning import CAPTION_FILE, load_captioner, train_caption_tokenizer
 from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
@@ -40,22 +41,7 @@ __all__ = ["CAPTION_FILE", "CaptionBatches", "CaptionTrainOptions", "CaptionedIm
            "evaluate_captioner", "generate_captions", "grounding_hit", "grounding_score", "load_caption_split",
            "load_captioner", "object_references", "sample_captions", "train_caption_tokenizer", "train_captioner"]
 
-CAPTION_FILE = "caption.json"
-
 IGNORE = -100
-
-
-def train_caption_tokenizer(captions: Sequence[Sequence[str]], vocab_size: int, *, seed: int = 0) -> Tokenizer:
-    """A BPE vocabulary of at most ``vocab_size`` pieces from the captions; when the captions
-    allow fewer pieces (a small synthetic vocabulary), as many as they allow."""
-    texts = [text for group in captions for text in group]
-    try:
-        return Tokenizer.train(texts, vocab_size=vocab_size, model_type="bpe", seed=seed, num_threads=1)
-    except ValueError as error:
-        limit = re.search(r"value <= (\d+)", str(error))
-        if limit is None or int(limit.group(1)) >= vocab_size:
-            raise
-        return Tokenizer.train(texts, vocab_size=int(limit.group(1)), model_type="bpe", seed=seed, num_threads=1)
 
 
 def encode_captions(tokenizer: Tokenizer, captions: Sequence[Sequence[str]], max_tokens: int) -> list[tuple[int, list[int]]]:
@@ -420,7 +406,7 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     o.log(f"model: {o.preset} {overrides}, {model.num_parameters():,d} parameters, device {o.device}")
     out.mkdir(parents=True, exist_ok=True)
     tokenizer_file = tokenizer.save(out)
-    info = {"data": o.data, "image_size": config.image_size, "input": "(pixel / 255 - 0.5) / 0.5"}
+    info = {"data": o.data, "image_size": config.image_size, "input": PIXEL_INPUT}
     info_file = atomic_write_json(out / CAPTION_FILE, info)
     valid_pairs = encode_captions(tokenizer, [c[:2] for c in valid.captions], config.max_positions)
     valid_batches = [collate(valid.images, valid_pairs[i:i + 256], *ids) for i in range(0, len(valid_pairs), 256)]
@@ -453,29 +439,6 @@ def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
     if budget.limited:
         o.log(budget_report(budget))
     return model_dir, results
-
-
-def load_captioner(directory: str | Path, device: str = "cpu", *, flag: str = "--model"):
-    """A saved Captioner, its tokenizer and its ``caption.json`` (ValueError for anything
-    else, naming ``flag``, the option that gave ``directory``)."""
-    from attnlab.models.captioner import Captioner
-    from attnlab.models.registry import load_model
-    from attnlab.tasks import is_positive_int, is_text, read_task_file
-
-    model = load_model(directory, device=str(device))
-    if not isinstance(model, Captioner):
-        raise ValueError(f"{flag} {directory}: holds a {model.config.family} model, not a captioner")
-    tokenizer = Tokenizer.load(directory)
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise ValueError(f"{Path(directory) / 'tokenizer.model'}: {tokenizer.vocab_size} pieces, but the model has a "
-                         f"vocabulary of {model.config.vocab_size}")
-    path = Path(directory) / CAPTION_FILE
-    info = read_task_file(path, {"data": (is_text, "a data set name"), "input": (is_text, "a text"),
-                                 "image_size": (is_positive_int, "a whole number of pixels")})
-    if info.get("image_size") not in (None, model.config.image_size):
-        raise ValueError(f"{path}: image_size={info['image_size']} but config.json has image_size="
-                         f"{model.config.image_size}")
-    return model, tokenizer, info
 
 
 def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3, meteor: bool = False,

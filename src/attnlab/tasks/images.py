@@ -1,7 +1,7 @@
 """Image generation with the shared Trainer: the Image Transformer's batches, loss and
 evaluation in bits per dimension.
 
-* batches: :class:`~attnlab.tasks.classification.ImageBatches` with ``raw=True`` (uint8
+* batches: :class:`~attnlab.training.image_batches.ImageBatches` with ``raw=True`` (uint8
   pixels and labels, resumable);
 * :func:`image_loss`: the summed negative log-likelihood of every sub-pixel (nats) and
   their number, so the trainer's ``loss`` is nats per sub-pixel (bits/dim = loss / ln 2);

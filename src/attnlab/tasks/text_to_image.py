@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.data.images import normalize
 from attnlab.data.tokenizer import Tokenizer
-from attnlab.tasks.classification import normalize
 from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
@@ -518,7 +518,7 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     from attnlab.data.scenes import load_scenes
     from attnlab.files import atomic_write_json
     from attnlab.models.registry import create_model, get_preset, load_model
-    from attnlab.tasks.caption import train_caption_tokenizer
+    from attnlab.tasks.captioning import train_caption_tokenizer
     from attnlab.training.outputs import check_run_output
     from attnlab.training.phases import budget_plan, budget_report, command_budget, portion, scoring_reserve
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from attnlab.viz.vit import _figure, save_figure
+from attnlab.viz.figures import new_figure, save_figure
 
 __all__ = ["caption_attention", "plot_caption_attention", "write_caption_figures"]
 
@@ -38,7 +38,7 @@ def plot_caption_attention(image: Tensor, labels: list[str], attention: Tensor, 
     panels = len(labels) + 1
     columns = min(columns, panels)
     rows = -(-panels // columns)
-    figure = _figure(1.7 * columns, 1.9 * rows + 0.3, dpi)
+    figure = new_figure(1.7 * columns, 1.9 * rows + 0.3, dpi)
     if title:
         figure.suptitle(title, fontsize=9)
     axis = figure.add_subplot(rows, columns, 1)

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnlab.viz.figures import new_figure, save_figure
+
 __all__ = ["attention_rollout", "filter_components", "mean_attention_distance", "patch_distances",
            "plot_confusion_matrix", "position_similarity", "write_vit_figures", "FIGURE_NAMES"]
 
@@ -90,25 +92,6 @@ def attention_rollout(layer_weights: list[Tensor]) -> Tensor:
 
 
 # ---------------------------------------------------------------------- figures
-def _figure(width: float, height: float, dpi: int):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=dpi)
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def save_figure(figure, path: str | os.PathLike) -> Path:
-    """Write ``figure`` as PNG to a temporary name in the same directory, then rename."""
-    from attnlab.models.base import _atomic_write
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, lambda tmp: figure.savefig(tmp, format="png"))
-    return path
-
-
 def _to_display(image: np.ndarray) -> tuple[np.ndarray, str | None]:
     """(C, H, W) -> something imshow draws: grey 2-D with a colour map, or RGB in [0, 1]."""
     if image.shape[0] == 1:
@@ -128,7 +111,7 @@ def plot_filters(model, path, *, dpi: int = 100) -> Path:
     count = len(components)
     columns = min(7, count)
     rows = math.ceil(count / columns)
-    figure = _figure(1.3 * columns + 1.2, 1.3 * rows + 0.8, dpi)
+    figure = new_figure(1.3 * columns + 1.2, 1.3 * rows + 0.8, dpi)
     axes = figure.subplots(rows, columns, squeeze=False)
     limit = float(components.abs().max())
     image = None
@@ -161,7 +144,7 @@ def plot_position_similarity(model, path, *, dpi: int = 100) -> Path:
     table = model.position_embedding[0, config.num_prefix_tokens:]
     grid = config.grid
     similarity = position_similarity(table, grid).numpy()
-    figure = _figure(1.0 * grid[1] + 1.6, 1.0 * grid[0] + 1.0, dpi)
+    figure = new_figure(1.0 * grid[1] + 1.6, 1.0 * grid[0] + 1.0, dpi)
     axes = figure.subplots(grid[0], grid[1], squeeze=False)
     image = None
     for r in range(grid[0]):
@@ -182,7 +165,7 @@ def plot_position_similarity(model, path, *, dpi: int = 100) -> Path:
 def plot_attention_distance(distances: Tensor, patch_size: int, image_size: int, path, *, dpi: int = 100) -> Path:
     """``distances (layers, heads)`` in pixels: the paper's scatter of heads against depth."""
     layers, heads = distances.shape
-    figure = _figure(6.4, 4.8, dpi)
+    figure = new_figure(6.4, 4.8, dpi)
     ax = figure.subplots()
     depth = np.repeat(np.arange(1, layers + 1), heads)
     head_index = np.tile(np.arange(1, heads + 1), layers)
@@ -220,7 +203,7 @@ def plot_attention_maps(model, image: Tensor, layer_weights: list[Tensor], path,
     panels = heads + 2
     columns = min(panels, 5)
     rows = math.ceil(panels / columns)
-    figure = _figure(2.3 * columns + 1.0, 2.3 * rows + 0.6, dpi)
+    figure = new_figure(2.3 * columns + 1.0, 2.3 * rows + 0.6, dpi)
     axes = figure.subplots(rows, columns, squeeze=False)
     maps = [None] + [per_head[h] for h in range(heads)] + [rolled]
     titles = ["input"] + [f"last layer, head {h + 1}" for h in range(heads)] + ["rollout (all layers)"]
@@ -250,7 +233,7 @@ def plot_confusion_matrix(confusion: Tensor, classes: list[str], path, *, title:
     k = len(classes)
     counts = confusion.double()
     shares = (counts / counts.sum(1, keepdim=True).clamp_min(1)).numpy()
-    figure = _figure(6.4, 5.6, dpi)
+    figure = new_figure(6.4, 5.6, dpi)
     ax = figure.subplots()
     image = ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
     figure.colorbar(image, ax=ax, label="share of the true class")
