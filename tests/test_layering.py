@@ -34,12 +34,9 @@ RANK = {package: index for index, packages in enumerate(LAYERS) for package in p
 # (importer, imported): upward imports still in the code, each to go in the family-package
 # restructuring (issue 30). A fixed one must be removed from this list.
 KNOWN_UPWARD = {
-    # a classification task saves its confusion matrix through the ViT figures
-    ("attnlab.tasks.classification", "attnlab.viz.vit"),
     # attnlab.load's pipelines call the loaders the verbs call, which still live in the verb
-    # modules (being edited elsewhere): load_classifier (classes.json), load_image_model
-    # (image.json) and Continuation (the text a token adds); move them to tasks/ and drop these
-    ("attnlab.pipelines.vision", "attnlab.cli.vit"),
+    # modules (being edited elsewhere): load_image_model (image.json) and Continuation (the
+    # text a token adds); move them to tasks/ and drop these
     ("attnlab.pipelines.vision", "attnlab.cli.image"),
     ("attnlab.pipelines.text", "attnlab.cli.generate"),
 }

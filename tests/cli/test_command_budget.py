@@ -139,7 +139,7 @@ TINY_VIT = ["--preset", "vit_tiny_patch4_28", "--set", "num_layers=1", "--set", 
 
 def test_train_vit_keeps_to_the_budget(clock, monkeypatch, tmp_path, capsys, image_folder):
     import attnlab.data.images as image_data
-    import attnlab.tasks.classification as classification
+    import attnlab.families.vit.task as classification
 
     costs(monkeypatch, clock, image_data, "load_images", 5.0)
     costs(monkeypatch, clock, classification, "classification_loss", 0.1, training_ten_times_slower)

@@ -23,7 +23,7 @@ def _digit(seed: int, size: int = 28) -> np.ndarray:
 
 # -- ViT ------------------------------------------------------------------------------------
 def test_classify_equals_predict_and_attnlab_classify(vit_dir, tmp_path, capsys):
-    from attnlab.tasks.classification import predict
+    from attnlab.families.vit.task import predict
 
     vit = attnlab.load(vit_dir)
     assert vit.classes == VIT_CLASSES

@@ -16,7 +16,7 @@ from other images and their names.
   whose peak cross-attention (last decoder layer, mean over heads) falls inside the
   mask of the object the word names.
 
-Pixels go in as ``(x / 255 - 0.5) / 0.5`` (:func:`attnlab.tasks.classification.normalize`).
+Pixels go in as ``(x / 255 - 0.5) / 0.5`` (:func:`attnlab.data.images.normalize`).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def run(args) -> int:
     from attnlab.cli.options import (check_image_folder_memory, check_positive, check_training_memory,
                                      checkpoint_minutes, parse_overrides, resolve_precision, sizing_flags)
     from attnlab.data.images import PIXEL_INPUT, describe, load_images
-    from attnlab.tasks.classification import CLASSES_FILE, classification_loss
+    from attnlab.families.vit.task import CLASSES_FILE, classification_loss
     from attnlab.training.image_batches import ImageBatches, evaluation_batches
     from attnlab.files import atomic_write_bytes
     from attnlab.training.outputs import check_run_output, save_run_model
@@ -154,12 +154,12 @@ EVALUATION_FILES = ("results.json", "confusion_matrix.png")
 
 
 def score_test_split(model, test, budget, *, progress: bool = True, batch_size: int = 500):
-    """The classifier's :class:`~attnlab.tasks.classification.Evaluation` on as much of
+    """The classifier's :class:`~attnlab.families.vit.task.Evaluation` on as much of
     ``test`` as ``budget`` leaves time for (all of it without a budget; see
     :class:`attnlab.training.phases.Scoring`): ``(evaluation, the images scored, the Scoring)``."""
     import torch
 
-    from attnlab.tasks.classification import Evaluation, evaluate_classifier
+    from attnlab.families.vit.task import Evaluation, evaluate_classifier
     from attnlab.training.phases import Scoring, take
 
     scoring = Scoring("test accuracy", len(test), unit="image", batch_size=batch_size, budget=budget,
@@ -177,7 +177,7 @@ def write_evaluation(evaluation, directory: Path, data, *, scoring: dict | None 
     """``results.json`` (accuracy, per-class accuracy, confusion matrix; ``scoring``: how much
     of the split a time budget let it score) and ``confusion_matrix.png``."""
     from attnlab.models.base import _atomic_write
-    from attnlab.tasks.classification import save_confusion_matrix
+    from attnlab.families.vit.task import save_confusion_matrix
 
     directory.mkdir(parents=True, exist_ok=True)
     results = {"data": data.name, "split": data.split, "images": len(data), "accuracy": evaluation.accuracy,
@@ -189,32 +189,6 @@ def write_evaluation(evaluation, directory: Path, data, *, scoring: dict | None 
     _atomic_write(directory / "results.json", lambda path: Path(path).write_bytes(text))
     save_confusion_matrix(evaluation, directory / "confusion_matrix.png",
                           title=f"{data.name} {data.split}: accuracy {100 * evaluation.accuracy:.2f}%")
-
-
-def load_classifier(directory: str, device):
-    """A saved ViT and its class names (``classes.json``); ValueError for anything else."""
-    import attnlab
-    from attnlab.models.vit import VisionTransformer
-    from attnlab.tasks.classification import CLASSES_FILE
-
-    model = attnlab.load_model(directory, device=str(device))
-    if not isinstance(model, VisionTransformer):
-        raise ValueError(f"{directory}: holds a {model.config.family} model, not a Vision Transformer")
-    path = Path(directory) / CLASSES_FILE
-    if not path.exists():  # a model saved without it (e.g. by the Python API): say so, and number the classes
-        print(f"note: {directory} has no {CLASSES_FILE}; its {model.config.num_classes} classes are shown as "
-              f"'class 0' .. 'class {model.config.num_classes - 1}'", file=sys.stderr)
-        return model, [f"class {i}" for i in range(model.config.num_classes)]
-    try:
-        classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
-        raise ValueError(f"{path}: not a valid class list ({error})") from None
-    if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
-        raise ValueError(f"{path}: not a valid class list (\"classes\" must be a list of names)")
-    if len(classes) != model.config.num_classes:
-        raise ValueError(f"{path}: names {len(classes)} classes, but the model has {model.config.num_classes}; "
-                         "the file does not belong to this model")
-    return model, classes
 
 
 if __name__ == "__main__":

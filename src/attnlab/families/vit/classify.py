@@ -21,9 +21,9 @@ def run(args) -> int:
     import torch
 
     from attnlab.cli.options import apply_threads
-    from attnlab.cli.vit import load_classifier, resolve_device
     from attnlab.data.images import read_image
-    from attnlab.tasks.classification import predict
+    from attnlab.families.vit.task import load_classifier, predict
+    from attnlab.families.vit.train import resolve_device
 
     if args.top_k < 1:
         raise ValueError(f"--top-k={args.top_k} must be at least 1")

@@ -23,10 +23,10 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnlab.cli.options import apply_threads
-    from attnlab.cli.vit import EVALUATION_FILES, load_classifier, resolve_device, write_evaluation
-    from attnlab.files import check_output_directory, check_output_file
     from attnlab.data.images import load_images
-    from attnlab.tasks.classification import CLASSES_FILE, evaluate_classifier
+    from attnlab.families.vit.task import CLASSES_FILE, evaluate_classifier, load_classifier
+    from attnlab.families.vit.train import EVALUATION_FILES, resolve_device, write_evaluation
+    from attnlab.files import check_output_directory, check_output_file
 
     if args.out:  # before any work: the two files are replaced only with --force
         out = check_output_directory(args.out, force=True, flag="--out")

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
-from attnlab.viz.vit import (FIGURE_NAMES, attention_rollout, filter_components, mean_attention_distance,
+from attnlab.families.vit.plots import (FIGURE_NAMES, attention_rollout, filter_components, mean_attention_distance,
                              position_similarity, write_vit_figures)
 
 
@@ -105,7 +105,7 @@ def test_each_figure_is_written_with_its_size(tmp_path):
 def test_a_hybrid_shows_its_stem_filters_and_measures_distance_in_pixels(tmp_path, monkeypatch):
     from PIL import Image
 
-    import attnlab.viz.vit as vit_figures
+    import attnlab.families.vit.plots as vit_figures
 
     torch.manual_seed(0)
     # 16x16 images, one stride-2 stem convolution (5 channels), 4x4 patches of its 8x8 map:

@@ -32,13 +32,13 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.evaluate_vit import _trained_on
     from attnlab.cli.options import apply_threads
-    from attnlab.cli.vit import load_classifier, resolve_device
     from attnlab.data.images import load_images, normalize, read_image
+    from attnlab.families.vit.evaluate import _trained_on
+    from attnlab.families.vit.plots import FIGURE_NAMES, write_vit_figures
+    from attnlab.families.vit.task import CLASSES_FILE, load_classifier
+    from attnlab.families.vit.train import resolve_device
     from attnlab.files import check_output_directory, check_output_file
-    from attnlab.tasks.classification import CLASSES_FILE
-    from attnlab.viz.vit import FIGURE_NAMES, write_vit_figures
 
     # The directory may hold other files (left alone); the four figures are replaced only with --force.
     out = check_output_directory(args.out, force=True, flag="--out")

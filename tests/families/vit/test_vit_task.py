@@ -3,7 +3,7 @@
 import torch
 
 from attnlab.data.images import ImageSet, normalize
-from attnlab.tasks.classification import classification_loss, evaluate_classifier
+from attnlab.families.vit.task import classification_loss, evaluate_classifier
 
 
 def _set(n=37, size=6):

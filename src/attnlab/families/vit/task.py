@@ -3,7 +3,9 @@
 * :func:`classification_loss`: label-smoothed cross-entropy summed over the images, with
   the NLL and the number of correct predictions as logs (the trainer reports their means:
   ``nll``, ``ppl`` and ``correct`` = accuracy);
-* :func:`evaluate_classifier`: accuracy, per-class accuracy and the confusion matrix.
+* :func:`evaluate_classifier`: accuracy, per-class accuracy and the confusion matrix;
+* :func:`load_classifier`: a saved ViT and its class names (``classes.json``), as the verbs
+  and the pipeline read it.
 
 Batches come from :class:`attnlab.training.image_batches.ImageBatches`; pixels go into the
 model as ``(x / 255 - 0.5) / 0.5`` (:func:`attnlab.data.images.normalize`), the same in
@@ -66,9 +68,37 @@ def evaluate_classifier(model, data: ImageSet, *, batch_size: int = 500) -> Eval
     return Evaluation(float(confusion.trace()) / max(1, len(data)), per_class, confusion, list(data.classes))
 
 
+def load_classifier(directory: str, device):
+    """A saved ViT and its class names (``classes.json``); ValueError for anything else."""
+    import json
+    import sys
+
+    import attnlab
+    from attnlab.models.vit import VisionTransformer
+
+    model = attnlab.load_model(directory, device=str(device))
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"{directory}: holds a {model.config.family} model, not a Vision Transformer")
+    path = Path(directory) / CLASSES_FILE
+    if not path.exists():  # a model saved without it (e.g. by the Python API): say so, and number the classes
+        print(f"note: {directory} has no {CLASSES_FILE}; its {model.config.num_classes} classes are shown as "
+              f"'class 0' .. 'class {model.config.num_classes - 1}'", file=sys.stderr)
+        return model, [f"class {i}" for i in range(model.config.num_classes)]
+    try:
+        classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a valid class list ({error})") from None
+    if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
+        raise ValueError(f"{path}: not a valid class list (\"classes\" must be a list of names)")
+    if len(classes) != model.config.num_classes:
+        raise ValueError(f"{path}: names {len(classes)} classes, but the model has {model.config.num_classes}; "
+                         "the file does not belong to this model")
+    return model, classes
+
+
 def save_confusion_matrix(evaluation: Evaluation, path: str | Path, *, title: str = "") -> Path:
-    """The confusion matrix as a PNG (see :func:`attnlab.viz.vit.plot_confusion_matrix`)."""
-    from attnlab.viz.vit import plot_confusion_matrix
+    """The confusion matrix as a PNG (see :func:`attnlab.families.vit.plots.plot_confusion_matrix`)."""
+    from attnlab.families.vit.plots import plot_confusion_matrix
 
     return plot_confusion_matrix(evaluation.confusion, evaluation.classes, path,
                                  title=title or f"confusion matrix, accuracy {100 * evaluation.accuracy:.2f}%")
