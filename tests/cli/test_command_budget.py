@@ -85,8 +85,8 @@ TINY_IMAGE = ["--set", "num_layers=1", "--set", "d_model=16", "--set", "num_head
 
 def test_train_image_scores_the_test_split_in_the_time_left_and_keeps_to_the_budget(clock, monkeypatch, tmp_path,
                                                                                      capsys, image_folder):
-    import attnlab.cli.image as image_verb
-    import attnlab.tasks.images as images_task
+    import attnlab.families.image.train as image_verb
+    import attnlab.families.image.task as images_task
 
     costs(monkeypatch, clock, image_verb, "load_image_set", 5.0)  # each split: 15 s of loading in all
     costs(monkeypatch, clock, images_task, "image_loss", 0.1, training_ten_times_slower)  # an update: 4 s
@@ -109,7 +109,7 @@ def test_train_image_scores_the_test_split_in_the_time_left_and_keeps_to_the_bud
 
 
 def test_train_image_without_a_budget_scores_every_test_image(clock, monkeypatch, tmp_path, capsys, image_folder):
-    import attnlab.tasks.images as images_task
+    import attnlab.families.image.task as images_task
 
     costs(monkeypatch, clock, images_task, "image_loss", 0.1, images_in_batch)
     out = tmp_path / "run"

@@ -207,7 +207,7 @@ def test_super_resolve_equals_attnlab_super_resolve(super_resolution_dir, tmp_pa
 
 
 def test_image_transformer_attention_is_the_models(super_resolution_dir, image_dir):
-    from attnlab.tasks.images import downsample
+    from attnlab.families.image.task import downsample
 
     pipeline = attnlab.load(super_resolution_dir)
     image = np.arange(16, dtype=np.uint8).reshape(4, 4) * 16

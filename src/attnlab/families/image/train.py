@@ -71,13 +71,12 @@ def run(args) -> int:
     import torch
 
     import attnlab
-    from attnlab.cli.options import checkpoint_minutes, parse_overrides, resolve_device
-    from attnlab.cli.options import check_training_memory, sizing_flags
-    from attnlab.cli.options import check_image_folder_memory, check_positive
+    from attnlab.cli.options import (check_image_folder_memory, check_positive, check_training_memory,
+                                     checkpoint_minutes, parse_overrides, resolve_device, sizing_flags)
     from attnlab.data.images import describe
+    from attnlab.families.image.task import evaluate_bits_per_dim, image_loss
     from attnlab.models.image_transformer import ImageTransformerConfig
     from attnlab.training.image_batches import ImageBatches
-    from attnlab.tasks.images import evaluate_bits_per_dim, image_loss
     from attnlab.training.outputs import check_run_output, save_run_model
     from attnlab.training.phases import (Scoring, budget_plan, budget_report, command_budget, scoring_reserve,
                                          train_within)

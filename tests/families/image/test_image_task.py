@@ -7,7 +7,7 @@ import torch
 
 import attnlab
 from attnlab.data.images import ImageSet
-from attnlab.tasks.images import bicubic_upsample, downsample, evaluate_bits_per_dim, image_loss, psnr
+from attnlab.families.image.task import bicubic_upsample, downsample, evaluate_bits_per_dim, image_loss, psnr
 
 
 def test_downsample_averages_blocks_and_rounds():
@@ -50,7 +50,7 @@ def test_psnr_and_bicubic():
 
 
 def test_super_resolution_scores_the_outputs_against_the_originals_and_bicubic():
-    from attnlab.tasks.images import evaluate_super_resolution
+    from attnlab.families.image.task import evaluate_super_resolution
 
     model = uniform_model(low_resolution=2, num_encoder_layers=1)  # equal logits: greedy picks 0 everywhere
     images = torch.randint(1, 256, (5, 1, 4, 4), dtype=torch.uint8)
@@ -78,7 +78,7 @@ def test_super_resolution_scores_the_outputs_against_the_originals_and_bicubic()
 
 def test_super_resolution_can_average_several_samples_per_image():
     from attnlab.generation.images import sample_images
-    from attnlab.tasks.images import evaluate_super_resolution
+    from attnlab.families.image.task import evaluate_super_resolution
 
     model = uniform_model(low_resolution=2, num_encoder_layers=1)  # every intensity equally likely
     images = torch.randint(0, 256, (3, 1, 4, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))

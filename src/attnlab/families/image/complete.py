@@ -15,7 +15,7 @@ HELP = "complete an image from its top rows with an Image Transformer (PNG: give
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.image import add_output_arguments, add_sampling_arguments
+    from attnlab.families.image.train import add_output_arguments, add_sampling_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("images", nargs="+", metavar="image",
@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from attnlab.cli.image import parse_class, prepare_sampling, progress_bar, read_png, write_png
+    from attnlab.families.image.train import parse_class, prepare_sampling, progress_bar, read_png, write_png
     from attnlab.generation.images import complete_images
     from attnlab.viz.images import image_grid, upscale
 

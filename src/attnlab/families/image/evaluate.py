@@ -54,10 +54,11 @@ def run(args) -> int:
 
     from tqdm import tqdm
 
-    from attnlab.cli.image import check_png, load_image_model, load_image_set, model_data, sampling_options, write_png
     from attnlab.cli.options import apply_threads, resolve_device
+    from attnlab.families.image.task import evaluate_bits_per_dim, evaluate_super_resolution
+    from attnlab.families.image.train import (check_png, load_image_model, load_image_set, model_data,
+                                              sampling_options, write_png)
     from attnlab.files import atomic_write_json, check_output_file, json_safe
-    from attnlab.tasks.images import evaluate_bits_per_dim, evaluate_super_resolution
     from attnlab.viz.images import image_grid, upscale
 
     for name in ("limit", "batch_size", "super_resolve", "figure_images", "samples"):

@@ -9,6 +9,8 @@ from PIL import Image
 
 from attnlab.cli.main import main
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):

@@ -15,7 +15,7 @@ HELP = "sample images from an Image Transformer into a PNG grid (a row per class
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.image import add_output_arguments, add_sampling_arguments
+    from attnlab.families.image.train import add_output_arguments, add_sampling_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("--n", type=int, default=16, help="images (per class when class-conditional; default 16)")
@@ -31,7 +31,7 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.image import parse_class, prepare_sampling, progress_bar, write_png
+    from attnlab.families.image.train import parse_class, prepare_sampling, progress_bar, write_png
     from attnlab.generation.images import sample_images
     from attnlab.viz.images import image_grid, upscale
 

@@ -15,7 +15,7 @@ HELP = "super-resolve a low-resolution image with an Image Transformer super-res
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.image import add_output_arguments, add_sampling_arguments
+    from attnlab.families.image.train import add_output_arguments, add_sampling_arguments
 
     parser.add_argument("--model", required=True, help="a super-resolution model directory (`attnlab train image` "
                                                        "with an imagetransformer_sr_* preset)")
@@ -33,11 +33,11 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.image import (check_output, check_png, load_image_model, progress_bar, read_png,
-                                   sampling_options, write_png)
     from attnlab.cli.options import resolve_device
+    from attnlab.families.image.task import bicubic_upsample, downsample, psnr
+    from attnlab.families.image.train import (check_output, check_png, load_image_model, progress_bar, read_png,
+                                              sampling_options, write_png)
     from attnlab.generation.images import sample_images
-    from attnlab.tasks.images import bicubic_upsample, downsample, psnr
     from attnlab.viz.images import image_grid, upscale
 
     out = check_output(args)
