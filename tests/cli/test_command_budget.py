@@ -200,7 +200,7 @@ TINY_CAPTION = ["--data", "scenes", "--train-images", "64", "--preset", "caption
 
 
 def test_train_caption_captions_the_test_images_that_fit(clock, monkeypatch, tmp_path, capsys):
-    import attnlab.tasks.caption as task
+    import attnlab.families.caption.task as task
 
     costs(monkeypatch, clock, task, "caption_loss", 0.5)
     costs(monkeypatch, clock, task, "generate_captions", 0.05, lambda args, kwargs: len(args[2]))

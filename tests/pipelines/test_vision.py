@@ -93,7 +93,7 @@ def _scene(seed: int) -> np.ndarray:
 
 
 def test_caption_equals_generate_captions_and_attnlab_caption(captioner_dir, tmp_path, capsys):
-    from attnlab.tasks.caption import generate_captions, load_captioner
+    from attnlab.families.caption.task import generate_captions, load_captioner
 
     captioner = attnlab.load(captioner_dir)
     images = [_scene(0), _scene(1)]
@@ -109,7 +109,7 @@ def test_caption_equals_generate_captions_and_attnlab_caption(captioner_dir, tmp
 
 
 def test_caption_attention_matches_the_word_attention_route(captioner_dir):
-    from attnlab.tasks.caption import generate_captions, word_attention
+    from attnlab.families.caption.task import generate_captions, word_attention
 
     captioner = attnlab.load(captioner_dir)
     image = torch.from_numpy(_scene(0)).permute(2, 0, 1)

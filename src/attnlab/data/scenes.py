@@ -4,7 +4,7 @@ Every image is drawn from a seed, so a split is the same on every machine and th
 known: which object is where (a boolean mask per object), its shape, colour and size, and
 captions that say so ("a small red circle to the left of a large blue square"). Attention
 and generated images can be scored against that truth (the grounding score of
-:mod:`attnlab.tasks.caption`).
+:mod:`attnlab.families.caption.task`).
 
 Scenes::
 

@@ -41,7 +41,7 @@ def run(args) -> int:
 
     from attnlab.cli.options import resolve_device
     from attnlab.data.images import read_image
-    from attnlab.tasks.caption import generate_captions, load_captioner, sample_captions
+    from attnlab.families.caption.task import generate_captions, load_captioner, sample_captions
 
     if args.sample and args.beam is not None:
         raise ValueError("--beam is for beam search and --sample draws words instead: give one of them")
@@ -65,7 +65,7 @@ def run(args) -> int:
     else:
         captions = generate_captions(model, tokenizer, images, beam_size=args.beam or 3)
     if args.attention_dir:
-        from attnlab.viz.caption import write_caption_figures
+        from attnlab.families.caption.figures import write_caption_figures
 
         Path(args.attention_dir).mkdir(exist_ok=True)
         write_caption_figures(model, tokenizer, images, captions, args.attention_dir, names=names)

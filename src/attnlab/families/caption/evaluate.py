@@ -18,7 +18,7 @@ HELP = "score a captioner: BLEU-4, CIDEr (pycocoevalcap) and, on scenes, the gro
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.caption import MAX_BEAM
+    from attnlab.families.caption.caption import MAX_BEAM
     from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
@@ -40,9 +40,9 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnlab.cli.options import resolve_device
-    from attnlab.cli.train_caption import format_results
+    from attnlab.families.caption.train import format_results
     from attnlab.files import atomic_write_json, check_output_file, check_output_files
-    from attnlab.tasks.caption import evaluate_captioner, load_caption_split, load_captioner
+    from attnlab.families.caption.task import evaluate_captioner, load_caption_split, load_captioner
 
     from attnlab.cli.options import require_packages
 
@@ -62,7 +62,7 @@ def run(args) -> int:
         data = _first(data, args.limit)
     results, captions = evaluate_captioner(model, tokenizer, data, beam_size=args.beam, meteor=args.meteor)
     if args.figures:
-        from attnlab.viz.caption import write_caption_figures
+        from attnlab.families.caption.figures import write_caption_figures
 
         count = min(args.figures_count, len(data))
         Path(args.figures).mkdir(exist_ok=True)

@@ -2,7 +2,7 @@
 
 Any captioned image set works -- anything with ``images`` (uint8 ``(N, 3, S, S)``) and
 ``captions`` (a list of caption lists): the synthetic scenes (:mod:`attnlab.data.scenes`),
-the user's COCO/Flickr data (:mod:`attnlab.data.captions`), or a set built in a few lines
+the user's COCO/Flickr data (:mod:`attnlab.families.caption.data`), or a set built in a few lines
 from other images and their names.
 
 * :func:`train_caption_tokenizer`: a sentencepiece vocabulary from the training captions
@@ -321,12 +321,12 @@ def load_caption_split(spec: str, split: str, *, image_size: int = 32, count: in
     """``scenes`` (32x32) / ``scenes64`` -> a :class:`~attnlab.data.scenes.SceneSet` (``count``
     images, default the split's); ``emoji`` (npm's Twemoji set, each image captioned by its
     Unicode name; ``emoji:DIR`` names the unpacked package), ``coco:DIR`` / ``flickr:DIR`` -> a
-    :class:`~attnlab.data.captions.CaptionSet` at ``image_size``."""
+    :class:`~attnlab.families.caption.data.CaptionSet` at ``image_size``."""
     if spec in ("scenes", "scenes64"):
         from attnlab.data.scenes import load_scenes
 
         return load_scenes(split, size=64 if spec == "scenes64" else 32, count=count)
-    from attnlab.data.captions import CaptionSet, load_caption_data
+    from attnlab.families.caption.data import CaptionSet, load_caption_data
 
     if spec == "emoji" or spec.startswith("emoji:"):  # Twemoji, captioned by their Unicode names
         from attnlab.data.emoji import load_emoji

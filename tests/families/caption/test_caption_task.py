@@ -8,9 +8,10 @@ import torch
 
 import attnlab
 from attnlab.data.scenes import SceneObject, load_scenes, mask_of
-from attnlab.tasks.caption import (CaptionBatches, caption_loss, caption_scores, encode_captions, generate_captions,
-                                   grounding_hit, grounding_score, object_references, train_caption_tokenizer,
-                                   word_attention)
+from attnlab.families.caption.task import (CaptionBatches, caption_loss, caption_scores, encode_captions,
+                                           generate_captions, grounding_hit, grounding_score, object_references,
+                                           word_attention)
+from attnlab.tasks.captioning import train_caption_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def test_twemoji_captioned_by_their_names(tmp_path):
     from reference.emoji_package import fake_package
 
     from attnlab.data.emoji import load_emoji
-    from attnlab.tasks.caption import load_caption_split
+    from attnlab.families.caption.task import load_caption_split
 
     root = fake_package(tmp_path)
     for split in ("train", "valid", "test"):

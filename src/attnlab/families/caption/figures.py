@@ -20,8 +20,8 @@ __all__ = ["caption_attention", "plot_caption_attention", "write_caption_figures
 
 def caption_attention(model, tokenizer, image: Tensor, tokens: list[int]) -> tuple[list[str], Tensor]:
     """Labels (each token's piece, then ``<eos>``) and their attention maps ``(n, h, w)``
-    (:func:`attnlab.tasks.caption.word_attention`)."""
-    from attnlab.tasks.caption import word_attention
+    (:func:`attnlab.families.caption.task.word_attention`)."""
+    from attnlab.families.caption.task import word_attention
 
     attention = word_attention(model, image, tokens)
     labels = [piece.replace("\u2581", "") or "\u2581" for piece in tokenizer.pieces(tokens)] + ["<eos>"]
@@ -59,7 +59,7 @@ def plot_caption_attention(image: Tensor, labels: list[str], attention: Tensor, 
 def write_caption_figures(model, tokenizer, images: Tensor, captions, out_dir: str | os.PathLike, *,
                           names: list[str] | None = None) -> list[Path]:
     """One PNG per image (``out_dir/<name>.png``) for its generated caption (a
-    :class:`~attnlab.tasks.caption.CaptionedImage`)."""
+    :class:`~attnlab.families.caption.task.CaptionedImage`)."""
     out_dir = Path(out_dir)
     paths = []
     for i, (image, caption) in enumerate(zip(images, captions)):

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from attnlab.data.captions import load_caption_data, read_coco_captions, read_flickr_captions
+from attnlab.families.caption.data import load_caption_data, read_coco_captions, read_flickr_captions
 from attnlab.data.images import to_bytes_png
 
 

@@ -8,6 +8,8 @@ from attnlab.cli.main import main
 from attnlab.data.images import to_bytes_png
 from attnlab.data.scenes import load_scenes
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 TINY = ["--preset", "captioner_tiny", "--set", "max_positions=12", "--batch-size", "16", "--val-every", "4", "--save-every", "4", "--no-progress",
         "--device", "cpu", "--lr", "3e-3", "--warmup", "2", "--beam", "2"]
 

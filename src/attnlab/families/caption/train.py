@@ -20,7 +20,7 @@ HELP = "train an image captioner on scenes (synthetic), coco:DIR or flickr:DIR"
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.caption import MAX_BEAM
+    from attnlab.families.caption.caption import MAX_BEAM
     from attnlab.cli.options import bounded_int
 
     data = parser.add_argument_group("data")
@@ -53,7 +53,7 @@ def run(args) -> int:
 
     from attnlab.cli.options import checkpoint_minutes, options_from_args, parse_overrides, resolve_device
     from attnlab.cli.options import check_positive
-    from attnlab.tasks.caption import CaptionTrainOptions, train_captioner
+    from attnlab.families.caption.task import CaptionTrainOptions, train_captioner
 
     check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "train_images", "beam", "vocab_size"))
     from attnlab.cli.options import require_packages
