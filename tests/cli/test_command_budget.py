@@ -163,7 +163,7 @@ TINY_T2I = ["--train-images", "100", "--vqvae-preset", "vqvae_tiny", "--vqvae-st
 
 def test_train_text_to_image_gives_each_model_its_share_and_cuts_fidelity_to_the_time_left(clock, monkeypatch,
                                                                                            tmp_path, capsys):
-    import attnlab.tasks.text_to_image as task
+    import attnlab.families.text_to_image.task as task
 
     for name in ("vqvae_loss", "attribute_loss", "text_to_image_loss"):
         costs(monkeypatch, clock, task, name, 1.0)  # one second per update (and per validation batch)

@@ -124,7 +124,7 @@ def test_caption_attention_matches_the_word_attention_route(captioner_dir):
 
 # -- text-to-image ---------------------------------------------------------------------------
 def test_imagine_equals_the_task_route(text_to_image_dir):
-    from attnlab.tasks.text_to_image import imagine, load_text_to_image
+    from attnlab.families.text_to_image.task import imagine, load_text_to_image
 
     pipeline = attnlab.load(text_to_image_dir)
     prompts = ["a red circle above a blue triangle", "a green square"]
@@ -142,7 +142,7 @@ def test_imagine_equals_the_task_route(text_to_image_dir):
 
 def test_text_to_image_attention_reads_the_prompt_and_the_images_codes(text_to_image_dir):
     from attnlab.data.images import normalize
-    from attnlab.tasks.text_to_image import encode_prompt
+    from attnlab.families.text_to_image.task import encode_prompt
 
     pipeline = attnlab.load(text_to_image_dir)
     image = pipeline.imagine("a red circle", n=1, seed=1)[0]

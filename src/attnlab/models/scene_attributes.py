@@ -1,6 +1,6 @@
 """A small CNN that reads a scene image's objects: for every (colour, shape) pair, whether
 it is there and where its centre is. The fidelity score of text-to-image
-(:mod:`attnlab.tasks.text_to_image`) checks generated images with it; its accuracy on
+(:mod:`attnlab.families.text_to_image.task`) checks generated images with it; its accuracy on
 real test scenes is the ceiling of that score.
 
     images (B, 3, S, S) in [-1, 1] -> 3 conv blocks (32, 64, 64 channels; two of stride 2)

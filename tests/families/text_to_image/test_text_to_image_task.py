@@ -8,9 +8,9 @@ from torch import nn
 import attnlab
 from attnlab.data.scenes import load_scenes
 from attnlab.generation.sampling import generate
+from attnlab.families.text_to_image.task import (TensorBatches, attribute_targets, encode_prompt, fidelity,
+                                                 prompt_objects, text_to_image_loss)
 from attnlab.tasks.captioning import train_caption_tokenizer
-from attnlab.tasks.text_to_image import (TensorBatches, attribute_targets, encode_prompt, fidelity, prompt_objects,
-                                         text_to_image_loss)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_tiny_model_learns_to_draw_a_few_captions(tokenizer):
 
 
 def test_caption_likelihood_reranking_keeps_the_captioners_favourites(tokenizer):
-    from attnlab.tasks.text_to_image import caption_log_likelihood, imagine
+    from attnlab.families.text_to_image.task import caption_log_likelihood, imagine
 
     torch.manual_seed(0)
     model = attnlab.create_model("text_to_image_tiny", text_vocab_size=tokenizer.vocab_size, text_length=16,

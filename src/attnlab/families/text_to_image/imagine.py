@@ -47,7 +47,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from attnlab.cli.options import resolve_device
     from attnlab.files import check_output_file
-    from attnlab.tasks.text_to_image import imagine, load_text_to_image, save_grid
+    from attnlab.families.text_to_image.task import imagine, load_text_to_image, save_grid
 
     if args.candidates is not None and not args.rerank:
         raise ValueError("--candidates is used only with --rerank: add --rerank CAPTIONER_DIR or drop --candidates")

@@ -7,6 +7,8 @@ from PIL import Image
 
 from attnlab.cli.main import main
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 TINY = ["--train-images", "100", "--vqvae-preset", "vqvae_tiny", "--vqvae-steps", "4", "--classifier-steps", "4",
         "--reader-images", "50",
         "--preset", "text_to_image_tiny", "--set", "grid=8", "--set", "text_length=24", "--max-steps", "4",

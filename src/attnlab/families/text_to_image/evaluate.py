@@ -39,12 +39,12 @@ def run(args) -> int:
     import torch
 
     from attnlab.cli.options import resolve_device
-    from attnlab.cli.train_text_to_image import report
+    from attnlab.families.text_to_image.train import report
     from attnlab.data.scenes import load_scenes
     from attnlab.files import atomic_write_json, check_output_file
     from attnlab.models.registry import load_model
     from attnlab.models.scene_attributes import SceneAttributeClassifier
-    from attnlab.tasks.text_to_image import evaluate_text_to_image, imagine, load_text_to_image, save_grid
+    from attnlab.families.text_to_image.task import evaluate_text_to_image, imagine, load_text_to_image, save_grid
 
     if args.json:
         check_output_file(args.json, force=args.force, flag="--json")

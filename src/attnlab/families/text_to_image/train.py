@@ -67,7 +67,7 @@ def run(args) -> int:
     import torch
 
     from attnlab.cli.options import options_from_args, parse_overrides, resolve_device
-    from attnlab.tasks.text_to_image import TextToImageTrainOptions, train_text_to_image
+    from attnlab.families.text_to_image.task import TextToImageTrainOptions, train_text_to_image
 
     for name in ("train_images", "reader_images", "vocab_size", "vqvae_steps", "classifier_steps", "batch_size", "max_steps",
                  "eval_prompts", "top_k", "threads"):

@@ -1,4 +1,4 @@
-"""Image pipelines: text-to-image."""
+"""``attnlab.load`` of a text-to-image directory: images from prompts, attention maps."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["TextToImagePipeline"]
 
 class TextToImagePipeline(Pipeline):
     """A text-to-image model with its VQ-VAE and tokenizer
-    (:func:`attnlab.tasks.text_to_image.load_text_to_image`), as ``attnlab imagine``."""
+    (:func:`attnlab.families.text_to_image.task.load_text_to_image`), as ``attnlab imagine``."""
 
     family = "text_to_image"
 
@@ -26,7 +26,7 @@ class TextToImagePipeline(Pipeline):
 
     @classmethod
     def load(cls, directory: Path, *, device: str = "cpu") -> TextToImagePipeline:
-        from attnlab.tasks.text_to_image import load_text_to_image
+        from attnlab.families.text_to_image.task import load_text_to_image
 
         return cls(*load_text_to_image(directory, device), directory)
 
@@ -37,8 +37,8 @@ class TextToImagePipeline(Pipeline):
                 seed: int = 0) -> np.ndarray:
         """``n`` images per prompt, uint8 ``(len(prompts) · n, S, S, 3)`` prompt-major (one
         string counts as one prompt), sampled as ``attnlab imagine`` does
-        (:func:`attnlab.tasks.text_to_image.imagine`; ``top_k=None``: the whole codebook)."""
-        from attnlab.tasks.text_to_image import imagine
+        (:func:`attnlab.families.text_to_image.task.imagine`; ``top_k=None``: the whole codebook)."""
+        from attnlab.families.text_to_image.task import imagine
 
         items, _ = check_texts(prompts, "prompts")
         if not items:
@@ -59,7 +59,7 @@ class TextToImagePipeline(Pipeline):
         """``{"self": (layers, heads, L, L)}`` over ``[prompt tokens; image tokens]``: the
         model reading ``prompt`` and ``image`` (e.g. one it drew) as its VQ-VAE codes, teacher-forced."""
         from attnlab.data.images import normalize
-        from attnlab.tasks.text_to_image import encode_prompt
+        from attnlab.families.text_to_image.task import encode_prompt
         from attnlab.viz.explorer.maps import attention_maps
 
         check_texts(prompt, "prompt")
