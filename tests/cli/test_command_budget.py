@@ -85,8 +85,8 @@ TINY_IMAGE = ["--set", "num_layers=1", "--set", "d_model=16", "--set", "num_head
 
 def test_train_image_scores_the_test_split_in_the_time_left_and_keeps_to_the_budget(clock, monkeypatch, tmp_path,
                                                                                      capsys, image_folder):
-    import attnlab.cli.image as image_verb
-    import attnlab.tasks.images as images_task
+    import attnlab.families.image.train as image_verb
+    import attnlab.families.image.task as images_task
 
     costs(monkeypatch, clock, image_verb, "load_image_set", 5.0)  # each split: 15 s of loading in all
     costs(monkeypatch, clock, images_task, "image_loss", 0.1, training_ten_times_slower)  # an update: 4 s
@@ -109,7 +109,7 @@ def test_train_image_scores_the_test_split_in_the_time_left_and_keeps_to_the_bud
 
 
 def test_train_image_without_a_budget_scores_every_test_image(clock, monkeypatch, tmp_path, capsys, image_folder):
-    import attnlab.tasks.images as images_task
+    import attnlab.families.image.task as images_task
 
     costs(monkeypatch, clock, images_task, "image_loss", 0.1, images_in_batch)
     out = tmp_path / "run"
@@ -139,7 +139,7 @@ TINY_VIT = ["--preset", "vit_tiny_patch4_28", "--set", "num_layers=1", "--set", 
 
 def test_train_vit_keeps_to_the_budget(clock, monkeypatch, tmp_path, capsys, image_folder):
     import attnlab.data.images as image_data
-    import attnlab.tasks.classification as classification
+    import attnlab.families.vit.task as classification
 
     costs(monkeypatch, clock, image_data, "load_images", 5.0)
     costs(monkeypatch, clock, classification, "classification_loss", 0.1, training_ten_times_slower)
@@ -163,7 +163,7 @@ TINY_T2I = ["--train-images", "100", "--vqvae-preset", "vqvae_tiny", "--vqvae-st
 
 def test_train_text_to_image_gives_each_model_its_share_and_cuts_fidelity_to_the_time_left(clock, monkeypatch,
                                                                                            tmp_path, capsys):
-    import attnlab.tasks.text_to_image as task
+    import attnlab.families.text_to_image.task as task
 
     for name in ("vqvae_loss", "attribute_loss", "text_to_image_loss"):
         costs(monkeypatch, clock, task, name, 1.0)  # one second per update (and per validation batch)
@@ -200,7 +200,7 @@ TINY_CAPTION = ["--data", "scenes", "--train-images", "64", "--preset", "caption
 
 
 def test_train_caption_captions_the_test_images_that_fit(clock, monkeypatch, tmp_path, capsys):
-    import attnlab.tasks.caption as task
+    import attnlab.families.caption.task as task
 
     costs(monkeypatch, clock, task, "caption_loss", 0.5)
     costs(monkeypatch, clock, task, "generate_captions", 0.05, lambda args, kwargs: len(args[2]))

@@ -20,7 +20,7 @@ def models(tmp_path_factory):
     from attnlab import create_model
     from attnlab.data.images import to_bytes_png
     from attnlab.data.scenes import load_scenes
-    from attnlab.tasks.caption import train_caption_tokenizer
+    from attnlab.tasks.captioning import train_caption_tokenizer
 
     root = tmp_path_factory.mktemp("models")
     torch.manual_seed(0)

@@ -130,7 +130,7 @@ def test_attention_maps_for_the_explorer(encoder):
     for weights in groups.values():
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
     # the cross-attention shown is the one the grounding score and the figures read
-    from attnlab.tasks.caption import word_attention
+    from attnlab.families.caption.task import word_attention
 
     pixels = ((images[0].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
     ours = word_attention(model, pixels, tokens[0, 1:].tolist())
@@ -141,12 +141,12 @@ def test_attention_maps_for_the_explorer(encoder):
 
 def test_sampled_captions_follow_the_protocol():
     from attnlab.data.tokenizer import Tokenizer
-    from attnlab.tasks.caption import sample_captions
+    from attnlab.families.caption.task import sample_captions
 
     tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
     model = _model().float()
     images = (torch.rand(3, 3, 32, 32) * 255).to(torch.uint8)
-    from attnlab.tasks.classification import normalize
+    from attnlab.data.images import normalize
 
     top1 = sample_captions(model, tokenizer, images, top_k=1)  # top-1 sampling is greedy search
     greedy = greedy_search(model, normalize(images), max_len_a=0, max_len_b=model.config.max_positions)

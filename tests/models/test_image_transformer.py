@@ -269,7 +269,7 @@ def test_a_super_resolution_model_learns_what_only_the_low_resolution_image_tell
     Fresh images are scored, not the last training batch, and with every low-resolution
     pixel inverted the same model must be confidently wrong (every seed tried: > 2.5 nats),
     which a model that ignores the image, or sees the answer some other way, is not."""
-    from attnlab.tasks.images import downsample, image_loss
+    from attnlab.families.image.task import downsample, image_loss
 
     torch.manual_seed(0)
     model = attnlab.create_model("imagetransformer_sr_mnist_small", height=4, width=4, channels=1, low_resolution=2,

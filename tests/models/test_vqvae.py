@@ -9,7 +9,7 @@ import torch
 import attnlab
 from attnlab.data.scenes import load_scenes
 from attnlab.models.vqvae import psnr
-from attnlab.tasks.classification import normalize
+from attnlab.data.images import normalize
 
 
 def _model(**overrides):

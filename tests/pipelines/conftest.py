@@ -96,7 +96,7 @@ VIT_CLASSES = ["zero", "one", "two"]
 
 @pytest.fixture(scope="session")
 def vit_dir(tmp_path_factory) -> Path:
-    from attnlab.tasks.classification import CLASSES_FILE
+    from attnlab.families.vit.task import CLASSES_FILE
 
     torch.manual_seed(0)
     model = attnlab.create_model("vit_tiny_patch7_28", num_classes=3, in_channels=1)
@@ -123,7 +123,7 @@ def captioner_dir(tmp_path_factory, scene_tokenizer) -> Path:
 
 @pytest.fixture(scope="session")
 def text_to_image_dir(tmp_path_factory, scene_tokenizer) -> Path:
-    from attnlab.tasks.text_to_image import VQVAE_SUBDIR
+    from attnlab.families.text_to_image.task import VQVAE_SUBDIR
 
     torch.manual_seed(0)
     model = attnlab.create_model("text_to_image_tiny", text_length=40)

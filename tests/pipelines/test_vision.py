@@ -23,7 +23,7 @@ def _digit(seed: int, size: int = 28) -> np.ndarray:
 
 # -- ViT ------------------------------------------------------------------------------------
 def test_classify_equals_predict_and_attnlab_classify(vit_dir, tmp_path, capsys):
-    from attnlab.tasks.classification import predict
+    from attnlab.families.vit.task import predict
 
     vit = attnlab.load(vit_dir)
     assert vit.classes == VIT_CLASSES
@@ -72,7 +72,7 @@ def test_classify_checks_images_against_the_model(vit_dir, tmp_path):
 
 
 def test_vit_attention_is_the_encoders_over_class_token_and_patches(vit_dir):
-    from attnlab.tasks.classification import normalize
+    from attnlab.data.images import normalize
 
     vit = attnlab.load(vit_dir)
     groups = vit.attention(_digit(4))
@@ -93,7 +93,7 @@ def _scene(seed: int) -> np.ndarray:
 
 
 def test_caption_equals_generate_captions_and_attnlab_caption(captioner_dir, tmp_path, capsys):
-    from attnlab.tasks.caption import generate_captions, load_captioner
+    from attnlab.families.caption.task import generate_captions, load_captioner
 
     captioner = attnlab.load(captioner_dir)
     images = [_scene(0), _scene(1)]
@@ -109,7 +109,7 @@ def test_caption_equals_generate_captions_and_attnlab_caption(captioner_dir, tmp
 
 
 def test_caption_attention_matches_the_word_attention_route(captioner_dir):
-    from attnlab.tasks.caption import generate_captions, word_attention
+    from attnlab.families.caption.task import generate_captions, word_attention
 
     captioner = attnlab.load(captioner_dir)
     image = torch.from_numpy(_scene(0)).permute(2, 0, 1)
@@ -124,7 +124,7 @@ def test_caption_attention_matches_the_word_attention_route(captioner_dir):
 
 # -- text-to-image ---------------------------------------------------------------------------
 def test_imagine_equals_the_task_route(text_to_image_dir):
-    from attnlab.tasks.text_to_image import imagine, load_text_to_image
+    from attnlab.families.text_to_image.task import imagine, load_text_to_image
 
     pipeline = attnlab.load(text_to_image_dir)
     prompts = ["a red circle above a blue triangle", "a green square"]
@@ -141,8 +141,8 @@ def test_imagine_equals_the_task_route(text_to_image_dir):
 
 
 def test_text_to_image_attention_reads_the_prompt_and_the_images_codes(text_to_image_dir):
-    from attnlab.tasks.classification import normalize
-    from attnlab.tasks.text_to_image import encode_prompt
+    from attnlab.data.images import normalize
+    from attnlab.families.text_to_image.task import encode_prompt
 
     pipeline = attnlab.load(text_to_image_dir)
     image = pipeline.imagine("a red circle", n=1, seed=1)[0]
@@ -207,7 +207,7 @@ def test_super_resolve_equals_attnlab_super_resolve(super_resolution_dir, tmp_pa
 
 
 def test_image_transformer_attention_is_the_models(super_resolution_dir, image_dir):
-    from attnlab.tasks.images import downsample
+    from attnlab.families.image.task import downsample
 
     pipeline = attnlab.load(super_resolution_dir)
     image = np.arange(16, dtype=np.uint8).reshape(4, 4) * 16

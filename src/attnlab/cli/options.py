@@ -284,6 +284,29 @@ def check_fits_in_memory(nbytes: int, *, flag: str, what: str) -> None:
                          f"{memory / 2**30:,.1f} GiB of memory; choose a smaller value")
 
 
+def check_positive(args, names) -> None:
+    """Each option in ``names`` (attribute names of ``args``) that was given is at least 1."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}={value} must be at least 1")
+
+
+def check_image_folder_memory(args) -> None:
+    """``--image-size`` checked before a DIR's images are read: all of them resized to it
+    must fit in memory (shared by train vit and train image)."""
+    from pathlib import Path
+
+    from attnlab.data.images import IMAGE_SUFFIXES
+
+    size, folder = args.image_size, Path(args.data)
+    if size is None or not folder.is_dir():
+        return
+    count = sum(1 for path in folder.rglob("*") if path.suffix.lower() in IMAGE_SUFFIXES)
+    check_fits_in_memory(count * (args.channels or 3) * size * size, flag=f"--image-size {size}",
+                         what=f"the {count:,d} images of {folder} resized to {size}×{size}")
+
+
 def sizing_flags(args, *flags: str) -> str:
     """The options among ``flags`` that were given (``--batch-size`` always), as
     ``--image-size 100000/--batch-size 16``: what a memory refusal names."""

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["IMAGE_SETS", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS"]
+__all__ = ["IMAGE_SETS", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS",
+           "normalize", "PIXEL_INPUT"]
 
 SPLITS = ("train", "valid", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -254,6 +255,16 @@ def _load_directory(root: Path, split: str, *, image_size: int | None, channels:
     images = torch.stack([read_image(path, image_size=image_size, channels=channels) for path, _ in files])
     labels = torch.tensor([label for _, label in files], dtype=torch.int64)
     return ImageSet(str(root), split, images, labels, names)
+
+
+# ---------------------------------------------------------------------- model input
+PIXEL_INPUT = "(pixel / 255 - 0.5) / 0.5"  # what :func:`normalize` computes (a model directory records it)
+
+
+def normalize(images: Tensor) -> Tensor:
+    """uint8 ``(B, C, H, W)`` -> float32 in [-1, 1]: every image model's input
+    (:data:`PIXEL_INPUT`), the same in training, evaluation and the verbs."""
+    return images.float().div(127.5).sub(1.0)
 
 
 def describe(image_set: ImageSet) -> str:

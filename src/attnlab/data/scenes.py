@@ -4,7 +4,7 @@ Every image is drawn from a seed, so a split is the same on every machine and th
 known: which object is where (a boolean mask per object), its shape, colour and size, and
 captions that say so ("a small red circle to the left of a large blue square"). Attention
 and generated images can be scored against that truth (the grounding score of
-:mod:`attnlab.tasks.caption`).
+:mod:`attnlab.families.caption.task`).
 
 Scenes::
 
@@ -43,12 +43,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnlab.models.scene_names import COLOURS, SHAPES
+
 __all__ = ["COLOURS", "HELD_OUT_PAIRS", "SCENE_SPLITS", "SHAPES", "SIZES", "SceneObject", "SceneSet",
            "load_scenes", "relation", "render_scene"]
 
-SHAPES = ("circle", "square", "triangle")
-COLOURS = {"red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 90, 230), "yellow": (230, 210, 40),
-           "purple": (160, 60, 200)}
 SIZES = {"small": 0.11, "large": 0.18}  # radius as a fraction of the image side
 HELD_OUT_PAIRS = frozenset({("blue", "circle"), ("green", "square"), ("yellow", "triangle"), ("purple", "circle")})
 SCENE_SPLITS = {"train": (8000, 11), "valid": (500, 22), "test": (1000, 33), "reader": (20000, 44)}  # images, seed

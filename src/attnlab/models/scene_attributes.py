@@ -1,6 +1,6 @@
 """A small CNN that reads a scene image's objects: for every (colour, shape) pair, whether
 it is there and where its centre is. The fidelity score of text-to-image
-(:mod:`attnlab.tasks.text_to_image`) checks generated images with it; its accuracy on
+(:mod:`attnlab.families.text_to_image.task`) checks generated images with it; its accuracy on
 real test scenes is the ceiling of that score.
 
     images (B, 3, S, S) in [-1, 1] -> 3 conv blocks (32, 64, 64 channels; two of stride 2)
@@ -17,12 +17,11 @@ from torch import Tensor, nn
 
 from attnlab.models.base import AttnlabModel, ModelConfig, check_images
 from attnlab.models.registry import register_family, register_preset
+from attnlab.models.scene_names import COLOURS, SHAPES
 
 
 def scene_pairs() -> list[tuple[str, str]]:
     """Every (colour, shape) pair of the scene generator, in a fixed order."""
-    from attnlab.data.scenes import COLOURS, SHAPES
-
     return [(colour, shape) for colour in COLOURS for shape in SHAPES]
 
 

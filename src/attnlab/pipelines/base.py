@@ -8,6 +8,7 @@ picks the class by the family of the directory.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -104,3 +105,14 @@ def check_int(value, name: str, *, minimum: int = 1, maximum: int | None = None)
         bound = f"in {minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
         raise ValueError(f"{name}={value} must be {bound}")
     return value
+
+
+def check_sampling(temperature: float, top_k: int | None, *, greedy_allowed: bool, top_k_max: int | None = None):
+    """``temperature`` a finite number > 0 (>= 0 where 0 means greedy), ``top_k`` None or 1..``top_k_max``."""
+    lowest_ok = 0.0 if greedy_allowed else math.nextafter(0.0, 1.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not lowest_ok <= temperature < math.inf:
+        raise ValueError(f"temperature={temperature!r} must be a finite number "
+                         + (">= 0 (0: greedy)" if greedy_allowed else "> 0"))
+    if top_k is not None:
+        check_int(top_k, "top_k", maximum=top_k_max)

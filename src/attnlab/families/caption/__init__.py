@@ -6,9 +6,10 @@ FAMILY = register_family(Family(
     name="caption",
     config_family="captioner",
     title="image captioner",
-    verbs={"caption": "attnlab.cli.caption", "evaluate-caption": "attnlab.cli.evaluate_caption"},
-    train="attnlab.cli.train_caption",
+    verbs={"caption": "attnlab.families.caption.caption",
+           "evaluate-caption": "attnlab.families.caption.evaluate"},
+    train="attnlab.families.caption.train",
     evaluate="evaluate-caption",
-    pipeline="attnlab.pipelines.vision:CaptionPipeline",
+    pipeline="attnlab.families.caption.pipeline:CaptionPipeline",
     onnx="attnlab.interop.onnx_export:captioner_graph",
 ))

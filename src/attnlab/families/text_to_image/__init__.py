@@ -6,9 +6,10 @@ FAMILY = register_family(Family(
     name="text_to_image",
     config_family="text_to_image",
     title="text-to-image model",
-    verbs={"imagine": "attnlab.cli.imagine", "evaluate-text-to-image": "attnlab.cli.evaluate_text_to_image"},
-    train="attnlab.cli.train_text_to_image",
+    verbs={"imagine": "attnlab.families.text_to_image.imagine",
+           "evaluate-text-to-image": "attnlab.families.text_to_image.evaluate"},
+    train="attnlab.families.text_to_image.train",
     evaluate="evaluate-text-to-image",
-    pipeline="attnlab.pipelines.vision:TextToImagePipeline",
+    pipeline="attnlab.families.text_to_image.pipeline:TextToImagePipeline",
     onnx="attnlab.interop.onnx_export:text_to_image_graph",
 ))

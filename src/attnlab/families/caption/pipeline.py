@@ -1,0 +1,63 @@
+"""``attnlab.load`` of a captioner directory: captions and attention maps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnlab.pipelines.base import Pipeline, check_int, check_texts
+from attnlab.pipelines.images import ImageSpec, to_pixels
+
+__all__ = ["CaptionPipeline"]
+
+
+class CaptionPipeline(Pipeline):
+    """A captioner with its sentencepiece vocabulary (:func:`attnlab.families.caption.task.load_captioner`)."""
+
+    family = "captioner"
+
+    def __init__(self, model, tokenizer, info: dict | None = None, directory=None):
+        super().__init__(model, directory)
+        self.tokenizer, self.info = tokenizer, dict(info or {})
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> CaptionPipeline:
+        from attnlab.families.caption.task import load_captioner
+
+        return cls(*load_captioner(directory, device), directory=directory)
+
+    @property
+    def image_spec(self) -> ImageSpec:
+        c = self.model.config
+        return ImageSpec(c.in_channels, (c.image_size, c.image_size), resize=True)
+
+    def caption(self, images, *, beam: int = 3, alpha: float = 0.6) -> str | list[str]:
+        """A caption per image by beam search (``beam=1``: greedy), as ``attnlab caption``."""
+        from attnlab.families.caption.task import generate_captions
+
+        check_int(beam, "beam")
+        pixels, single = to_pixels(images, self.image_spec)
+        captions = [c.text for c in generate_captions(self.model, self.tokenizer, pixels, beam_size=beam, alpha=alpha)]
+        return captions[0] if single else captions
+
+    def attention(self, image, caption: str | None = None, *, beam: int = 3) -> dict[str, Tensor]:
+        """Caption ``image`` (or take ``caption``), then every layer's attention while the
+        decoder reads it teacher-forced: "decoder self", "cross" (over the image's cells) and,
+        for a ViT encoder, "image encoder self"."""
+        from attnlab.families.caption.task import generate_captions
+        from attnlab.data.images import normalize
+        from attnlab.viz.explorer.maps import attention_maps
+
+        pixels, single = to_pixels(image, self.image_spec, "image")
+        if not single:
+            raise ValueError("image: attention() takes one image")
+        config = self.model.config
+        if caption is None:
+            tokens = generate_captions(self.model, self.tokenizer, pixels, beam_size=beam)[0].tokens
+        else:
+            check_texts(caption, "caption")
+            tokens = self.tokenizer.encode(caption)
+        tgt_in = torch.tensor([([config.bos_id] + tokens)[:config.max_positions]], device=self.device)
+        return attention_maps(self.model, images=normalize(pixels).to(self.device), tgt_in_ids=tgt_in)

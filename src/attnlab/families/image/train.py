@@ -1,0 +1,348 @@
+"""``attnlab train image``: an Image Transformer on an image set with the shared Trainer.
+
+    attnlab train image --data mnist --out runs/it-mnist --max-minutes 25     # imagetransformer_mnist_small
+    attnlab train image --data mnist --preset imagetransformer_mnist_2d_small --out runs/it-mnist-2d
+    attnlab train image --data emoji --classes --out runs/it-emoji            # class-conditional, 32×32 RGB
+    attnlab train image --data fashion-mnist --preset imagetransformer_sr_mnist_small --out runs/sr
+    attnlab train image --data photos/ --image-size 32 --channels 3 --out runs/mine
+
+Adam with linear warm-up then cosine decay, checkpoints and exact ``--resume``; the
+trainer's ``loss`` is nats per sub-pixel (bits/dim = loss / ln 2). At the end the test
+split is scored in bits/dim. Writes ``OUT/model`` (config.json, model.safetensors,
+image.json: the data and class names), ``OUT/checkpoints``, ``OUT/metrics.jsonl`` and
+``OUT/evaluation/results.json``.
+
+Also here: helpers shared by ``sample-images``, ``complete-image``, ``super-resolve`` and
+``evaluate-image``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from attnlab.cli.options import add_runtime_arguments
+
+HELP = "train an Image Transformer (local 1D/2D attention) on mnist, fashion-mnist, emoji or a folder of images"
+IMAGE_FILE = "image.json"
+DEFAULT_PRESETS = {"mnist": "imagetransformer_mnist_small", "fashion-mnist": "imagetransformer_mnist_small",
+                   "emoji": "imagetransformer_colour_small"}
+
+
+def add_arguments(parser) -> None:
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", required=True,
+                      help="mnist, fashion-mnist, emoji, or DIR with DIR/class_name/*.png (or DIR/train, DIR/test)")
+    data.add_argument("--image-size", type=int, help="DIR images are resized to this square (default: the first's)")
+    data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
+    data.add_argument("--classes", action="store_true", help="class-conditional: a class embedding at every position")
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument("--preset", help="model preset (default: imagetransformer_mnist_small for 28×28 grey, "
+                                        "imagetransformer_colour_small for colour)")
+    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a preset field, e.g. --set num_layers=6 (repeatable)")
+    model.add_argument("--attention", metavar="SPEC",
+                       help='the decoder\'s pattern: a name ("causal" = full attention) or a JSON object, e.g. '
+                            '\'{"name": "local_2d", "query_shape": [4, 7], "memory_flange": [4, 7]}\'')
+    model.add_argument("--batch-size", type=int, default=16, help="images per update (default: 16)")
+    model.add_argument("--max-steps", type=int, default=20000, help="optimizer updates (default: 20000)")
+    model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
+    model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
+    from attnlab.cli.options import add_run_group
+
+    run_group = add_run_group(parser)
+    run_group.add_argument("--val-images", type=int, default=256,
+                           help="validation images scored each time (default: 256)")
+    run_group.add_argument("--test-images", type=int, help="score only the first N test images (default: all)")
+
+
+def load_image_set(source: str, split: str, *, image_size=None, channels=None):
+    """A named image set (mnist, fashion-mnist, emoji, digits) or a folder."""
+    from attnlab.data import emoji
+    from attnlab.data.images import load_images
+
+    return load_images(source, split, image_size=image_size, channels=channels, named={"emoji": emoji.load_emoji_set})
+
+
+def run(args) -> int:
+    import time
+
+    import torch
+
+    import attnlab
+    from attnlab.cli.options import (check_image_folder_memory, check_positive, check_training_memory,
+                                     checkpoint_minutes, parse_overrides, resolve_device, sizing_flags)
+    from attnlab.data.images import describe
+    from attnlab.families.image.task import evaluate_bits_per_dim, image_loss
+    from attnlab.models.image_transformer import ImageTransformerConfig
+    from attnlab.training.image_batches import ImageBatches
+    from attnlab.training.outputs import check_run_output, save_run_model
+    from attnlab.training.phases import (Scoring, budget_plan, budget_report, command_budget, scoring_reserve,
+                                         train_within)
+    from attnlab.training.trainer import TrainConfig, Trainer
+
+    budget = command_budget(args.max_minutes)  # the whole command's: training and the test split's scoring
+    check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "val_images", "test_images"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(resolve_device(args.device))
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    plan = budget_plan(budget, scoring="the test split's bits/dim")
+    if plan:
+        say(plan)
+
+    out = Path(args.out)
+    check_run_output(out, resume=args.resume, force=args.force)  # before reading data or writing
+
+    check_image_folder_memory(args)
+    train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels)
+    kwargs = dict(image_size=train.image_size, channels=train.channels)
+    valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
+    preset_name = args.preset or DEFAULT_PRESETS.get(args.data) or (
+        "imagetransformer_mnist_small" if train.channels == 1 else "imagetransformer_colour_small")
+    if preset_name not in attnlab.list_presets() or not isinstance(attnlab.get_preset(preset_name),
+                                                                   ImageTransformerConfig):
+        names = [n for n in attnlab.list_presets() if isinstance(attnlab.get_preset(n), ImageTransformerConfig)]
+        raise ValueError(f"--preset {preset_name!r} is not an Image Transformer preset; choose one of {', '.join(names)}")
+    _, channels, height, width = train.images.shape
+    overrides = {"height": height, "width": width, "channels": channels,
+                 "num_classes": len(train.classes) if args.classes else 0, **parse_overrides(args.set)}
+    if args.attention:
+        overrides["attention"] = parse_attention(args.attention)
+    check_training_memory(attnlab.get_preset(preset_name, **overrides), batch_size=args.batch_size,
+                          flag=sizing_flags(args, "--image-size", "--attention", "--set", "--batch-size"))
+    torch.manual_seed(args.seed)
+    model = attnlab.create_model(preset_name, **overrides).to(device)
+    for part in (train, valid, test):
+        say(describe(part))
+    say(f"model: {preset_name} {overrides}, {model.num_parameters():,d} parameters, "
+        f"{model.config.sequence_length} sub-pixels per image, device {device}")
+
+    out.mkdir(parents=True, exist_ok=True)
+    info_bytes = (json.dumps({"data": str(args.data), "classes": train.classes, "class_conditional": args.classes},
+                             indent=2) + "\n").encode()
+    info_file = out / IMAGE_FILE
+    from attnlab.files import atomic_write_bytes
+
+    atomic_write_bytes(info_file, info_bytes)
+    warmup = min(args.warmup, max(1, args.max_steps // 10))
+    config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                         min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.98), eps=1e-9,
+                         optimizer="adam", clip_grad_norm=1.0, log_every=50,
+                         validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
+                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
+                         checkpoint_every_minutes=checkpoint_minutes(args))
+    valid_batches = list(ImageBatches(valid, args.batch_size, shuffle=False, drop_last=False, raw=True))
+    valid_batches = _first_images(valid_batches, args.val_images)
+    trainer = Trainer(model, image_loss, ImageBatches(train, args.batch_size, seed=args.seed, raw=True), config,
+                      valid_batches=valid_batches, model_files=[info_file])
+    started = time.perf_counter()
+    train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
+    if not trainer.context.is_main:
+        return 0
+    minutes = (time.perf_counter() - started) / 60
+    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes}, replace=args.force)
+    scoring = Scoring("test bits/dim", len(test) if args.test_images is None else min(args.test_images, len(test)),
+                      unit="image", batch_size=max(args.batch_size, 32), budget=budget, progress=not args.no_progress)
+    results = evaluate_bits_per_dim(model, test, batches=scoring)
+    results.update({"data": str(args.data), "split": "test", "updates": trainer.step,
+                    "train_minutes": round(minutes, 2), "scoring": scoring.record()})
+    from attnlab.files import atomic_write_json
+
+    (out / "evaluation").mkdir(exist_ok=True)
+    atomic_write_json(out / "evaluation" / "results.json", results)
+    say(f"done: {trainer.summary(('loss', 'valid_loss'), 'nats per dimension')}")
+    say(f"test: {results['bits_per_dim']:.4f} bits/dim over {scoring.summary('images')}")
+    if budget.limited:
+        say(budget_report(budget))
+    print(model_dir)
+    return 0
+
+
+def parse_attention(text: str):
+    """``--attention``: a pattern name, or a JSON object with a "name"."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--attention {text!r}: not a JSON object ({error})") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"--attention {text!r}: give a name or a JSON object with a \"name\"")
+    return spec
+
+
+def _first_images(batches, limit: int):
+    kept, count = [], 0
+    for batch in batches:
+        if count >= limit:
+            break
+        take = min(limit - count, batch["images"].shape[0])
+        kept.append({key: value[:take] for key, value in batch.items()})
+        count += take
+    return kept
+
+
+# -- helpers for the image verbs ---------------------------------------------------------------
+def load_image_model(directory: str, device):
+    """A saved Image Transformer and its class names; ValueError for anything else."""
+    import attnlab
+    from attnlab.models.image_transformer import ImageTransformer
+
+    model = attnlab.load_model(directory, device=str(device))
+    if not isinstance(model, ImageTransformer):
+        raise ValueError(f"{directory}: holds a {model.config.family} model, not an Image Transformer")
+    classes = [str(i) for i in range(model.config.num_classes)]
+    path = Path(directory) / IMAGE_FILE
+    if path.is_file():  # missing: a model saved without it; classes go by their numbers
+        info = read_image_info(path)
+        names = info.get("classes")
+        if model.config.num_classes and names is not None:
+            if len(names) != model.config.num_classes:
+                raise ValueError(f"{path}: names {len(names)} classes, but the model was trained with "
+                                 f"{model.config.num_classes}; the file does not belong to this model")
+            classes = names
+    return model, classes
+
+
+def read_image_info(path: Path) -> dict:
+    """``image.json`` checked: an object whose "data" is a string and "classes" a list of
+    strings (each optional); ValueError naming the file otherwise."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a valid image.json ({error})") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{path}: not a valid image.json (expected an object with \"data\" and \"classes\")")
+    if "data" in info and not isinstance(info["data"], str):
+        raise ValueError(f"{path}: not a valid image.json (\"data\" must be a string)")
+    names = info.get("classes")
+    if names is not None and not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        raise ValueError(f"{path}: not a valid image.json (\"classes\" must be a list of names)")
+    return info
+
+
+def model_data(directory: str) -> str | None:
+    """The ``--data`` a model was trained on (image.json), None when unknown."""
+    path = Path(directory) / IMAGE_FILE
+    return read_image_info(path).get("data") if path.is_file() else None
+
+
+def parse_class(value: str | None, classes: list[str]) -> int | None:
+    """``--class`` as an index: a number or a class name."""
+    if value is None:
+        return None
+    if not classes:
+        raise ValueError("--class: this model is not class-conditional")
+    if value in classes:
+        return classes.index(value)
+    if value.isdigit() and int(value) < len(classes):
+        return int(value)
+    raise ValueError(f"--class {value!r}: not one of the model's {len(classes)} classes ({', '.join(classes[:12])}"
+                     f"{', ...' if len(classes) > 12 else ''}) nor an index below {len(classes)}")
+
+
+def add_output_arguments(parser) -> None:
+    parser.add_argument("--out", required=True, help="the PNG to write")
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--scale", type=int, default=2, help="enlarge pixels by this factor in the PNG (default: 2)")
+
+
+def check_output(args) -> Path:
+    """``--out`` checked before any work (see :func:`check_png`)."""
+    return check_png(args.out, force=args.force, scale=args.scale)
+
+
+def check_png(path, *, force: bool, scale: int, name: str = "--out") -> Path:
+    """The PNG path of option ``name`` checked before any work (the shared output rule,
+    :func:`attnlab.files.check_output_file`: a .png name, an existing file or link only with
+    ``force``, in a directory that exists); ``scale`` in 1..16."""
+    from attnlab.files import check_output_file
+
+    out = check_output_file(path, force=force, flag=name, suffixes=(".png",))
+    if not 1 <= scale <= 16:
+        raise ValueError(f"--scale={scale} must be in 1..16")
+    return out
+
+
+def write_png(out: Path, image) -> None:
+    from attnlab.data.images import to_bytes_png
+    from attnlab.files import atomic_write_bytes
+
+    atomic_write_bytes(out, to_bytes_png(image))
+
+
+def read_png(path: str, model, *, size: tuple[int, int] | None = None):
+    """``path`` as a ``(1, C, H, W)`` batch of the model's channels and size (or ``size``)."""
+    from attnlab.data.images import read_image
+
+    c = model.config
+    image = read_image(path, channels=c.channels)
+    expected = size or (c.height, c.width)
+    if tuple(image.shape[1:]) != tuple(expected):
+        raise ValueError(f"{path}: the image is {image.shape[2]}×{image.shape[1]} pixels, but the model takes "
+                         f"{expected[1]}×{expected[0]}")
+    return image[None]
+
+
+def progress_bar(total: int, enabled: bool, description: str):
+    """A tqdm bar over sub-pixels (a no-op callable when disabled)."""
+    if not enabled:
+        return None, lambda done: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=description, unit="sub-pixel", file=sys.stderr, leave=False)
+    state = {"last": 0}
+
+    def update(done: int) -> None:
+        bar.update(done - state["last"])
+        state["last"] = done
+
+    return bar, update
+
+
+def prepare_sampling(args):
+    """What sample-images and complete-image do first: check ``--out``, load the (not
+    super-resolution) model; returns ``(out, device, sampling options, model, classes)``."""
+    import torch
+
+    from attnlab.cli.options import resolve_device
+
+    out = check_output(args)
+    device = torch.device(resolve_device(args.device))
+    options = sampling_options(args, device)
+    model, classes = load_image_model(args.model, device)
+    if model.config.low_resolution:
+        raise ValueError(f"{args.model} is a super-resolution model: use `attnlab super-resolve`")
+    return out, device, options, model, classes
+
+
+def add_sampling_arguments(parser) -> None:
+    parser.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (0 = greedy; default: 1)")
+    parser.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_runtime_arguments(parser)
+
+
+def sampling_options(args, device) -> dict:
+    """The sampling verbs' options checked (and ``--threads`` applied)."""
+    import torch
+
+    from attnlab.cli.options import apply_threads
+
+    apply_threads(args)
+    if args.temperature < 0:
+        raise ValueError(f"--temperature={args.temperature} must be >= 0")
+    if args.top_k is not None and not 1 <= args.top_k <= 256:
+        raise ValueError(f"--top-k={args.top_k} must be in 1..256")
+    return {"temperature": args.temperature, "top_k": args.top_k, "generator": torch.Generator(device=device).manual_seed(args.seed)}
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="attnlab train image", description=HELP)
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

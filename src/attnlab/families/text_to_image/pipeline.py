@@ -1,0 +1,71 @@
+"""``attnlab.load`` of a text-to-image directory: images from prompts, attention maps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnlab.pipelines.base import Pipeline, check_int, check_sampling, check_texts
+from attnlab.pipelines.images import ImageSpec, to_arrays, to_pixels
+
+__all__ = ["TextToImagePipeline"]
+
+
+class TextToImagePipeline(Pipeline):
+    """A text-to-image model with its VQ-VAE and tokenizer
+    (:func:`attnlab.families.text_to_image.task.load_text_to_image`), as ``attnlab imagine``."""
+
+    family = "text_to_image"
+
+    def __init__(self, model, vqvae, tokenizer, directory=None):
+        super().__init__(model, directory)
+        self.vqvae, self.tokenizer = vqvae.eval(), tokenizer
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> TextToImagePipeline:
+        from attnlab.families.text_to_image.task import load_text_to_image
+
+        return cls(*load_text_to_image(directory, device), directory)
+
+    def modules(self):
+        return [self.model, self.vqvae]
+
+    def imagine(self, prompts: str | list[str], n: int = 1, *, temperature: float = 1.0, top_k: int | None = 32,
+                seed: int = 0) -> np.ndarray:
+        """``n`` images per prompt, uint8 ``(len(prompts) · n, S, S, 3)`` prompt-major (one
+        string counts as one prompt), sampled as ``attnlab imagine`` does
+        (:func:`attnlab.families.text_to_image.task.imagine`; ``top_k=None``: the whole codebook)."""
+        from attnlab.families.text_to_image.task import imagine
+
+        items, _ = check_texts(prompts, "prompts")
+        if not items:
+            raise ValueError("prompts: an empty list; give at least one prompt")
+        check_int(n, "n")
+        check_sampling(temperature, top_k, greedy_allowed=False)
+        check_int(seed, "seed", minimum=0)
+        images = imagine(self.model, self.vqvae, self.tokenizer, items, n=n, temperature=temperature, top_k=top_k,
+                         seed=seed)
+        return to_arrays(images)
+
+    @property
+    def image_spec(self) -> ImageSpec:
+        c = self.vqvae.config
+        return ImageSpec(c.in_channels, (c.image_size, c.image_size), resize=True)
+
+    def attention(self, prompt: str, image) -> dict[str, Tensor]:
+        """``{"self": (layers, heads, L, L)}`` over ``[prompt tokens; image tokens]``: the
+        model reading ``prompt`` and ``image`` (e.g. one it drew) as its VQ-VAE codes, teacher-forced."""
+        from attnlab.data.images import normalize
+        from attnlab.families.text_to_image.task import encode_prompt
+        from attnlab.viz.explorer.maps import attention_maps
+
+        check_texts(prompt, "prompt")
+        pixels, single = to_pixels(image, self.image_spec, "image")
+        if not single:
+            raise ValueError("image: attention() takes one image")
+        codes = self.vqvae.encode(normalize(pixels).to(next(self.vqvae.parameters()).device))
+        text = torch.tensor([encode_prompt(self.tokenizer, prompt, self.model.config.text_length)], device=self.device)
+        return attention_maps(self.model, text_ids=text, codes=codes.to(self.device))

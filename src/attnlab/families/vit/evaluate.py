@@ -1,0 +1,72 @@
+"""``attnlab evaluate-vit --model DIR --data mnist``: accuracy, per-class accuracy and a
+confusion-matrix PNG of a trained Vision Transformer on a split of an image set."""
+
+from __future__ import annotations
+
+HELP = "score a Vision Transformer on an image set: accuracy, per-class accuracy, confusion-matrix PNG"
+
+
+def add_arguments(parser) -> None:
+    from attnlab.cli.options import add_force_argument, add_runtime_arguments
+
+    parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
+    parser.add_argument("--data", help="mnist, fashion-mnist, digits or DIR (default: what the model was trained on)")
+    parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
+    parser.add_argument("--out", help="write results.json and confusion_matrix.png here (made if missing; other "
+                                      "files in it are left alone)")
+    add_force_argument(parser, "results.json and confusion_matrix.png in --out")
+    add_runtime_arguments(parser)
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from attnlab.cli.options import apply_threads
+    from attnlab.data.images import load_images
+    from attnlab.families.vit.task import CLASSES_FILE, evaluate_classifier, load_classifier
+    from attnlab.families.vit.train import EVALUATION_FILES, resolve_device, write_evaluation
+    from attnlab.files import check_output_directory, check_output_file
+
+    if args.out:  # before any work: the two files are replaced only with --force
+        out = check_output_directory(args.out, force=True, flag="--out")
+        for name in EVALUATION_FILES if out.is_dir() else ():
+            check_output_file(out / name, force=args.force, flag="--out")
+    apply_threads(args)
+    model, classes = load_classifier(args.model, resolve_device(args.device))
+    if args.data is None:
+        trained_on = _trained_on(Path(args.model) / CLASSES_FILE)  # refuses when the file does not say
+    else:
+        try:
+            trained_on = _trained_on(Path(args.model) / CLASSES_FILE)
+        except ValueError:
+            trained_on = None
+    data_name = args.data or trained_on
+    # The model's own data is converted as training converted it; other images are scored
+    # only at the size and channels they have (as evaluate-image): no silent resize.
+    c = model.config
+    same = data_name == trained_on
+    data = load_images(data_name, args.split, image_size=c.image_size if same else None,
+                       channels=c.in_channels if same else None)
+    if tuple(data.images.shape[1:]) != (c.in_channels, c.image_size, c.image_size):
+        _, channels, height, width = data.images.shape
+        raise ValueError(f"--data {data_name}: its images are {width}×{height} with {channels} channel(s), but the "
+                         f"model takes {c.image_size}×{c.image_size} with {c.in_channels}; give images of the model's "
+                         "size and channels")
+    if data.classes != classes:
+        raise ValueError(f"{data_name}: its classes {data.classes[:10]} are not the model's {classes[:10]}")
+    evaluation = evaluate_classifier(model, data)
+    print(evaluation.summary())
+    if args.out:
+        write_evaluation(evaluation, Path(args.out), data)
+        print(f"wrote {Path(args.out) / 'results.json'} and {Path(args.out) / 'confusion_matrix.png'}")
+    return 0
+
+
+def _trained_on(path) -> str:
+    import json
+
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["data"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"{path}: does not say which data the model was trained on; pass --data") from None

@@ -1,0 +1,62 @@
+"""``attnlab.load`` of a Vision Transformer directory: classification and attention maps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import Tensor
+
+from attnlab.pipelines.base import Pipeline, check_int
+from attnlab.pipelines.images import ImageSpec, to_pixels
+
+__all__ = ["ClassifierPipeline"]
+
+
+class ClassifierPipeline(Pipeline):
+    """A Vision Transformer with its class names (``classes.json``), as ``attnlab classify``."""
+
+    family = "vit"
+
+    def __init__(self, model, classes: list[str], directory=None):
+        super().__init__(model, directory)
+        self.classes = list(classes)
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> ClassifierPipeline:
+        from attnlab.families.vit.task import load_classifier
+
+        model, classes = load_classifier(str(directory), device)
+        return cls(model, classes, directory)
+
+    @property
+    def image_spec(self) -> ImageSpec:
+        c = self.model.config
+        return ImageSpec(c.in_channels, (c.image_size, c.image_size), resize=True)
+
+    def classify(self, images, top: int = 5) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
+        """The ``top`` likeliest classes of each image, ``[(class name, probability), ...]``
+        best first: a list per image for a batch, one list for one image. Images: see
+        :mod:`attnlab.pipelines.images` (files and PIL images are resized to the model's
+        size as ``attnlab classify`` does; arrays must have it)."""
+        from attnlab.families.vit.task import predict
+
+        check_int(top, "top")
+        pixels, single = to_pixels(images, self.image_spec)
+        probabilities = predict(self.model, pixels)
+        k = min(top, len(self.classes))
+        ranked = []
+        for row in probabilities:
+            values, indices = row.topk(k)
+            ranked.append([(self.classes[i], float(p)) for p, i in zip(values, indices.tolist())])
+        return ranked[0] if single else ranked
+
+    def attention(self, image) -> dict[str, Tensor]:
+        """``{"self": (layers, heads, T, T)}`` over the model's tokens for one image: the
+        class token (if the model has one) then the patches, row by row."""
+        from attnlab.data.images import normalize
+        from attnlab.viz.explorer.maps import attention_maps
+
+        pixels, single = to_pixels(image, self.image_spec, "image")
+        if not single:
+            raise ValueError("image: attention() takes one image")
+        return attention_maps(self.model, images=normalize(pixels).to(self.device))

@@ -1,0 +1,93 @@
+"""attnlab train caption / caption / evaluate-caption on a tiny COCO-format folder of scenes."""
+
+import json
+
+import pytest
+
+from attnlab.cli.main import main
+from attnlab.data.images import to_bytes_png
+from attnlab.data.scenes import load_scenes
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TINY = ["--preset", "captioner_tiny", "--set", "max_positions=12", "--batch-size", "16", "--val-every", "4", "--save-every", "4", "--no-progress",
+        "--device", "cpu", "--lr", "3e-3", "--warmup", "2", "--beam", "2"]
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory):
+    """40 scenes as PNG files with a COCO captions JSON."""
+    root = tmp_path_factory.mktemp("coco")
+    scenes = load_scenes("valid", count=40)
+    (root / "images").mkdir()
+    images, notes = [], []
+    for i, (image, captions) in enumerate(zip(scenes.images, scenes.captions)):
+        (root / "images" / f"{i:03d}.png").write_bytes(to_bytes_png(image))
+        images.append({"id": i, "file_name": f"{i:03d}.png"})
+        notes += [{"image_id": i, "caption": c} for c in captions]
+    (root / "captions.json").write_text(json.dumps({"images": images, "annotations": notes}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(coco, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    assert main(["train", "caption", "--data", f"coco:{coco}", "--max-steps", "8", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def test_train_writes_model_checkpoints_and_scores(trained, coco):
+    model = trained / "model"
+    for name in ("config.json", "model.safetensors", "tokenizer.model", "caption.json"):
+        assert (model / name).is_file()
+    assert json.loads((model / "caption.json").read_text())["data"] == f"coco:{coco}"
+    results = json.loads((trained / "evaluation" / "results.json").read_text())
+    assert results["images"] == 2 and 0.0 <= results["bleu4"] <= 1.0 and results["cider"] >= 0.0
+    assert results["empty_captions"] == 0  # EOS never comes first
+    assert (trained / "checkpoints").is_dir() and (trained / "metrics.jsonl").is_file()
+
+
+def test_a_second_run_into_the_same_directory_is_refused(trained, coco, capsys):
+    assert main(["train", "caption", "--data", f"coco:{coco}", "--max-steps", "8", "--out", str(trained), *TINY]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_caption_and_attention_figures(trained, coco, tmp_path, capsys):
+    images = [str(coco / "images" / "000.png"), str(coco / "images" / "001.png")]
+    figures = tmp_path / "figures"
+    assert main(["caption", "--model", str(trained / "model"), *images, "--attention-dir", str(figures)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split("\t")[0] for line in lines] == images and all(line.split("\t")[1] for line in lines)
+    assert sorted(p.name for p in figures.iterdir()) == ["000.png", "001.png"]
+    assert main(["caption", "--model", str(trained / "model"), *images, "--sample", "--temperature", "0.7",
+                 "--top-k", "5", "--seed", "3"]) == 0
+    sampled = capsys.readouterr().out
+    assert main(["caption", "--model", str(trained / "model"), *images, "--sample", "--temperature", "0.7",
+                 "--top-k", "5", "--seed", "3"]) == 0
+    assert capsys.readouterr().out == sampled and len(sampled.strip().splitlines()) == 2
+
+
+def test_evaluate_on_scenes_reports_grounding(trained, tmp_path, capsys):
+    out = tmp_path / "results.json"
+    assert main(["evaluate-caption", "--model", str(trained / "model"), "--data", "scenes", "--limit", "6",
+                 "--json", str(out), "--figures", str(tmp_path / "f"), "--figures-count", "2"]) == 0
+    results = json.loads(out.read_text())
+    assert results["images"] == 6 and results["seen"]["images"] == 3 and results["unseen"]["images"] == 3
+    assert "grounding" in results and "unmatched" in results
+    assert len(list((tmp_path / "f").iterdir())) == 2
+    assert "BLEU-4" in capsys.readouterr().out
+
+
+def test_bad_inputs_are_one_line_errors(trained, tmp_path, capsys):
+    assert main(["caption", "--model", str(trained / "model"), str(tmp_path / "missing.png")]) == 2
+    assert "missing.png: no such image file" in capsys.readouterr().err
+    (tmp_path / "bad.png").write_text("not an image")
+    assert main(["caption", "--model", str(trained / "model"), str(tmp_path / "bad.png")]) == 2
+    assert "bad.png: not a readable image" in capsys.readouterr().err
+    assert main(["caption", "--model", str(tmp_path / "nothing"), str(tmp_path / "bad.png")]) == 2
+    assert "config.json: no such file" in capsys.readouterr().err
+    assert main(["train", "caption", "--data", f"flickr:{tmp_path}", "--out", str(tmp_path / "o"), *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "no Flickr captions file" in err and "Traceback" not in err
+    assert main(["train", "caption", "--data", "scenes", "--preset", "lm_tiny", "--out", str(tmp_path / "o")]) == 2
+    assert "not a captioner preset" in capsys.readouterr().err
