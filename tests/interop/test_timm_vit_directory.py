@@ -72,3 +72,23 @@ def test_what_it_refuses_is_named(tmp_path):
     (directory / "pytorch_model.bin").write_bytes(b"never read")
     with pytest.raises(ValueError, match="pytorch_model.bin is a pickle"):
         load_timm_vit(directory)
+
+
+def test_attnlab_load_and_classify_open_it(tmp_path, capsys):
+    import attnlab
+    from attnlab.cli.main import main
+    from PIL import Image
+
+    theirs, directory = _saved(tmp_path, *CASES[0][1:])
+    classifier = attnlab.load(directory)
+    assert classifier.family == "vit" and classifier.classes == ["0", "1", "2", "3", "4"]
+    pixels = torch.randint(0, 256, (32, 32, 3), generator=torch.Generator().manual_seed(2)).to(torch.uint8)
+    image = tmp_path / "image.png"
+    Image.fromarray(pixels.numpy()).save(image)
+    mean, std = (torch.tensor(IMAGENET[k]).view(1, 3, 1, 1) for k in ("mean", "std"))
+    with torch.no_grad():
+        expected = theirs((pixels.permute(2, 0, 1)[None].float() / 255 - mean) / std).softmax(-1)[0]
+    best = classifier.classify(image, top=1)[0]
+    assert best[0] == str(int(expected.argmax())) and best[1] == pytest.approx(float(expected.max()), abs=1e-4)
+    assert main(["classify", "--model", str(directory), str(image), "--top-k", "1"]) == 0
+    assert f"{best[0]}" in capsys.readouterr().out

@@ -12,4 +12,5 @@ FAMILY = register_family(Family(
     evaluate="evaluate-vit",
     pipeline="attnlab.families.vit.pipeline:ClassifierPipeline",
     onnx="attnlab.interop.onnx_export:vit_graph",
+    recognise=("attnlab.interop.timm_vit:is_timm_vit_directory",),  # timm hub checkpoints (config.json + safetensors)
 ))

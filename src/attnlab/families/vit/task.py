@@ -69,13 +69,17 @@ def evaluate_classifier(model, data: ImageSet, *, batch_size: int = 500) -> Eval
 
 
 def load_classifier(directory: str, device):
-    """A saved ViT and its class names (``classes.json``); ValueError for anything else."""
+    """A saved ViT and its class names (``classes.json``), or a timm ViT checkpoint directory
+    (:func:`attnlab.interop.timm_vit.load_timm_vit`: its label names); ValueError for anything else."""
     import json
     import sys
 
     import attnlab
+    from attnlab.interop.timm_vit import is_timm_vit_directory, load_timm_vit
     from attnlab.models.vit import VisionTransformer
 
+    if is_timm_vit_directory(directory):
+        return load_timm_vit(directory, device=str(device))
     model = attnlab.load_model(directory, device=str(device))
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"{directory}: holds a {model.config.family} model, not a Vision Transformer")
