@@ -52,7 +52,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output", "-o", help="also write the translations to this file")
     parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")
     parser.add_argument("--json", help="also write the scores as JSON to this file")
-    from attnlab.cli.translate import add_quantize_argument
+    from attnlab.cli.options import add_quantize_argument
 
     add_quantize_argument(parser)
 
@@ -70,7 +70,7 @@ def run(args) -> int:
 
     device = resolve_device(args.device)
     translator = Translator.load(args.model, device=device)  # a missing model is the first thing to say
-    from attnlab.cli.translate import apply_quantize
+    from attnlab.cli.options import apply_quantize
 
     apply_quantize(translator.model, args.quantize, device)
     batching = batch_options(args, device)
