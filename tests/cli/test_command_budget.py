@@ -238,7 +238,7 @@ def test_train_lm_counts_the_vocabulary_in_the_budget(clock, monkeypatch, tmp_pa
 
 
 def test_train_translation_counts_the_vocabulary_in_the_budget(clock, monkeypatch, tmp_path, capsys, small_corpus):
-    import attnlab.tasks.translation as task
+    import attnlab.families.translation.task as task
 
     real_train = task.Tokenizer.train
 

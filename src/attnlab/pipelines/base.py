@@ -104,3 +104,9 @@ def check_int(value, name: str, *, minimum: int = 1, maximum: int | None = None)
         bound = f"in {minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
         raise ValueError(f"{name}={value} must be {bound}")
     return value
+
+
+def attention_groups(analysis) -> dict[str, torch.Tensor]:
+    """``{group name: (layers, heads, Lq, Lk)}`` of an explorer :class:`Analysis`: what a
+    text pipeline's ``attention()`` returns."""
+    return {group.name: group.weights for group in analysis.groups}

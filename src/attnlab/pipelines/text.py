@@ -1,4 +1,4 @@
-"""Text pipelines: translation, decoder-only language models, BERT sentence embeddings."""
+"""Text pipelines: decoder-only language models, BERT sentence embeddings."""
 
 from __future__ import annotations
 
@@ -7,55 +7,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_texts
+from attnlab.pipelines.base import Pipeline, attention_groups, check_int, check_texts
 
-__all__ = ["TranslationPipeline", "LanguageModelPipeline", "BertPipeline"]
-
-
-def _groups(analysis) -> dict[str, Tensor]:
-    return {group.name: group.weights for group in analysis.groups}
-
-
-class TranslationPipeline(Pipeline):
-    """An encoder–decoder translation model with its sentencepiece vocabulary
-    (:class:`attnlab.translation.Translator`, what ``attnlab translate`` runs)."""
-
-    family = "transformer"
-
-    def __init__(self, translator, directory=None):
-        super().__init__(translator.model, directory)
-        self.translator = translator
-
-    @classmethod
-    def load(cls, directory: Path, *, device: str = "cpu") -> TranslationPipeline:
-        from attnlab.translation import Translator
-
-        return cls(Translator.load(directory, device=device), directory)
-
-    @property
-    def tokenizer(self):
-        return self.translator.tokenizer
-
-    def translate(self, texts: str | list[str], *, beam: int | None = None, alpha: float = 0.6,
-                  max_len_a: float = 1.5, max_len_b: float = 10, batch_size: int = 32) -> str | list[str]:
-        """Translations of ``texts`` (one string, or a list: same order and number); beam
-        search with the GNMT length penalty ``alpha`` (``beam=1``: greedy; None: the model's
-        default, 4 for attnlab models), as ``attnlab translate``."""
-        items, single = check_texts(texts)
-        beam = getattr(self.translator, "default_beam_size", 4) if beam is None else beam
-        check_int(beam, "beam")
-        check_int(batch_size, "batch_size")
-        out = self.translator.translate(items, beam_size=beam, alpha=alpha, batch_size=batch_size,
-                                        max_len_a=max_len_a, max_len_b=max_len_b)
-        return out[0] if single else out
-
-    def attention(self, text: str) -> dict[str, Tensor]:
-        """Greedy-translate ``text``, then the encoder self, decoder self and cross attention
-        of the teacher-forced output (the explorer's :class:`TranslationSource`)."""
-        from attnlab.viz.explorer.maps import TranslationSource
-
-        check_texts(text, "text")
-        return _groups(TranslationSource(self.translator).analyse(text))
+__all__ = ["LanguageModelPipeline", "BertPipeline"]
 
 
 class LanguageModelPipeline(Pipeline):
@@ -128,7 +82,7 @@ class LanguageModelPipeline(Pipeline):
         from attnlab.viz.explorer.maps import LMSource
 
         check_texts(text, "text")
-        return _groups(LMSource(self.model, self.tokenizer).analyse(text, generate=generate))
+        return attention_groups(LMSource(self.model, self.tokenizer).analyse(text, generate=generate))
 
 
 class BertPipeline(Pipeline):
@@ -176,6 +130,6 @@ class BertPipeline(Pipeline):
         from attnlab.viz.explorer.maps import BertSource
 
         check_texts(text, "text")
-        return _groups(BertSource(self.model, self.tokenizer).analyse(text))
+        return attention_groups(BertSource(self.model, self.tokenizer).analyse(text))
 
 

@@ -3,7 +3,7 @@
 Each CLI training verb is a thin shell over one module here; the next tasks
 (classification, image generation, music, captioning) get a module beside these.
 
-* :mod:`attnlab.tasks.translation` — parallel corpora -> joint vocabulary -> Transformer.
+* translation: parallel corpora -> joint vocabulary -> Transformer (its family package, attnlab.families.translation).
 * :mod:`attnlab.tasks.lm` — plain text -> character or BPE tokens -> DecoderLM windows.
 * :mod:`attnlab.tasks.classification` — images -> shifted batches -> Vision Transformer.
 

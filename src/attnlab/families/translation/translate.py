@@ -69,7 +69,7 @@ def run(args) -> int:
 
     from attnlab.data import read_lines
     from attnlab.files import atomic_write_bytes
-    from attnlab.translation import Translator
+    from attnlab.families.translation.translator import Translator
 
     set_threads(args.threads)
     if args.input is not None:
