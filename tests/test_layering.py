@@ -39,11 +39,10 @@ KNOWN_UPWARD = {
     # a classification task saves its confusion matrix through the ViT figures
     ("attnlab.tasks.classification", "attnlab.viz.vit"),
     # attnlab.load's pipelines call the loaders the verbs call, which still live in the verb
-    # modules (being edited elsewhere): load_classifier (classes.json), load_image_model
-    # (image.json) and Continuation (the text a token adds); move them to tasks/ and drop these
+    # modules (being edited elsewhere): load_classifier (classes.json) and load_image_model
+    # (image.json); move them to tasks/ and drop these
     ("attnlab.pipelines.vision", "attnlab.cli.vit"),
     ("attnlab.pipelines.vision", "attnlab.cli.image"),
-    ("attnlab.pipelines.text", "attnlab.cli.generate"),
 }
 
 

@@ -218,7 +218,7 @@ def test_train_caption_captions_the_test_images_that_fit(clock, monkeypatch, tmp
 
 # -- train lm, music, translation: the budget covers what comes before training ----------------------
 def test_train_lm_counts_the_vocabulary_in_the_budget(clock, monkeypatch, tmp_path, capsys):
-    import attnlab.tasks.lm as lm_task
+    import attnlab.families.lm.task as lm_task
     import attnlab.training.losses as losses
 
     text = tmp_path / "text.txt"

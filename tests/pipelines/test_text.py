@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab.cli.main import main
-from attnlab.tasks.lm import evaluate_text
+from attnlab.families.lm.task import evaluate_text
 
 SENTENCES = ["ein kleiner hund läuft", "die wiese", "", "ein hund 7 läuft über die wiese"]
 

@@ -4,10 +4,11 @@ Each CLI training verb is a thin shell over one module here; the next tasks
 (classification, image generation, music, captioning) get a module beside these.
 
 * translation: parallel corpora -> joint vocabulary -> Transformer (its family package, attnlab.families.translation).
-* :mod:`attnlab.tasks.lm` — plain text -> character or BPE tokens -> DecoderLM windows.
+* lm: plain text -> character or BPE tokens -> DecoderLM windows (its family package,
+  attnlab.families.lm); :mod:`attnlab.tasks.lm` opens a trained language model directory.
 * :mod:`attnlab.tasks.classification` — images -> shifted batches -> Vision Transformer.
 
-Modules are imported on use (``from attnlab.tasks.lm import lm_loss``): a task pulls in its
+Modules are imported on use (``from attnlab.tasks.classification import ...``): a task pulls in its
 data and model code, which a CLI's ``--help`` should not pay for.
 """
 

@@ -56,7 +56,8 @@ def run(args) -> int:
     apply_threads(args)
 
     from attnlab.data.text import read_text_files, shakespeare_text
-    from attnlab.tasks.lm import evaluate_text, load_language_model
+    from attnlab.families.lm.task import evaluate_text
+    from attnlab.tasks.lm import load_language_model
 
     device = resolve_device(args.device)
     model, tokenizer = load_language_model(args.model, device=device, name=f"--model {args.model}")

