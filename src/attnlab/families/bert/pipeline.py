@@ -1,4 +1,4 @@
-"""Text pipelines: BERT sentence embeddings."""
+"""The bert family's pipeline (``attnlab.load`` of a BERT directory): sentence embeddings, attention."""
 
 from __future__ import annotations
 
