@@ -274,7 +274,7 @@ def test_train_translation_counts_the_vocabulary_in_the_budget(clock, monkeypatc
 def test_train_music_counts_reading_the_data_in_the_budget(clock, monkeypatch, tmp_path, capsys):
     import random
 
-    import attnlab.tasks.music as music_task
+    import attnlab.families.music.task as music_task
     from attnlab.data import music
 
     folder = tmp_path / "midi"

@@ -47,7 +47,7 @@ def run(args) -> int:
     from attnlab.cli.options import check_training_memory, describe_device, parse_overrides, sizing_flags
     from attnlab.cli.window_runs import check_same_run, start_run, window_trainer
     from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.tasks.music import MUSIC_FILE, data_record, lm_loss, load_music_data, music_stream
+    from attnlab.families.music.task import MUSIC_FILE, data_record, lm_loss, load_music_data, music_stream
     from attnlab.training.outputs import save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
     from attnlab.training.trainer import TRAINER_OUTPUTS

@@ -4,7 +4,7 @@ The Music Transformer is a language model over music tokens, so the task is
 the language models' with music data: every piece becomes ``[START] tokens [END]``,
 the pieces are joined into one stream, training reads random windows of it
 (:class:`~attnlab.data.text.TextWindows`) and the loss is :func:`~attnlab.training.losses.lm_loss`.
-``attnlab train music`` (:mod:`attnlab.cli.train_music`) is a thin shell over these pieces.
+``attnlab train music`` (:mod:`attnlab.families.music.train`) is a thin shell over these pieces.
 
 Sources (``--data``): ``jsb`` (JSB Chorales, the paper's serialisation, train/valid
 splits), ``bach`` (music21's chorales as performance events; the last 10 % of pieces
