@@ -191,7 +191,7 @@ def test_errors(trained_lm, tmp_path):
     assert not (tmp_path / "q").exists()
     with pytest.raises(ValueError, match="float32 model on the CPU"):
         _copy(model).double().quantize("int8")
-    from attnlab.cli.translate import QUANTIZE_CHOICES, apply_quantize
+    from attnlab.cli.options import QUANTIZE_CHOICES, apply_quantize
 
     assert QUANTIZE_CHOICES == QUANTIZE_MODES
     with pytest.raises(ValueError, match="--quantize int8 runs on the CPU"):

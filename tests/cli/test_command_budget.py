@@ -218,12 +218,13 @@ def test_train_caption_captions_the_test_images_that_fit(clock, monkeypatch, tmp
 
 # -- train lm, music, translation: the budget covers what comes before training ----------------------
 def test_train_lm_counts_the_vocabulary_in_the_budget(clock, monkeypatch, tmp_path, capsys):
-    import attnlab.tasks.lm as lm_task
+    import attnlab.families.lm.task as lm_task
+    import attnlab.training.losses as losses
 
     text = tmp_path / "text.txt"
     text.write_text("the quick brown fox jumps over the lazy dog\n" * 40)
     costs(monkeypatch, clock, lm_task, "build_lm_tokenizer", 20.0)  # a slow vocabulary
-    costs(monkeypatch, clock, lm_task, "lm_loss", 0.5)
+    costs(monkeypatch, clock, losses, "lm_loss", 0.5)
     start, out = clock.now, tmp_path / "run"
     assert main(["train", "lm", "--text", str(text), "--preset", "lm_tiny", "--context", "16", "--batch-size", "4",
                  "--max-steps", "100000", "--val-every", "0", "--save-every", "0", "--no-progress", "--device", "cpu",
@@ -237,7 +238,7 @@ def test_train_lm_counts_the_vocabulary_in_the_budget(clock, monkeypatch, tmp_pa
 
 
 def test_train_translation_counts_the_vocabulary_in_the_budget(clock, monkeypatch, tmp_path, capsys, small_corpus):
-    import attnlab.tasks.translation as task
+    import attnlab.families.translation.task as task
 
     real_train = task.Tokenizer.train
 
@@ -273,7 +274,7 @@ def test_train_translation_counts_the_vocabulary_in_the_budget(clock, monkeypatc
 def test_train_music_counts_reading_the_data_in_the_budget(clock, monkeypatch, tmp_path, capsys):
     import random
 
-    import attnlab.tasks.music as music_task
+    import attnlab.families.music.task as music_task
     from attnlab.data import music
 
     folder = tmp_path / "midi"

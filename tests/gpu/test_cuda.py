@@ -133,7 +133,7 @@ def test_varlen_flash_kernel_equals_the_reference(causal):
 
 
 def test_varlen_training_loss_on_cuda_equals_padded():
-    from attnlab.tasks.translation import translation_loss
+    from attnlab.families.translation.task import translation_loss
 
     torch.manual_seed(0)
     model = attnlab.create_model("transformer_tiny", dropout=0.0, d_model=64, num_heads=2).cuda().eval()

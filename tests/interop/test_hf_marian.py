@@ -18,7 +18,7 @@ from attnlab.generation import beam_search, greedy_search  # noqa: E402
 from attnlab.interop import from_hf_marian, load_hf_marian  # noqa: E402
 from attnlab.interop.hf_marian import MarianTokenizer, config_from_hf_marian  # noqa: E402
 from attnlab.layers.positional import sinusoidal_table  # noqa: E402
-from attnlab.translation import Translator  # noqa: E402
+from attnlab.families.translation.translator import Translator  # noqa: E402
 
 PAD, EOS = 100, 0
 

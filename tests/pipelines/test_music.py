@@ -8,7 +8,7 @@ import attnlab
 from attnlab.cli.main import main
 from attnlab.data.music import END, START, Note, read_midi_notes, write_midi
 from attnlab.generation import generate
-from attnlab.tasks.music import primer_tokens, tokens_to_notes
+from attnlab.families.music.task import primer_tokens, tokens_to_notes
 
 
 @pytest.fixture

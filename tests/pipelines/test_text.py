@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab.cli.main import main
-from attnlab.tasks.lm import evaluate_text
+from attnlab.families.lm.task import evaluate_text
 
 SENTENCES = ["ein kleiner hund läuft", "die wiese", "", "ein hund 7 läuft über die wiese"]
 
@@ -20,7 +20,7 @@ def _stdout(argv, capsys) -> str:
 # -- translation -------------------------------------------------------------------------
 @pytest.mark.parametrize("beam", [1, 3])
 def test_translate_equals_the_translator_and_the_cli(translation_dir, tmp_path, capsys, beam):
-    from attnlab.translation import Translator
+    from attnlab.families.translation.translator import Translator
 
     pipeline = attnlab.load(translation_dir)
     got = pipeline.translate(SENTENCES, beam=beam)
@@ -36,7 +36,7 @@ def test_translate_equals_the_translator_and_the_cli(translation_dir, tmp_path, 
 
 
 def test_translation_attention_equals_the_translators_cross_attention(translation_dir):
-    from attnlab.translation import Translator
+    from attnlab.families.translation.translator import Translator
 
     groups = attnlab.load(translation_dir).attention(SENTENCES[0])
     assert sorted(groups) == ["cross", "decoder self", "encoder self"]

@@ -86,7 +86,7 @@ def test_absurd_checkpoint_step_is_refused(lm_run, tmp_path):
 
 
 def test_garbage_tokenizer_is_refused_naming_the_file(model_dir):
-    from attnlab.translation import Translator
+    from attnlab.families.translation.translator import Translator
 
     (model_dir / "tokenizer.model").write_bytes(b"\x00garbage" * 50)
     with pytest.raises(ValueError, match="tokenizer.model: not a sentencepiece model"):

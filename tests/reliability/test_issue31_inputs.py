@@ -52,7 +52,7 @@ def test_evaluate_music_refuses_a_batch_size_below_one(size, music_model, jsb_ro
 
 def test_evaluate_music_writes_null_and_says_so_for_a_non_finite_result(music_model, jsb_root, tmp_path, capsys,
                                                                          monkeypatch):
-    import attnlab.tasks.music as task
+    import attnlab.families.music.task as task
 
     monkeypatch.setattr(task, "evaluate_nll", lambda *a, context, **k: {"nll": math.nan, "tokens": 10,
                                                                          "context": context})

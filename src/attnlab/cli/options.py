@@ -175,6 +175,26 @@ def describe_device(device: str) -> str:
     return f"cpu ({torch.get_num_threads()} threads)"
 
 
+QUANTIZE_CHOICES = ("int8", "bf16")  # attnlab.quantize.QUANTIZE_MODES, named here so no torch import is needed
+
+
+def add_quantize_argument(parser) -> None:
+    """``--quantize int8``: the decoding verbs' weight-quantised CPU mode (attnlab.quantize)."""
+    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
+                        help="int8: quantise the linear layers' weights to int8 for faster CPU decoding; "
+                             "bf16: bfloat16 weights, only on a CPU with AVX512-BF16/AMX (outputs may differ "
+                             "slightly from float32)")
+
+
+def apply_quantize(model, mode: str | None, device: str) -> None:
+    """Apply ``--quantize`` to a loaded model (CPU only)."""
+    if mode is None:
+        return
+    if not device.startswith("cpu"):
+        raise ValueError(f"--quantize {mode} runs on the CPU; the model is on {device} (use --device cpu)")
+    model.quantize(mode)
+
+
 def add_precision_argument(parser) -> None:
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                         help="auto: bf16 autocast (float32 master weights) on a GPU that supports it, float32 "

@@ -116,3 +116,9 @@ def check_sampling(temperature: float, top_k: int | None, *, greedy_allowed: boo
                          + (">= 0 (0: greedy)" if greedy_allowed else "> 0"))
     if top_k is not None:
         check_int(top_k, "top_k", maximum=top_k_max)
+
+
+def attention_groups(analysis) -> dict[str, torch.Tensor]:
+    """``{group name: (layers, heads, Lq, Lk)}`` of an explorer :class:`Analysis`: what a
+    text pipeline's ``attention()`` returns."""
+    return {group.name: group.weights for group in analysis.groups}

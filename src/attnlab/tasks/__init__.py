@@ -1,13 +1,13 @@
 """Training tasks: what ties data, a model family, a loss and the Trainer together.
 
-Each CLI training verb is a thin shell over one module here; the next tasks
-(classification, image generation, music, captioning) get a module beside these.
+Each family's own task (loss, training, evaluation) lives in its package,
+``attnlab.families.<name>.task``; what stays here is shared by more than one family:
+:func:`read_task_file` (the sidecar JSON files of model directories), :mod:`attnlab.tasks.lm`
+(opening a language model directory: the lm family and the explorer) and
+:mod:`attnlab.tasks.captioning` (the caption vocabulary and loader text-to-image reuses).
 
-* :mod:`attnlab.tasks.translation` — parallel corpora -> joint vocabulary -> Transformer.
-* :mod:`attnlab.tasks.lm` — plain text -> character or BPE tokens -> DecoderLM windows.
-
-Modules are imported on use (``from attnlab.tasks.lm import lm_loss``): a task pulls in its
-data and model code, which a CLI's ``--help`` should not pay for.
+Modules are imported on use: a task pulls in its data and model code, which a CLI's
+``--help`` should not pay for.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["TokenLoss", "label_smoothed_cross_entropy"]
+__all__ = ["TokenLoss", "label_smoothed_cross_entropy", "lm_loss"]
 
 
 class TokenLoss(NamedTuple):
@@ -117,3 +117,12 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad.sub_((epsilon / vocab_size) * weight[:, None])
         grad.scatter_add_(-1, target[:, None], (-(1.0 - epsilon) * weight)[:, None])
         return grad, None, None, None
+
+
+def lm_loss(model, batch):
+    """Summed next-token cross-entropy of a ``{"ids": (B, T+1)}`` batch (nats), for the Trainer:
+    the loss of every window-trained language model (``train lm``, ``train music``)."""
+    ids = batch["ids"]
+    logits = model(ids[:, :-1])  # (B, T, V)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="sum")
+    return loss, ids[:, 1:].numel(), {"nll": loss.detach()}

@@ -1,4 +1,9 @@
-"""The encoder-only BERT family: sentence embeddings, masked-token scoring, attention."""
+"""The encoder-only BERT family: sentence embeddings, masked-token scoring, attention.
+
+The package holds what is only this family's: embed.py (``attnlab embed``), evaluate.py
+(``attnlab evaluate-bert``) and pipeline.py (``attnlab.load``); reading HuggingFace BERT
+directories is a converter of the core (attnlab.interop.hf_bert).
+"""
 
 from attnlab.families import Family, register_family
 
@@ -6,9 +11,9 @@ FAMILY = register_family(Family(
     name="bert",
     config_family="bert",
     title="BERT encoder",
-    verbs={"embed": "attnlab.cli.embed", "evaluate-bert": "attnlab.families.bert.evaluate"},
+    verbs={"embed": "attnlab.families.bert.embed", "evaluate-bert": "attnlab.families.bert.evaluate"},
     evaluate="evaluate-bert",
-    pipeline="attnlab.pipelines.text:BertPipeline",
+    pipeline="attnlab.families.bert.pipeline:BertPipeline",
     explore="attnlab.viz.explorer.maps:load_bert_source",
     onnx="attnlab.interop.onnx_export:bert_graph",
     recognise=("attnlab.interop.hf_bert:is_hf_bert_directory",),  # HuggingFace BERT directories

@@ -1,4 +1,11 @@
-"""GPT-style decoder-only language models."""
+"""GPT-style decoder-only language models.
+
+The package holds what is only this family's: task.py (texts, tokenizers, windows,
+held-out scoring), train.py (``attnlab train lm``), generate.py (``generate``, with
+Continuation), evaluate.py (``evaluate-lm``) and pipeline.py (``attnlab.load``). Opening a
+model directory is the core's :func:`attnlab.tasks.lm.load_language_model`; the loss and the
+windowed scoring are shared with music (training/losses.py, evaluation/windows.py).
+"""
 
 from attnlab.families import Family, register_family
 
@@ -6,10 +13,10 @@ FAMILY = register_family(Family(
     name="lm",
     config_family="decoder_lm",
     title="language model (decoder-only)",
-    verbs={"generate": "attnlab.cli.generate", "evaluate-lm": "attnlab.cli.evaluate_lm"},
-    train="attnlab.cli.train_lm",
+    verbs={"generate": "attnlab.families.lm.generate", "evaluate-lm": "attnlab.families.lm.evaluate"},
+    train="attnlab.families.lm.train",
     evaluate="evaluate-lm",
-    pipeline="attnlab.pipelines.text:LanguageModelPipeline",
+    pipeline="attnlab.families.lm.pipeline:LanguageModelPipeline",
     explore="attnlab.viz.explorer.maps:load_lm_source",
     onnx="attnlab.interop.onnx_export:lm_graph",
     recognise=("attnlab.interop.hf_gpt2:is_hf_gpt2_directory",),  # HuggingFace GPT-2 directories

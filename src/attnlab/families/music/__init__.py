@@ -1,4 +1,11 @@
-"""The Music Transformer: relative attention with the skewing trick."""
+"""The Music Transformer: relative attention with the skewing trick.
+
+The package holds what is only this family's: task.py (pieces -> token streams -> windows;
+per-piece NLL; primers), train.py (``attnlab train music``, on cli/window_runs.py),
+generate.py (``generate-music``), evaluate.py (``evaluate-music``), figures.py (piano roll,
+WAV) and pipeline.py (``attnlab.load``). The music encodings and data sets stay in the core's
+attnlab.data.music, which the data registry's ``jsb`` set (data/download.py) converts with.
+"""
 
 from attnlab.families import Family, register_family
 
@@ -6,9 +13,9 @@ FAMILY = register_family(Family(
     name="music",
     config_family="music_transformer",
     title="Music Transformer",
-    verbs={"generate-music": "attnlab.cli.generate_music", "evaluate-music": "attnlab.cli.evaluate_music"},
-    train="attnlab.cli.train_music",
+    verbs={"generate-music": "attnlab.families.music.generate", "evaluate-music": "attnlab.families.music.evaluate"},
+    train="attnlab.families.music.train",
     evaluate="evaluate-music",
-    pipeline="attnlab.pipelines.music:MusicPipeline",
+    pipeline="attnlab.families.music.pipeline:MusicPipeline",
     onnx="attnlab.interop.onnx_export:lm_graph",
 ))

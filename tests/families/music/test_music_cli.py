@@ -7,7 +7,7 @@ import pytest
 
 from attnlab.cli.main import main
 from attnlab.data import music
-from attnlab.viz.music import find_synthesizer
+from attnlab.families.music.figures import find_synthesizer
 
 TINY_PERFORMANCE = ["--preset", "music_performance_small", "--set", "num_layers=1", "--set", "d_model=16",
                     "--set", "num_heads=2", "--set", "d_ff=32", "--context", "32", "--batch-size", "4",

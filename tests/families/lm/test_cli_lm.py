@@ -23,7 +23,7 @@ def test_train_then_generate(tmp_path, capsys):
 
 
 def test_train_then_generate_bpe(tmp_path, capsys):
-    from attnlab.cli.generate import Continuation
+    from attnlab.families.lm.generate import Continuation
     from attnlab.data.text import LineTokenizer, load_lm_tokenizer
 
     lines = ["the quick brown fox jumps over the lazy dog.", "", "ROMEO:", "a dog, a fox and the end."]

@@ -2,7 +2,7 @@
 (every layer and head; source tokens across, target tokens down) to a PNG."""
 
 from attnlab.cli.options import add_force_argument, bounded_int
-from attnlab.cli.translate import add_decoding_arguments, decoding_options, set_threads
+from attnlab.families.translation.translate import add_decoding_arguments, decoding_options, set_threads
 
 HELP = "translate a sentence and write a PNG of the encoder-decoder attention per layer and head"
 
@@ -20,7 +20,7 @@ def run(args) -> int:
 
     from attnlab.cli.options import resolve_device
     from attnlab.files import check_output_file
-    from attnlab.translation import Translator
+    from attnlab.families.translation.translator import Translator
     from attnlab.viz import plot_attention_grid
 
     out = Path(args.out)

@@ -20,7 +20,7 @@ HELP = "train a Music Transformer (relative attention) on JSB Chorales, Bach cho
 
 def add_arguments(parser) -> None:
     from attnlab.cli.options import bounded_int
-    from attnlab.cli.train_lm import add_run_arguments
+    from attnlab.cli.window_runs import add_run_arguments
 
     parser.add_argument("--data", required=True,
                         help="jsb (JSB Chorales), bach (music21's chorales, pip install music21) or a directory of "
@@ -45,9 +45,9 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import check_training_memory, describe_device, parse_overrides, sizing_flags
-    from attnlab.cli.train_lm import check_same_run, start_run, window_trainer
+    from attnlab.cli.window_runs import check_same_run, start_run, window_trainer
     from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.tasks.music import MUSIC_FILE, data_record, lm_loss, load_music_data, music_stream
+    from attnlab.families.music.task import MUSIC_FILE, data_record, lm_loss, load_music_data, music_stream
     from attnlab.training.outputs import save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
     from attnlab.training.trainer import TRAINER_OUTPUTS

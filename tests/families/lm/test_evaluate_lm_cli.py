@@ -9,7 +9,7 @@ import torch
 from attnlab import create_model
 from attnlab.cli.main import main
 from attnlab.data.text import CharTokenizer
-from attnlab.tasks.lm import evaluate_text
+from attnlab.families.lm.task import evaluate_text
 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 3
 

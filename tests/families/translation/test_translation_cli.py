@@ -10,7 +10,7 @@ import torch
 
 import attnlab
 from attnlab.cli.main import main
-from attnlab.translation import Translator
+from attnlab.families.translation.translator import Translator
 
 
 def test_train_writes_a_loadable_model_directory(trained_model):
@@ -68,7 +68,7 @@ def test_evaluate_bleu_equals_sacrebleu(trained_model, small_corpus, tmp_path, c
 
 
 def test_evaluate_quantize_int8_scores_the_int8_translations(trained_model, small_corpus, tmp_path, capsys):
-    from attnlab.translation import Translator
+    from attnlab.families.translation.translator import Translator
 
     hypotheses = tmp_path / "int8.en"
     assert main(["evaluate", "--model", str(trained_model), "--src-file", str(small_corpus["test.de"]),
@@ -247,7 +247,7 @@ def test_train_translation_options_are_declared_once():
     import dataclasses
 
     from attnlab.cli.main import build_parser
-    from attnlab.tasks.translation import TranslationTrainOptions
+    from attnlab.families.translation.task import TranslationTrainOptions
 
     args = build_parser().parse_args(["train", "translation", "--out", "x"])
     converted = {"bf16", "device", "val_every", "save_every", "progress_bar", "model_overrides"}

@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_force_argument(parser, "--json")
     add_runtime_arguments(parser)
-    from attnlab.cli.translate import add_quantize_argument
+    from attnlab.cli.options import add_quantize_argument
 
     add_quantize_argument(parser)
 
@@ -56,11 +56,12 @@ def run(args) -> int:
     apply_threads(args)
 
     from attnlab.data.text import read_text_files, shakespeare_text
-    from attnlab.tasks.lm import evaluate_text, load_language_model
+    from attnlab.families.lm.task import evaluate_text
+    from attnlab.tasks.lm import load_language_model
 
     device = resolve_device(args.device)
     model, tokenizer = load_language_model(args.model, device=device, name=f"--model {args.model}")
-    from attnlab.cli.translate import apply_quantize
+    from attnlab.cli.options import apply_quantize
 
     apply_quantize(model, args.quantize, device)
     if args.text:

@@ -32,31 +32,13 @@ def set_threads(threads: int | None) -> None:
 
 
 def add_arguments(parser) -> None:
+    from attnlab.cli.options import add_quantize_argument
+
     add_decoding_arguments(parser)
     add_batch_arguments(parser)
     parser.add_argument("--input", "-i", help="file of sentences, one a line (plain or .gz; default: stdin)")
     parser.add_argument("--output", "-o", help="write translations here (default: stdout)")
     add_quantize_argument(parser)
-
-
-QUANTIZE_CHOICES = ("int8", "bf16")  # attnlab.quantize.QUANTIZE_MODES, named here so no torch import is needed
-
-
-def add_quantize_argument(parser) -> None:
-    """``--quantize int8``: the decoding verbs' weight-quantised CPU mode (attnlab.quantize)."""
-    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
-                        help="int8: quantise the linear layers' weights to int8 for faster CPU decoding; "
-                             "bf16: bfloat16 weights, only on a CPU with AVX512-BF16/AMX (outputs may differ "
-                             "slightly from float32)")
-
-
-def apply_quantize(model, mode: str | None, device: str) -> None:
-    """Apply ``--quantize`` to a loaded model (CPU only)."""
-    if mode is None:
-        return
-    if not device.startswith("cpu"):
-        raise ValueError(f"--quantize {mode} runs on the CPU; the model is on {device} (use --device cpu)")
-    model.quantize(mode)
 
 
 def add_batch_arguments(parser) -> None:
@@ -87,7 +69,7 @@ def run(args) -> int:
 
     from attnlab.data import read_lines
     from attnlab.files import atomic_write_bytes
-    from attnlab.translation import Translator
+    from attnlab.families.translation.translator import Translator
 
     set_threads(args.threads)
     if args.input is not None:
@@ -108,7 +90,7 @@ def run(args) -> int:
             sentences.pop()  # the final newline
     if args.output and Path(args.output).is_dir():
         raise ValueError(f"--output {args.output}: is a directory; give a file name")
-    from attnlab.cli.options import resolve_device
+    from attnlab.cli.options import apply_quantize, resolve_device
 
     device = resolve_device(args.device)
     batching = batch_options(args, device)

@@ -44,7 +44,7 @@ def run(args) -> int:
 
     from attnlab.cli.options import apply_threads, resolve_device
     from attnlab.files import atomic_write_json, check_output_file, json_safe
-    from attnlab.tasks.music import evaluate_nll, load_music_data, load_music_model, recorded_data
+    from attnlab.families.music.task import evaluate_nll, load_music_data, load_music_model, recorded_data
 
     for context in args.context:
         if args.stride is not None and not 1 <= args.stride <= context:

@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sliding-window", action="store_true",
                         help="allow generating past the model's context (drops the oldest half when full)")
     from attnlab.cli.options import add_runtime_arguments
-    from attnlab.cli.translate import add_quantize_argument
+    from attnlab.cli.options import add_quantize_argument
 
     add_runtime_arguments(parser)
     add_quantize_argument(parser)
@@ -72,7 +72,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from attnlab.cli.options import resolve_device
-    from attnlab.cli.translate import apply_quantize
+    from attnlab.cli.options import apply_quantize
 
     device = resolve_device(args.device)
     model, tokenizer = load_language_model(args.model, device=device, name=f"--model {args.model}")

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.tasks.lm import build_lm_tokenizer, lm_batches, lm_loss, load_lm_texts
+from attnlab.families.lm.task import build_lm_tokenizer, lm_batches, load_lm_texts
+from attnlab.training.losses import lm_loss
 
 
 def test_lm_loss_is_the_summed_next_token_nll():

@@ -19,7 +19,7 @@ from torch import Tensor
 from attnlab.data import Tokenizer
 from attnlab.generation import beam_search, greedy_search
 from attnlab.models.registry import load_model
-from attnlab.tasks.translation import TASK_FILE
+from attnlab.families.translation.task import TASK_FILE
 
 __all__ = ["AttentionExample", "Translator"]
 

@@ -1,4 +1,4 @@
-"""The Music Transformer pipeline: continue a primer, as ``attnlab generate-music``."""
+"""The music family's pipeline (``attnlab.load``): continue a primer, as ``attnlab generate-music``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class MusicContinuation:
     @property
     def notes(self):
         """Primer and continuation as :class:`attnlab.data.music.Note` s."""
-        from attnlab.tasks.music import tokens_to_notes
+        from attnlab.families.music.task import tokens_to_notes
 
         return tokens_to_notes(self.encoding, self.primer + self.tokens)
 
@@ -39,13 +39,13 @@ class MusicContinuation:
 
 
 class MusicPipeline(Pipeline):
-    """A Music Transformer (:func:`attnlab.tasks.music.load_music_model`)."""
+    """A Music Transformer (:func:`attnlab.families.music.task.load_music_model`)."""
 
     family = "music_transformer"
 
     @classmethod
     def load(cls, directory: Path, *, device: str = "cpu") -> MusicPipeline:
-        from attnlab.tasks.music import load_music_model
+        from attnlab.families.music.task import load_music_model
 
         return cls(load_music_model(directory, device=device), directory)
 
@@ -61,7 +61,7 @@ class MusicPipeline(Pipeline):
         ``data_dir`` or ``$ATTNLAB_DATA``), or a list of the model's token ids (``[START]`` is
         put in front unless it is there)."""
         from attnlab.data.music import START
-        from attnlab.tasks.music import primer_tokens as read_primer
+        from attnlab.families.music.task import primer_tokens as read_primer
 
         if isinstance(primer, (list, tuple)) or (isinstance(primer, Tensor) and primer.dim() == 1):
             values = primer.tolist() if isinstance(primer, Tensor) else list(primer)

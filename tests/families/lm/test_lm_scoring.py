@@ -1,4 +1,4 @@
-"""Held-out scoring of a token sequence (tasks/lm.py: scoring_windows, score_windows,
+"""Held-out scoring of a token sequence (evaluation/windows.py: scoring_windows, score_windows; families/lm/task.py:
 evaluate_text), shared by evaluate-lm and evaluate-music: every token after the first is
 scored exactly once, and the batched, padded score equals the model run on each window
 alone in float64."""
@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import create_model
-from attnlab.tasks.lm import evaluate_text, scoring_windows
+from attnlab.evaluation.windows import scoring_windows
+from attnlab.families.lm.task import evaluate_text
 
 
 @pytest.mark.parametrize("length, context, stride", [(2, 1, None), (10, 4, None), (10, 4, 1), (10, 4, 3),

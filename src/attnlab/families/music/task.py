@@ -1,10 +1,10 @@
 """Music modelling as a training task: pieces -> token streams -> windows -> the LM loss.
 
 The Music Transformer is a language model over music tokens, so the task is
-:mod:`attnlab.tasks.lm`'s with music data: every piece becomes ``[START] tokens [END]``,
+the language models' with music data: every piece becomes ``[START] tokens [END]``,
 the pieces are joined into one stream, training reads random windows of it
-(:class:`~attnlab.data.text.TextWindows`) and the loss is :func:`~attnlab.tasks.lm.lm_loss`.
-``attnlab train music`` (:mod:`attnlab.cli.train_music`) is a thin shell over these pieces.
+(:class:`~attnlab.data.text.TextWindows`) and the loss is :func:`~attnlab.training.losses.lm_loss`.
+``attnlab train music`` (:mod:`attnlab.families.music.train`) is a thin shell over these pieces.
 
 Sources (``--data``): ``jsb`` (JSB Chorales, the paper's serialisation, train/valid
 splits), ``bach`` (music21's chorales as performance events; the last 10 % of pieces
@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from attnlab.data import music
-from attnlab.tasks.lm import lm_loss, score_windows, scoring_windows
+from attnlab.evaluation.windows import score_windows, scoring_windows
+from attnlab.training.losses import lm_loss
 
 __all__ = ["load_music_model", "MUSIC_FILE", "data_record", "recorded_data", "MusicData", "load_music_data",
            "music_stream", "evaluate_nll", "lm_loss", "TRANSPOSITIONS", "STRETCHES", "primer_tokens",

@@ -48,8 +48,8 @@ def run(args) -> int:
     from attnlab.data.music import END, describe_notes, seconds, write_midi
     from attnlab.files import check_output_file
     from attnlab.generation import generate
-    from attnlab.tasks.music import load_music_model, primer_tokens, tokens_to_notes
-    from attnlab.viz.music import SYNTH_HINT, find_synthesizer, piano_roll_png, render_wav
+    from attnlab.families.music.task import load_music_model, primer_tokens, tokens_to_notes
+    from attnlab.families.music.figures import SYNTH_HINT, find_synthesizer, piano_roll_png, render_wav
 
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     if not 8000 <= args.sample_rate <= 192000:
@@ -95,7 +95,7 @@ def _recorded_jsb_dir(model_dir: str) -> str | None:
     """Where the model's JSB data was at training time (its music.json), when the file is
     still there; None: the default lookup ($ATTNLAB_DATA, ~/.cache/attnlab/data)."""
     from attnlab.data.music import jsb_path
-    from attnlab.tasks.music import recorded_data
+    from attnlab.families.music.task import recorded_data
 
     record = recorded_data(model_dir)
     if record.get("data") == "jsb" and record.get("data_dir") and jsb_path(record["data_dir"]).is_file():

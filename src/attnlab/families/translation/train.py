@@ -23,7 +23,7 @@ def _add_translation_arguments(parser) -> None:
                                      add_named_data_arguments, add_precision_argument, add_threads_argument)
 
     # The argument dests are TranslationTrainOptions' field names (run() builds it from them);
-    # tests/cli/test_translation_cli.py checks that the defaults here are the dataclass's.
+    # tests/families/translation/test_translation_cli.py checks that the defaults here are the dataclass's.
     data = parser.add_argument_group("data (a named data set, or your own aligned files)")
     add_named_data_arguments(data, src_default="de", tgt_default="en")
     data.add_argument("--train-src", help="your training source file (one sentence a line, plain or .gz)")
@@ -79,8 +79,8 @@ def run(args) -> int:
     import os
 
     from attnlab.cli.options import options_from_args, parse_overrides, resolve_device, resolve_precision
-    from attnlab.cli.translate import set_threads
-    from attnlab.translation import TranslationTrainOptions, train_translation
+    from attnlab.families.translation.translate import set_threads
+    from attnlab.families.translation.task import TranslationTrainOptions, train_translation
 
     set_threads(args.threads)
     device = resolve_device(args.device)

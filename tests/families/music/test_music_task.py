@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import attnlab
 from attnlab.data import music
 from attnlab.generation import generate
-from attnlab.tasks.music import evaluate_nll, lm_loss, music_stream, primer_tokens, tokens_to_notes
+from attnlab.families.music.task import evaluate_nll, lm_loss, music_stream, primer_tokens, tokens_to_notes
 
 
 def test_stream_wraps_every_piece():
@@ -100,7 +100,7 @@ def test_primers_and_decoding(tmp_path, shared_data):
 
 
 def test_jsb_transpositions_add_shifted_training_chorales_only(tmp_path):
-    from attnlab.tasks.music import load_music_data
+    from attnlab.families.music.task import load_music_data
 
     folder = tmp_path / "jsb_chorales"
     folder.mkdir()

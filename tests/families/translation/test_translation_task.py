@@ -1,4 +1,4 @@
-"""The translation task's pieces (attnlab.tasks.translation) that need no trained model."""
+"""The translation task's pieces (attnlab.families.translation.task) that need no trained model."""
 
 import pytest
 import torch
@@ -6,13 +6,13 @@ import torch
 import attnlab
 from attnlab.data import ParallelCorpus, Tokenizer, collate_translation
 from attnlab.training import label_smoothed_cross_entropy
-from attnlab.tasks.translation import (
+from attnlab.families.translation.task import (
     TranslationTrainOptions,
     encode_and_filter,
     load_training_corpora,
     translation_loss,
 )
-from attnlab.translation import Translator
+from attnlab.families.translation.translator import Translator
 
 SENTENCES = [("Ein Hund läuft.", "A dog runs."), ("Zwei Katzen schlafen im Haus.", "Two cats sleep in the house."),
              ("Ein Mann fährt Rad.", "A man rides a bike."), ("Kinder spielen.", "Children play.")] * 5
@@ -74,7 +74,7 @@ def test_varlen_logits_are_the_real_positions_of_the_padded_ones():
 
 
 def test_varlen_option_refuses_a_pattern_without_it(tmp_path):
-    from attnlab.tasks.translation import train_translation
+    from attnlab.families.translation.task import train_translation
 
     options = TranslationTrainOptions(out=str(tmp_path / "run"), preset="transformer_tiny", varlen=True,
                                       model_overrides={"encoder_attention": {"name": "local_1d", "block_length": 4,
@@ -85,7 +85,7 @@ def test_varlen_option_refuses_a_pattern_without_it(tmp_path):
 
 
 def test_default_token_batches_are_larger_on_a_gpu(tmp_path, capsys):
-    from attnlab.tasks.translation import default_max_tokens, train_translation
+    from attnlab.families.translation.task import default_max_tokens, train_translation
 
     assert default_max_tokens("cpu") == 4096
     assert default_max_tokens("cuda") == default_max_tokens("cuda:1") == 25600
@@ -128,3 +128,15 @@ def test_vocabulary_mismatch_is_refused(tokenizer):
     model = attnlab.create_model("transformer_tiny", vocab_size=tokenizer.vocab_size + 1)
     with pytest.raises(ValueError, match="vocab_size"):
         Translator(model, tokenizer)
+
+
+def test_attnlab_translation_is_the_public_path_of_the_family_api():
+    """docs/translation.md imports from attnlab.translation: each name is the family package's object."""
+    import attnlab.translation as public
+    from attnlab.families.translation import task, translator
+
+    for name in public.__all__:
+        home = translator if name in ("Translator", "AttentionExample") else task
+        assert getattr(public, name) is getattr(home, name)
+    with pytest.raises(AttributeError):
+        public.no_such_name

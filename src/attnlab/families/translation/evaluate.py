@@ -1,0 +1,90 @@
+"""``attnlab evaluate`` of a translation model: translate a test set and score it
+(sacreBLEU cased 13a, chrF, lower-cased tokenized BLEU), each with its sacrebleu signature.
+The verb itself (:mod:`attnlab.cli.evaluate`) routes other families' directories to their
+own evaluators and runs this module for the rest."""
+
+from attnlab.families.translation.translate import (add_batch_arguments, add_decoding_arguments, batch_options,
+                                                    decoding_options, set_threads)
+
+
+def add_arguments(parser) -> None:
+    add_decoding_arguments(parser)
+    from attnlab.cli.options import add_named_data_arguments
+
+    add_named_data_arguments(parser)
+    parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
+    parser.add_argument("--src-file", help="your source sentences, one a line")
+    parser.add_argument("--ref-file", help="reference translations aligned with --src-file")
+    parser.add_argument("--limit", type=int, help="score only the first N sentences")
+    add_batch_arguments(parser)
+    parser.add_argument("--output", "-o", help="also write the translations to this file")
+    parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")
+    parser.add_argument("--json", help="also write the scores as JSON to this file")
+    from attnlab.cli.options import add_quantize_argument
+
+    add_quantize_argument(parser)
+
+
+def run(args) -> int:
+    import json
+    import time
+
+    from attnlab.data import get_parallel_dataset, read_parallel
+    from attnlab.evaluation import score_translations
+    from attnlab.families.translation.translator import Translator
+
+    set_threads(args.threads)
+    from attnlab.cli.options import describe_device, resolve_device
+
+    device = resolve_device(args.device)
+    translator = Translator.load(args.model, device=device)  # a missing model is the first thing to say
+    from attnlab.cli.options import apply_quantize
+
+    apply_quantize(translator.model, args.quantize, device)
+    batching = batch_options(args, device)
+    if (args.data is None) == (args.src_file is None and args.ref_file is None):
+        raise ValueError("give either --data NAME or --src-file and --ref-file")
+    if args.data is not None:
+        src_lang = args.src_lang or translator.info.get("src_lang")
+        tgt_lang = args.tgt_lang or translator.info.get("tgt_lang")
+        if not (src_lang and tgt_lang):
+            raise ValueError(f"{args.model} does not record its languages: pass --src and --tgt")
+        try:
+            corpus = get_parallel_dataset(args.data, args.split, src_lang, tgt_lang, root=args.data_root)
+        except FileNotFoundError as error:
+            raise ValueError(str(error)) from None
+    else:
+        if args.src_file is None or args.ref_file is None:
+            raise ValueError("--src-file and --ref-file go together")
+        for path in (args.src_file, args.ref_file):
+            try:
+                open(path, "rb").close()
+            except OSError as error:
+                raise ValueError(f"{path}: {error.strerror}") from None
+        corpus = read_parallel(args.src_file, args.ref_file)
+    pairs = corpus.pairs[: args.limit] if args.limit else corpus.pairs
+    sources = [src for src, _ in pairs]
+    references = [ref for _, ref in pairs]
+
+    started = time.perf_counter()
+    hypotheses = translator.translate(sources, **batching, **decoding_options(args))
+    seconds = time.perf_counter() - started
+    scores = score_translations(hypotheses, references)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.writelines(h + "\n" for h in hypotheses)
+    description = corpus.description or f"{args.src_file} -> {args.ref_file}"
+    if args.show:
+        shown = min(args.show, len(sources))
+        print(f"The first {shown} sentences of {description} (in file order, not chosen):\n")
+    for source, hypothesis, reference in list(zip(sources, hypotheses, references))[: args.show]:
+        print(f"  source:      {source}\n  translation: {hypothesis}\n  reference:   {reference}\n")
+    print(f"{description}: {scores.sentences} sentences translated in {seconds:.1f} s on "
+          f"{describe_device(device)} (beam {args.beam}, alpha {args.alpha})")
+    print(scores.report())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump({**scores.to_dict(), "data": description, "beam": args.beam, "alpha": args.alpha,
+                       "seconds": seconds}, out, indent=1)
+            out.write("\n")
+    return 0

@@ -1,0 +1,53 @@
+"""The translation family's pipeline (``attnlab.load`` of a translation model directory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import Tensor
+
+from attnlab.pipelines.base import Pipeline, attention_groups, check_int, check_texts
+
+__all__ = ["TranslationPipeline"]
+
+
+class TranslationPipeline(Pipeline):
+    """An encoder–decoder translation model with its sentencepiece vocabulary
+    (:class:`attnlab.translation.Translator`, what ``attnlab translate`` runs)."""
+
+    family = "transformer"
+
+    def __init__(self, translator, directory=None):
+        super().__init__(translator.model, directory)
+        self.translator = translator
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> TranslationPipeline:
+        from attnlab.families.translation.translator import Translator
+
+        return cls(Translator.load(directory, device=device), directory)
+
+    @property
+    def tokenizer(self):
+        return self.translator.tokenizer
+
+    def translate(self, texts: str | list[str], *, beam: int | None = None, alpha: float = 0.6,
+                  max_len_a: float = 1.5, max_len_b: float = 10, batch_size: int = 32) -> str | list[str]:
+        """Translations of ``texts`` (one string, or a list: same order and number); beam
+        search with the GNMT length penalty ``alpha`` (``beam=1``: greedy; None: the model's
+        default, 4 for attnlab models), as ``attnlab translate``."""
+        items, single = check_texts(texts)
+        beam = getattr(self.translator, "default_beam_size", 4) if beam is None else beam
+        check_int(beam, "beam")
+        check_int(batch_size, "batch_size")
+        out = self.translator.translate(items, beam_size=beam, alpha=alpha, batch_size=batch_size,
+                                        max_len_a=max_len_a, max_len_b=max_len_b)
+        return out[0] if single else out
+
+    def attention(self, text: str) -> dict[str, Tensor]:
+        """Greedy-translate ``text``, then the encoder self, decoder self and cross attention
+        of the teacher-forced output (the explorer's :class:`TranslationSource`)."""
+        from attnlab.viz.explorer.maps import TranslationSource
+
+        check_texts(text, "text")
+        return attention_groups(TranslationSource(self.translator).analyse(text))
