@@ -33,6 +33,19 @@ def pipeline_class(config_family: str) -> type[Pipeline] | None:
     return None if family is None else family.pipeline_class()
 
 
+def explorer_source(pipeline: Pipeline):
+    """The explorer's :class:`~attnlab.viz.explorer.maps.AttentionSource` over ``pipeline``'s
+    model: ``source(pipeline)`` of the module its family's registration names as ``explore``
+    (found through the registry, as pipelines import no family package), so ``attention()``
+    and the explorer show the same groups."""
+    from attnlab.families import family_for_config, resolve
+
+    family = family_for_config(pipeline.model.config.family)
+    if family is None or family.explore is None:
+        raise ValueError(f"the explorer does not show {pipeline.family!r} models")
+    return resolve(family.explore.partition(":")[0] + ":source")(pipeline)
+
+
 def attention_families() -> list[str]:
     """The families whose pipeline shows its attention (overrides :meth:`Pipeline.attention`)."""
     return sorted(name for name in known_pipelines() if pipeline_class(name).attention is not Pipeline.attention)

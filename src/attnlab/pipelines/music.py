@@ -105,11 +105,11 @@ class MusicPipeline(Pipeline):
 
     def attention(self, primer=None, **options) -> dict[str, Tensor]:
         """``{"self": (layers, heads, L, L)}`` over the prompt of ``primer`` (see :meth:`prompt`;
-        ``options`` go to it)."""
-        from attnlab.viz.explorer.maps import attention_maps
+        ``options`` go to it), as the explorer shows it."""
+        from attnlab.pipelines.base import explorer_source
 
         prompt = self.prompt(primer, **options)
         limit = self.model.config.max_positions
         if len(prompt) > limit:
             raise ValueError(f"primer: {len(prompt)} tokens; the model's context holds {limit}")
-        return attention_maps(self.model, ids=torch.tensor([prompt], device=self.device))
+        return {g.name: g.weights for g in explorer_source(self).analyse_tokens(prompt).groups}

@@ -26,6 +26,10 @@ def _check_sampling(temperature: float, top_k: int | None, *, greedy_allowed: bo
         check_int(top_k, "top_k", maximum=top_k_max)
 
 
+def _groups(analysis) -> dict[str, Tensor]:
+    return {group.name: group.weights for group in analysis.groups}
+
+
 class ClassifierPipeline(Pipeline):
     """A Vision Transformer with its class names (``classes.json``), as ``attnlab classify``."""
 
@@ -67,13 +71,12 @@ class ClassifierPipeline(Pipeline):
     def attention(self, image) -> dict[str, Tensor]:
         """``{"self": (layers, heads, T, T)}`` over the model's tokens for one image: the
         class token (if the model has one) then the patches, row by row."""
-        from attnlab.tasks.classification import normalize
-        from attnlab.viz.explorer.maps import attention_maps
+        from attnlab.pipelines.base import explorer_source
 
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
-        return attention_maps(self.model, images=normalize(pixels).to(self.device))
+        return _groups(explorer_source(self).analyse_pixels(pixels))
 
 
 class CaptionPipeline(Pipeline):
@@ -109,21 +112,17 @@ class CaptionPipeline(Pipeline):
         """Caption ``image`` (or take ``caption``), then every layer's attention while the
         decoder reads it teacher-forced: "decoder self", "cross" (over the image's cells) and,
         for a ViT encoder, "image encoder self"."""
-        from attnlab.tasks.caption import generate_captions
-        from attnlab.tasks.classification import normalize
-        from attnlab.viz.explorer.maps import attention_maps
+        from attnlab.pipelines.base import explorer_source
 
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
-        config = self.model.config
-        if caption is None:
-            tokens = generate_captions(self.model, self.tokenizer, pixels, beam_size=beam)[0].tokens
-        else:
+        check_int(beam, "beam")
+        tokens = None
+        if caption is not None:
             check_texts(caption, "caption")
             tokens = self.tokenizer.encode(caption)
-        tgt_in = torch.tensor([([config.bos_id] + tokens)[:config.max_positions]], device=self.device)
-        return attention_maps(self.model, images=normalize(pixels).to(self.device), tgt_in_ids=tgt_in)
+        return _groups(explorer_source(self).analyse_pixels(pixels, tokens, beam=beam))
 
 
 class TextToImagePipeline(Pipeline):
@@ -170,17 +169,15 @@ class TextToImagePipeline(Pipeline):
     def attention(self, prompt: str, image) -> dict[str, Tensor]:
         """``{"self": (layers, heads, L, L)}`` over ``[prompt tokens; image tokens]``: the
         model reading ``prompt`` and ``image`` (e.g. one it drew) as its VQ-VAE codes, teacher-forced."""
+        from attnlab.pipelines.base import explorer_source
         from attnlab.tasks.classification import normalize
-        from attnlab.tasks.text_to_image import encode_prompt
-        from attnlab.viz.explorer.maps import attention_maps
 
         check_texts(prompt, "prompt")
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
         codes = self.vqvae.encode(normalize(pixels).to(next(self.vqvae.parameters()).device))
-        text = torch.tensor([encode_prompt(self.tokenizer, prompt, self.model.config.text_length)], device=self.device)
-        return attention_maps(self.model, text_ids=text, codes=codes.to(self.device))
+        return _groups(explorer_source(self).analyse_codes(prompt, codes))
 
 
 class ImageTransformerPipeline(Pipeline):
@@ -275,19 +272,16 @@ class ImageTransformerPipeline(Pipeline):
         generation order): ``{"self": ...}``, plus ``"cross"`` (over the low-resolution
         image's sub-pixels) for a super-resolution model, whose ``low_res`` defaults to
         ``image`` averaged down (:func:`attnlab.tasks.images.downsample`)."""
-        from attnlab.tasks.images import downsample
-        from attnlab.viz.explorer.maps import attention_maps
+        from attnlab.pipelines.base import explorer_source
 
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
         low = None
         if self.super_resolution:
-            if low_res is None:
-                low = downsample(pixels, self.model.config.low_resolution).to(torch.uint8)
-            else:
+            if low_res is not None:
                 low, _ = to_pixels(low_res, self.low_res_spec, "low_res")
-            low = low.to(self.device)
         elif low_res is not None:
             raise ValueError("low_res: this is not a super-resolution model")
-        return attention_maps(self.model, images=pixels.to(self.device), labels=self._labels(label, 1), low_res=low)
+        self._labels(label, 1)  # a class-conditional model needs its label here (the explorer takes the first)
+        return _groups(explorer_source(self).analyse_pixels(pixels, label=label, low_res=low))

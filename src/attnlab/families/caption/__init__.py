@@ -10,5 +10,6 @@ FAMILY = register_family(Family(
     train="attnlab.cli.train_caption",
     evaluate="evaluate-caption",
     pipeline="attnlab.pipelines.vision:CaptionPipeline",
+    explore="attnlab.families.caption.explore:load_source",
     onnx="attnlab.interop.onnx_export:captioner_graph",
 ))

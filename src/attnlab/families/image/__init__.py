@@ -11,5 +11,6 @@ FAMILY = register_family(Family(
     train="attnlab.cli.image",
     evaluate="evaluate-image",
     pipeline="attnlab.pipelines.vision:ImageTransformerPipeline",
+    explore="attnlab.families.image.explore:load_source",
     onnx="attnlab.interop.onnx_export:image_transformer_graph",
 ))

@@ -10,5 +10,6 @@ FAMILY = register_family(Family(
     train="attnlab.cli.train_music",
     evaluate="evaluate-music",
     pipeline="attnlab.pipelines.music:MusicPipeline",
+    explore="attnlab.families.music.explore:load_source",
     onnx="attnlab.interop.onnx_export:lm_graph",
 ))

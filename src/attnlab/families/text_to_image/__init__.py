@@ -10,5 +10,6 @@ FAMILY = register_family(Family(
     train="attnlab.cli.train_text_to_image",
     evaluate="evaluate-text-to-image",
     pipeline="attnlab.pipelines.vision:TextToImagePipeline",
+    explore="attnlab.families.text_to_image.explore:load_source",
     onnx="attnlab.interop.onnx_export:text_to_image_graph",
 ))

@@ -11,5 +11,6 @@ FAMILY = register_family(Family(
     train="attnlab.cli.vit",
     evaluate="evaluate-vit",
     pipeline="attnlab.pipelines.vision:ClassifierPipeline",
+    explore="attnlab.families.vit.explore:load_source",
     onnx="attnlab.interop.onnx_export:vit_graph",
 ))

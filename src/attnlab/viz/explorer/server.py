@@ -66,17 +66,22 @@ class ExplorerApp:
         self.lock = threading.Lock()
         self.page = render_page(mode="server", title=f"attnlab explorer — {source.description}").encode()
 
+    @property
+    def generates(self) -> bool:
+        """Whether the source continues its input (a language or music model: ``generate=N``)."""
+        return bool(getattr(self.source, "generates", self.source.family == "decoder_lm"))
+
     def info(self) -> dict:
         s = self.source
         return {"family": s.family, "description": s.description, "default_text": s.default_text,
-                "max_tokens": s.max_tokens, "generates": s.family == "decoder_lm"}
+                "max_tokens": s.max_tokens, "generates": self.generates}
 
     def analyse(self, body: dict) -> dict:
         text = body.get("text")
         if not isinstance(text, str):
             raise RequestError(400, "the body must be a JSON object with a string 'text'")
         options = {}
-        if "generate" in body and self.source.family == "decoder_lm":
+        if "generate" in body and self.generates:
             options["generate"] = body["generate"]
         with self.lock:
             analysis = self.source.analyse(text, **options)
