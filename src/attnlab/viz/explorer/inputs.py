@@ -131,6 +131,7 @@ class ImageInput:
 
     channels: int
     size: tuple[int, int]
+    image_input = True  # the served page offers to upload an image
 
     def read_config(self, pipeline):
         """Keep ``pipeline``; take ``channels``, ``size`` and the patch grid (``rows``,
