@@ -247,3 +247,51 @@ def test_served_music_generates(performance_dir):
     assert app.info()["generates"] is True
     status, overview = app.handle("POST", "/api/analyse", json.dumps({"text": "60 64", "generate": 2}).encode())
     assert status == 200 and overview["groups"][0]["queries"] == 5
+
+
+def test_broken_and_huge_uploads_are_refused(vit_dir):
+    from PIL import Image
+
+    source = load_source(vit_dir)
+    png = Path(DIGIT).read_bytes()
+    broken = "data:image/png;base64," + base64.b64encode(png[:60]).decode()
+    with pytest.raises(ValueError, match="the uploaded image cannot be read"):
+        source.analyse(broken)
+    buffer = io.BytesIO()
+    Image.new("L", (5000, 5000)).save(buffer, format="PNG")  # a few KB of PNG, 25 million pixels
+    huge = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    with pytest.raises(ValueError, match="5000x5000 pixels; the explorer reads at most"):
+        source.analyse(huge)
+
+
+def test_served_image_family_over_http(vit_dir):
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from attnlab.viz.explorer.server import make_server
+
+    server = make_server(load_source(vit_dir), "127.0.0.1", 0, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/api/analyse"
+
+    def post(text):
+        request = urllib.request.Request(url, json.dumps({"text": text}).encode(),
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
+    try:
+        status, overview = post("example:0")
+        assert status == 200 and overview["image"]["src"].startswith("data:image/png;base64,")
+        assert overview["groups"][0]["key_tokens"][:2] == ["CLS", "patch (0,0)"]
+        status, answer = post(DIGIT)  # a server file named by the request: refused
+        assert status == 400 and "reads no files" in answer["error"]
+        status, answer = post("example:99")
+        assert status == 400 and "example:N with N in 0..2" in answer["error"]
+    finally:
+        server.shutdown()
+        server.server_close()

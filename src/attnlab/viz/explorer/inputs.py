@@ -49,25 +49,40 @@ def example_images(channels: int) -> list[Path]:
     return sorted(folder.glob("*.png")) if folder.is_dir() else []
 
 
+MAX_PIXELS = 4096 * 4096  # an image's width x height, checked before its pixels are decoded
+
+
 def _resized(image, channels: int, size: tuple[int, int]) -> Tensor:
     from attnlab.data.images import pil_to_tensor
 
+    if image.width * image.height > MAX_PIXELS:
+        raise ValueError(f"the image is {image.width}x{image.height} pixels; the explorer reads at most "
+                         f"{MAX_PIXELS:,} (it is resized to {size[1]}x{size[0]} anyway)")
     height, width = size
     if height == width:
         return pil_to_tensor(image, image_size=height, channels=channels)
     return pil_to_tensor(image.resize((width, height)), channels=channels)
 
 
+def _unreadable() -> tuple[type[BaseException], ...]:
+    from PIL import Image
+
+    # what Pillow raises for a file that is not a (whole) image: OSError (UnidentifiedImageError,
+    # truncated data), SyntaxError (a broken PNG chunk), DecompressionBombError, EOFError
+    return (binascii.Error, ValueError, OSError, SyntaxError, EOFError, Image.DecompressionBombError)
+
+
 def read_image_input(text: str, *, channels: int, size: tuple[int, int], files: bool = False) -> Tensor:
     """The image ``text`` names (see the module docstring) as uint8 ``(1, C, H, W)``,
     converted to ``channels`` and resized (bicubic) to ``size``; ValueError saying what
     is wrong and what to give instead."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     if not isinstance(text, str) or not text.strip():
         raise ValueError("give an image: example:N, a data:image/...;base64 URI"
                          + (", or an image file" if files else ""))
     text = text.strip()
+    unreadable = _unreadable()
     if text.startswith("example:"):
         examples = example_images(channels)
         if not examples:
@@ -87,9 +102,8 @@ def read_image_input(text: str, *, channels: int, size: tuple[int, int], files: 
         try:
             raw = base64.b64decode(data, validate=True)
             with Image.open(io.BytesIO(raw)) as image:
-                image.load()
                 return _resized(image, channels, size)[None]
-        except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as error:
+        except unreadable as error:
             raise ValueError(f"the uploaded image cannot be read ({error})") from None
     if not files:
         raise ValueError(f"{text[:80]!r}: the served explorer reads no files; give example:N or upload an image")
@@ -98,9 +112,8 @@ def read_image_input(text: str, *, channels: int, size: tuple[int, int], files: 
         raise ValueError(f"{text}: no such image file (or give example:N)")
     try:
         with Image.open(path) as image:
-            image.load()
             return _resized(image, channels, size)[None]
-    except (UnidentifiedImageError, OSError) as error:
+    except unreadable as error:
         raise ValueError(f"{text}: not an image Pillow can read ({error})") from None
 
 
