@@ -229,6 +229,7 @@ def test_served_api_analyses_an_image_and_refuses_a_server_path(vit_dir):
 
     app = ExplorerApp(load_source(vit_dir))
     assert app.info()["default_text"] == "example:0" and app.info()["generates"] is False
+    assert "example:0 … example:2" in app.info()["hint"] and app.info()["image_input"] is True
     status, overview = app.handle("POST", "/api/analyse", json.dumps({"text": "example:1"}).encode())
     assert status == 200 and overview["image"]["rows"] == 4 and overview["groups"][0]["key_cells"][0] is None
     status, upload = app.handle("POST", "/api/analyse", json.dumps({"text": _png_uri(DIGIT)}).encode())
@@ -244,7 +245,7 @@ def test_served_music_generates(performance_dir):
     from attnlab.viz.explorer.server import ExplorerApp
 
     app = ExplorerApp(load_source(performance_dir))
-    assert app.info()["generates"] is True
+    assert app.info()["generates"] is True and "token ids" in app.info()["hint"]
     status, overview = app.handle("POST", "/api/analyse", json.dumps({"text": "60 64", "generate": 2}).encode())
     assert status == 200 and overview["groups"][0]["queries"] == 5
 

@@ -76,6 +76,12 @@ class MusicSource:
                             f"d_model={c.d_model}")
         self.default_text = self._default()
 
+    @property
+    def hint(self) -> str:
+        """What the served page's text box takes."""
+        named = "example:N (examples/midi)" if self.encoding == "performance" else "jsb-valid:N (JSB chorales)"
+        return f"a primer: token ids (e.g. 60 64 67), {named}, or start"
+
     def _default(self) -> str:
         if self.encoding == "performance" and example_midi():
             return "example:0"

@@ -156,6 +156,13 @@ class ImageInput:
         self.rows, self.cols = c.grid
         return c
 
+    @property
+    def hint(self) -> str:
+        """What the served page's text box takes."""
+        count = len(example_images(self.channels))
+        examples = f"example:0 … example:{count - 1} (the repository's examples), " if count else ""
+        return f"an image: {examples}a data:image/…;base64 URI, or choose an image of yours"
+
     def example_text(self) -> str:
         """``example:0`` where the repository's examples are at hand, else "" (upload one)."""
         return "example:0" if example_images(self.channels) else ""

@@ -9,7 +9,8 @@ client that goes away mid-request is dropped quietly (no traceback in the termin
 
 API (all JSON):
   GET  /                          the page
-  GET  /api/info                  {family, description, default_text, max_tokens, generates, image_input}
+  GET  /api/info                  {family, description, default_text, max_tokens, generates, image_input,
+                                  hint (what the input may be, where it is not plain text)}
   POST /api/analyse {text, generate?}   overview: tokens and shapes of each group, id (and, for an
                                   image input, the image: a PNG data URI and the grid of key_cells)
   GET  /api/layer?id=&group=&layer=     one layer's weights (heads, Lq, Lk), uint16 base64
@@ -76,7 +77,7 @@ class ExplorerApp:
         s = self.source
         return {"family": s.family, "description": s.description, "default_text": s.default_text,
                 "max_tokens": s.max_tokens, "generates": self.generates,
-                "image_input": bool(getattr(s, "image_input", False))}
+                "image_input": bool(getattr(s, "image_input", False)), "hint": str(getattr(s, "hint", ""))}
 
     def analyse(self, body: dict) -> dict:
         text = body.get("text")

@@ -527,6 +527,7 @@
       $("text").value = info.default_text;
       $("generate-box").style.display = info.generates ? "" : "none";
       $("image-box").style.display = info.image_input ? "" : "none";
+      if (info.hint) { $("text").placeholder = info.hint; $("text").title = info.hint; }
       analyse();
     }).catch((error) => status(String(error.message || error), true));
   }
