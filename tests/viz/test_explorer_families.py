@@ -49,6 +49,7 @@ def test_vit_shows_cls_and_patches_exactly(vit_dir):
     assert torch.equal(group.weights, expected) and group.weights.shape == (4, 4, 17, 17)
     assert group.query_tokens[:3] == ["CLS", "patch (0,0)", "patch (0,1)"] and group.key_tokens[-1] == "patch (3,3)"
     assert group.key_cells[0] is None and group.key_cells[1:] == [(r, c) for r in range(4) for c in range(4)]
+    assert group.query_cells == group.key_cells
     _rows_sum_to_one(group)
     assert analysis.output.split(" ")[0] in ("zero", "one", "two")
     assert analysis.image.pixels.shape == (1, 28, 28) and (analysis.image.rows, analysis.image.cols) == (4, 4)
@@ -193,7 +194,7 @@ def test_payload_carries_the_image_and_key_cells(vit_dir):
     assert (image["rows"], image["cols"], image["height"], image["width"]) == (4, 4, 28, 28)
     png = Image.open(io.BytesIO(base64.b64decode(image["src"].split(",", 1)[1])))
     assert png.size == (28, 28)
-    assert payload["groups"][0]["key_cells"][:2] == [None, [0, 0]]
+    assert payload["groups"][0]["key_cells"][:2] == [None, [0, 0]] == payload["groups"][0]["query_cells"][:2]
 
 
 FAMILIES = {"vit": ("vit_dir", DIGIT), "caption": ("captioner_dir", SCENE), "image": ("image_dir", DIGIT),

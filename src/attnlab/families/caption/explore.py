@@ -58,7 +58,7 @@ class CaptionSource(ImageInput):
         groups = []
         if "image encoder self" in maps:
             groups.append(AttentionGroup("image encoder self", maps["image encoder self"], patches, patches,
-                                         key_cells=cells))
+                                         key_cells=cells, query_cells=cells))
         groups += [AttentionGroup("decoder self", maps["decoder self"], read, read),
                    AttentionGroup("cross", maps["cross"], wrote, patches, key_cells=cells)]
         return Analysis(shown, groups, output=tokenizer.decode(list(caption)),

@@ -86,7 +86,8 @@ class ImageTransformerSource(ImageInput):
         maps = attention_maps(model, images=images, labels=labels, low_res=low_res)
         cells = sub_pixels(model.embedder.order, c.width, c.channels)
         names = [f"({r},{col},{ch})" for r, col, ch in cells]
-        groups = [AttentionGroup("self", maps["self"], names, names, key_cells=[(r, col) for r, col, _ in cells])]
+        places = [(r, col) for r, col, _ in cells]
+        groups = [AttentionGroup("self", maps["self"], names, names, key_cells=places, query_cells=places)]
         if "cross" in maps:
             low = sub_pixels(model.low_res_embedder.order, c.low_resolution, c.channels)
             groups.append(AttentionGroup("cross", maps["cross"], names, [f"low ({r},{col},{ch})" for r, col, ch in low]))

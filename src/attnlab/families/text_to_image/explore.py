@@ -78,7 +78,8 @@ class TextToImageSource:
         with torch.no_grad():
             pixels = vqvae.decode_codes(codes.to(next(vqvae.parameters()).device))
         image = ((pixels[0].float().cpu() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8)
-        return Analysis(prompt, [AttentionGroup("self", maps["self"], labels, labels, key_cells=key_cells)],
+        return Analysis(prompt, [AttentionGroup("self", maps["self"], labels, labels, key_cells=key_cells,
+                                                        query_cells=key_cells)],
                         output=f"drew {c.grid}x{c.grid} image tokens", image=ImageView(image, c.grid, c.grid))
 
 

@@ -45,7 +45,8 @@ class VitSource(ImageInput):
         best = int(probabilities.argmax())
         classes = self.pipeline.classes
         name = classes[best] if best < len(classes) else str(best)
-        return Analysis(shown, [AttentionGroup("self", maps["self"], labels, labels, key_cells=[None] * prefix + cells)],
+        return Analysis(shown, [AttentionGroup("self", maps["self"], labels, labels, key_cells=[None] * prefix + cells,
+                                            query_cells=[None] * prefix + cells)],
                         output=f"{name} ({float(probabilities[best]):.0%})",
                         image=ImageView(pixels[0].cpu(), self.rows, self.cols))
 

@@ -34,13 +34,15 @@ class AttentionGroup:
     ``query_tokens`` (Lq labels) and ``key_tokens`` (Lk labels). ``key_cells``, for keys
     that are places in the analysed image (ViT patches, a captioner's grid cells,
     sub-pixels): ``(row, col)`` of the :class:`~attnlab.viz.explorer.inputs.ImageView`
-    grid per key, None for a key that is none (a class token, a text token)."""
+    grid per key, None for a key that is none (a class token, a text token); ``query_cells``
+    the same for the queries (the page outlines the chosen query's place)."""
 
     name: str
     weights: Tensor
     query_tokens: list[str] = field(default_factory=list)
     key_tokens: list[str] = field(default_factory=list)
     key_cells: list[tuple[int, int] | None] | None = None
+    query_cells: list[tuple[int, int] | None] | None = None
 
     def __post_init__(self):
         if self.weights.dim() != 4:
@@ -52,6 +54,9 @@ class AttentionGroup:
                              f"query and {len(self.key_tokens)} key labels")
         if self.key_cells is not None and len(self.key_cells) != keys:
             raise ValueError(f"attention group {self.name!r}: {keys} keys but {len(self.key_cells)} key cells")
+        if self.query_cells is not None and len(self.query_cells) != queries:
+            raise ValueError(f"attention group {self.name!r}: {queries} queries but {len(self.query_cells)} "
+                             "query cells")
 
 
 _MAPS: dict[type, Callable[..., dict[str, Tensor]]] = {}

@@ -93,8 +93,10 @@ def _group_overview(group: AttentionGroup, with_details: bool) -> dict:
     layers, heads, queries, keys = group.weights.shape
     entry = {"name": group.name, "layers": layers, "heads": heads, "queries": queries, "keys": keys,
              "query_tokens": group.query_tokens, "key_tokens": group.key_tokens}
-    if group.key_cells is not None:
-        entry["key_cells"] = [None if cell is None else [int(cell[0]), int(cell[1])] for cell in group.key_cells]
+    for side in ("key_cells", "query_cells"):
+        cells = getattr(group, side)
+        if cells is not None:
+            entry[side] = [None if cell is None else [int(cell[0]), int(cell[1])] for cell in cells]
     if with_details:
         entry["thumbnails"] = thumbnail_payload(group)
         entry["summaries"] = summaries(group)

@@ -266,6 +266,12 @@
         ctx.fillRect(c * cw, r * ch, cw, ch);
       }
     }
+    const own = g.query_cells ? g.query_cells[q] : null; // the query's own place, outlined
+    if (own) {
+      ctx.strokeStyle = "#1e6bff";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(own[1] * cw + 1, own[0] * ch + 1, cw - 2, ch - 2);
+    }
     canvas.dataset.query = q;
     canvas.dataset.layer = layer;
     canvas.dataset.peak = peak.toFixed(5);
