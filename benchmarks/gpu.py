@@ -173,7 +173,7 @@ def varlen(preset: str, batch: int, length: int, vocab: int, repeats: int) -> No
     """A training step on right-padded batches whose lengths spread from L/4 to L: the padded
     forward vs ``varlen=True`` (packed tokens; flash ``varlen_attn`` in bf16), bf16 autocast."""
     from attnlab import create_model
-    from attnlab.tasks.translation import translation_loss
+    from attnlab.families.translation.task import translation_loss
 
     torch.manual_seed(0)
 

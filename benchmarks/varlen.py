@@ -30,7 +30,7 @@ from common import interleaved_medians  # noqa: E402
 
 import attnlab  # noqa: E402
 from attnlab.data import Tokenizer, TranslationBatches, collate_translation  # noqa: E402
-from attnlab.tasks.translation import (TranslationTrainOptions, encode_and_filter,  # noqa: E402
+from attnlab.families.translation.task import (TranslationTrainOptions, encode_and_filter,  # noqa: E402
                                        load_training_corpora, translation_loss)
 
 

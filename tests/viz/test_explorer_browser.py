@@ -162,3 +162,57 @@ def test_language_model_streams_its_continuation(browser, lm_dir):
         assert len(browser.find_elements("css selector", "#tokens-q .tok")) == prompt_tokens + 4
         assert browser.find_element("id", "output").text.startswith("model output: ")
         assert _console_errors(browser) == []
+
+
+def _image_canvas(driver):
+    return driver.execute_script("const c = document.getElementById('image-canvas');"
+                                 "return [c.dataset.query, c.toDataURL()];")
+
+
+def test_vit_attention_is_drawn_over_the_image(browser, vit_dir, tmp_path):
+    """Served: the ViT's example digit is analysed on opening, the image panel shows the
+    class token's attention over the patch grid, and another query redraws it; a file
+    upload goes through the same page (as a data URI)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    with _served(vit_dir) as url:
+        browser.get(url)
+        _wait(browser, "return document.getElementById('attnlab').dataset.rendered === 'head'"
+                       " && document.getElementById('image-canvas').dataset.query === '0'")
+        assert browser.find_element(By.ID, "image-panel").is_displayed()
+        assert browser.find_element(By.ID, "image-box").is_displayed()
+        canvas = browser.find_element(By.ID, "image-canvas")
+        assert (int(canvas.get_attribute("width")), int(canvas.get_attribute("height"))) == (308, 308)
+        first = _image_canvas(browser)
+        Select(browser.find_element(By.ID, "image-query")).select_by_value("6")  # patch (1,1)
+        _wait(browser, "return document.getElementById('image-canvas').dataset.query === '6'")
+        assert _image_canvas(browser)[1] != first[1]  # the overlay changed with the query
+        # hovering a query token in the head view shows that query over the image
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        ActionChains(browser).move_to_element(browser.find_elements(By.CSS_SELECTOR, "#tokens-q .tok")[3]).perform()
+        _wait(browser, "return document.getElementById('image-canvas').dataset.query === '3'")
+        browser.save_screenshot(str(tmp_path / "vit-image.png"))
+        # an image of the user's own: read in the browser, posted as a data URI
+        digit = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "digits", "2.png")
+        browser.find_element(By.ID, "image-file").send_keys(os.path.abspath(digit))
+        _wait(browser, "return document.getElementById('text').value.startsWith('data:image/')"
+                       " && window.attnlab.ov.text === 'an uploaded image'"
+                       " && document.getElementById('attnlab').dataset.rendered === 'head'")
+        assert _console_errors(browser) == []
+
+
+def test_exported_captioner_file_draws_cross_attention(browser, captioner_dir, tmp_path):
+    scene = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "scenes", "scene-0.png")
+    page = tmp_path / "caption.html"
+    page.write_text(explorer_html(captioner_dir, os.path.abspath(scene)), encoding="utf-8")
+    browser.get(page.as_uri())
+    _wait(browser, "return document.getElementById('attnlab').dataset.rendered === 'head'")
+    assert browser.find_element("id", "image-panel").is_displayed()  # image encoder self: patches over the image
+    browser.find_element("css selector", "#groups button[data-group='decoder self']").click()
+    _wait(browser, "return document.getElementById('image-panel').style.display === 'none'")
+    browser.find_element("css selector", "#groups button[data-group='cross']").click()
+    _wait(browser, "return document.getElementById('image-panel').style.display === ''"
+                   " && document.getElementById('image-query').options.length > 0")
+    assert _console_errors(browser) == []

@@ -102,5 +102,5 @@ def test_load_source_errors(tmp_path):
     with pytest.raises(ValueError, match="config.json: no such file"):
         load_source(tmp_path)
     create_model("bert_tiny").save_pretrained(tmp_path / "b")  # an attnlab-format BERT has no tokenizer
-    with pytest.raises(ValueError, match="not a HuggingFace BERT directory \(an attnlab bert model directory\)"):
+    with pytest.raises(ValueError, match=r"not a HuggingFace BERT directory \(an attnlab bert model directory\)"):
         load_source(tmp_path / "b")

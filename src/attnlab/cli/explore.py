@@ -1,6 +1,9 @@
-"""``attnlab explore``: the attention explorer for a model directory (a HuggingFace BERT
-directory, a translation model, a language model), served on 127.0.0.1 or written as one
-self-contained HTML file."""
+"""``attnlab explore``: the attention explorer for a model directory of any family whose
+registration names an explorer source (BERT, translation, language, ViT, captioner, Image
+Transformer, Music Transformer, text-to-image), served on 127.0.0.1 or written as one
+self-contained HTML file. The input (TEXT) is what the family reads: a text, a prompt, an
+image (a file, ``example:N``) or a music primer (token ids, a MIDI file, ``example:N``,
+``jsb-valid:N``); docs/explorer.md lists them."""
 
 from attnlab.cli.options import add_runtime_arguments, resolve_device
 
@@ -13,11 +16,13 @@ def add_arguments(parser) -> None:
     from attnlab.cli.options import bounded_int
 
     parser.add_argument("--model", required=True, help="model directory (fixed for the whole session)")
-    parser.add_argument("text", nargs="?", help="the text to show (with --html; default: the model's example)")
+    parser.add_argument("text", nargs="?", help="with --html: the input to show (default: the model's example): "
+                        "a text or prompt; for an image model an image file or example:N; for a music model a "
+                        "primer (token ids, a MIDI file, example:N, jsb-valid:N or start)")
     parser.add_argument("--html", metavar="OUT.html", help="write a self-contained page for TEXT instead of serving")
     parser.add_argument("--force", action="store_true", help="with --html: replace an existing file (atomically)")
     parser.add_argument("--generate", type=bounded_int(0, MAX_GENERATE), default=0, metavar="N",
-                        help="with --html and a language model: also show N generated tokens, within the "
+                        help="with --html and a language or music model: also show N generated tokens, within the "
                              f"model's context (at most {MAX_GENERATE}; default: 0)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine only)")
@@ -56,12 +61,13 @@ def run(args) -> int:
         return 0
     text = args.text if args.text is not None else source.default_text
     if not text:
-        raise ValueError(f"{args.model}: no example text fits this model's vocabulary; give TEXT")
+        raise ValueError(f"{args.model}: no example input fits this model (no example text fits its vocabulary, "
+                         "or this installation has no examples/ images); give TEXT")
     options = {}
     if args.generate:
         if not hasattr(source, "generated_limit"):
-            raise ValueError(f"--generate: {args.model} holds a {source.family} model, which does not generate "
-                             "text; --generate is for language models")
+            raise ValueError(f"--generate: {args.model} holds a {source.family} model, which does not continue "
+                             "its input; --generate is for language and music models")
         limit = source.generated_limit(text)
         if args.generate > limit:
             raise ValueError(f"--generate {args.generate}: the text uses {source.max_tokens - limit} of the "

@@ -11,5 +11,6 @@ FAMILY = register_family(Family(
     train="attnlab.families.caption.train",
     evaluate="evaluate-caption",
     pipeline="attnlab.families.caption.pipeline:CaptionPipeline",
+    explore="attnlab.families.caption.explore:load_source",
     onnx="attnlab.interop.onnx_export:captioner_graph",
 ))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
 from attnlab.pipelines.base import Pipeline, check_int, check_texts
@@ -45,19 +44,16 @@ class CaptionPipeline(Pipeline):
     def attention(self, image, caption: str | None = None, *, beam: int = 3) -> dict[str, Tensor]:
         """Caption ``image`` (or take ``caption``), then every layer's attention while the
         decoder reads it teacher-forced: "decoder self", "cross" (over the image's cells) and,
-        for a ViT encoder, "image encoder self"."""
-        from attnlab.families.caption.task import generate_captions
-        from attnlab.data.images import normalize
-        from attnlab.viz.explorer.maps import attention_maps
+        for a ViT encoder, "image encoder self" (the explorer's groups)."""
+        from attnlab.families.caption.explore import source
+        from attnlab.pipelines.base import attention_groups
 
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
-        config = self.model.config
-        if caption is None:
-            tokens = generate_captions(self.model, self.tokenizer, pixels, beam_size=beam)[0].tokens
-        else:
+        check_int(beam, "beam")
+        tokens = None
+        if caption is not None:
             check_texts(caption, "caption")
             tokens = self.tokenizer.encode(caption)
-        tgt_in = torch.tensor([([config.bos_id] + tokens)[:config.max_positions]], device=self.device)
-        return attention_maps(self.model, images=normalize(pixels).to(self.device), tgt_in_ids=tgt_in)
+        return attention_groups(source(self).analyse_pixels(pixels, tokens, beam=beam))

@@ -12,5 +12,6 @@ FAMILY = register_family(Family(
     train="attnlab.families.image.train",
     evaluate="evaluate-image",
     pipeline="attnlab.families.image.pipeline:ImageTransformerPipeline",
+    explore="attnlab.families.image.explore:load_source",
     onnx="attnlab.interop.onnx_export:image_transformer_graph",
 ))

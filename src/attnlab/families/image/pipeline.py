@@ -106,19 +106,17 @@ class ImageTransformerPipeline(Pipeline):
         generation order): ``{"self": ...}``, plus ``"cross"`` (over the low-resolution
         image's sub-pixels) for a super-resolution model, whose ``low_res`` defaults to
         ``image`` averaged down (:func:`attnlab.families.image.task.downsample`)."""
-        from attnlab.families.image.task import downsample
-        from attnlab.viz.explorer.maps import attention_maps
+        from attnlab.families.image.explore import source
+        from attnlab.pipelines.base import attention_groups
 
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
         low = None
         if self.super_resolution:
-            if low_res is None:
-                low = downsample(pixels, self.model.config.low_resolution).to(torch.uint8)
-            else:
+            if low_res is not None:
                 low, _ = to_pixels(low_res, self.low_res_spec, "low_res")
-            low = low.to(self.device)
         elif low_res is not None:
             raise ValueError("low_res: this is not a super-resolution model")
-        return attention_maps(self.model, images=pixels.to(self.device), labels=self._labels(label, 1), low_res=low)
+        self._labels(label, 1)  # a class-conditional model needs its label here
+        return attention_groups(source(self).analyse_pixels(pixels, label=label, low_res=low))

@@ -17,5 +17,6 @@ FAMILY = register_family(Family(
     train="attnlab.families.music.train",
     evaluate="evaluate-music",
     pipeline="attnlab.families.music.pipeline:MusicPipeline",
+    explore="attnlab.families.music.explore:load_source",
     onnx="attnlab.interop.onnx_export:lm_graph",
 ))

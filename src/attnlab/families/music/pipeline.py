@@ -6,10 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int
+from attnlab.pipelines.base import Pipeline, attention_groups, check_int
 
 __all__ = ["MusicPipeline", "MusicContinuation"]
 
@@ -105,11 +104,11 @@ class MusicPipeline(Pipeline):
 
     def attention(self, primer=None, **options) -> dict[str, Tensor]:
         """``{"self": (layers, heads, L, L)}`` over the prompt of ``primer`` (see :meth:`prompt`;
-        ``options`` go to it)."""
-        from attnlab.viz.explorer.maps import attention_maps
+        ``options`` go to it), as the explorer shows it."""
+        from attnlab.families.music.explore import source
 
         prompt = self.prompt(primer, **options)
         limit = self.model.config.max_positions
         if len(prompt) > limit:
             raise ValueError(f"primer: {len(prompt)} tokens; the model's context holds {limit}")
-        return attention_maps(self.model, ids=torch.tensor([prompt], device=self.device))
+        return attention_groups(source(self).analyse_tokens(prompt))

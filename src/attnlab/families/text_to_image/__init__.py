@@ -11,5 +11,6 @@ FAMILY = register_family(Family(
     train="attnlab.families.text_to_image.train",
     evaluate="evaluate-text-to-image",
     pipeline="attnlab.families.text_to_image.pipeline:TextToImagePipeline",
+    explore="attnlab.families.text_to_image.explore:load_source",
     onnx="attnlab.interop.onnx_export:text_to_image_graph",
 ))

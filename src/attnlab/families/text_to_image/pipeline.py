@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from attnlab.pipelines.base import Pipeline, check_int, check_sampling, check_texts
@@ -59,13 +58,12 @@ class TextToImagePipeline(Pipeline):
         """``{"self": (layers, heads, L, L)}`` over ``[prompt tokens; image tokens]``: the
         model reading ``prompt`` and ``image`` (e.g. one it drew) as its VQ-VAE codes, teacher-forced."""
         from attnlab.data.images import normalize
-        from attnlab.families.text_to_image.task import encode_prompt
-        from attnlab.viz.explorer.maps import attention_maps
+        from attnlab.families.text_to_image.explore import source
+        from attnlab.pipelines.base import attention_groups
 
         check_texts(prompt, "prompt")
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
         codes = self.vqvae.encode(normalize(pixels).to(next(self.vqvae.parameters()).device))
-        text = torch.tensor([encode_prompt(self.tokenizer, prompt, self.model.config.text_length)], device=self.device)
-        return attention_maps(self.model, text_ids=text, codes=codes.to(self.device))
+        return attention_groups(source(self).analyse_codes(prompt, codes))

@@ -11,6 +11,7 @@ FAMILY = register_family(Family(
     train="attnlab.families.vit.train",
     evaluate="evaluate-vit",
     pipeline="attnlab.families.vit.pipeline:ClassifierPipeline",
+    explore="attnlab.families.vit.explore:load_source",
     onnx="attnlab.interop.onnx_export:vit_graph",
     recognise=("attnlab.interop.timm_vit:is_timm_vit_directory",),  # timm hub checkpoints (config.json + safetensors)
 ))

@@ -53,10 +53,10 @@ class ClassifierPipeline(Pipeline):
     def attention(self, image) -> dict[str, Tensor]:
         """``{"self": (layers, heads, T, T)}`` over the model's tokens for one image: the
         class token (if the model has one) then the patches, row by row."""
-        from attnlab.data.images import normalize
-        from attnlab.viz.explorer.maps import attention_maps
+        from attnlab.families.vit.explore import source
+        from attnlab.pipelines.base import attention_groups
 
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
-        return attention_maps(self.model, images=normalize(pixels).to(self.device))
+        return attention_groups(source(self).analyse_pixels(pixels))

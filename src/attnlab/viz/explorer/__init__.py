@@ -26,8 +26,11 @@ def explorer_html(model: str | os.PathLike | AttentionSource, text: str | None =
     """The self-contained explorer page for ``text`` (default: the source's example
     sentence) with ``model`` (a model directory or an :class:`AttentionSource`).
     ``notebook=True`` wraps it in an iframe for a Jupyter cell. ``options`` go to the
-    source's ``analyse`` (e.g. ``generate=20`` for a language model)."""
+    source's ``analyse`` (e.g. ``generate=20`` for a language or music model); an image
+    family's ``text`` may be an image file (``files=True``, the default here: the caller
+    names it), ``example:N`` or a data URI (:mod:`attnlab.viz.explorer.inputs`)."""
     source = load_source(model, device=device) if isinstance(model, (str, os.PathLike)) else model
+    options.setdefault("files", True)  # the caller names the file an image or MIDI source reads
     analysis = source.analyse(source.default_text if text is None else text, **options)
     longest = max(max(g.weights.shape[-2:]) for g in analysis.groups)
     if longest > MAX_FILE_TOKENS:

@@ -31,12 +31,18 @@ __all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "r
 class AttentionGroup:
     """One kind of attention of one input: ``weights`` ``(layers, heads, Lq, Lk)`` float32
     on the CPU (each query row sums to 1 over the real keys; padding is cut off),
-    ``query_tokens`` (Lq labels) and ``key_tokens`` (Lk labels)."""
+    ``query_tokens`` (Lq labels) and ``key_tokens`` (Lk labels). ``key_cells``, for keys
+    that are places in the analysed image (ViT patches, a captioner's grid cells,
+    sub-pixels): ``(row, col)`` of the :class:`~attnlab.viz.explorer.inputs.ImageView`
+    grid per key, None for a key that is none (a class token, a text token); ``query_cells``
+    the same for the queries (the page outlines the chosen query's place)."""
 
     name: str
     weights: Tensor
     query_tokens: list[str] = field(default_factory=list)
     key_tokens: list[str] = field(default_factory=list)
+    key_cells: list[tuple[int, int] | None] | None = None
+    query_cells: list[tuple[int, int] | None] | None = None
 
     def __post_init__(self):
         if self.weights.dim() != 4:
@@ -46,6 +52,11 @@ class AttentionGroup:
         if len(self.query_tokens) != queries or len(self.key_tokens) != keys:
             raise ValueError(f"attention group {self.name!r}: {queries}x{keys} weights but {len(self.query_tokens)} "
                              f"query and {len(self.key_tokens)} key labels")
+        if self.key_cells is not None and len(self.key_cells) != keys:
+            raise ValueError(f"attention group {self.name!r}: {keys} keys but {len(self.key_cells)} key cells")
+        if self.query_cells is not None and len(self.query_cells) != queries:
+            raise ValueError(f"attention group {self.name!r}: {queries} queries but {len(self.query_cells)} "
+                             "query cells")
 
 
 _MAPS: dict[type, Callable[..., dict[str, Tensor]]] = {}
@@ -144,12 +155,14 @@ _register_builtin_maps()
 # -- sources: a model with its tokenizer ---------------------------------------------------
 @dataclass
 class Analysis:
-    """What a source found for one text: the groups, and the model's output (a translation,
-    a continuation) when it produces one."""
+    """What a source found for one text: the groups, the model's output (a translation,
+    a continuation, a class) when it produces one, and for an image input the image
+    (:class:`~attnlab.viz.explorer.inputs.ImageView`) its groups' ``key_cells`` index."""
 
     text: str
     groups: list[AttentionGroup]
     output: str | None = None
+    image: object | None = None
 
 
 class AttentionSource(Protocol):

@@ -27,6 +27,8 @@ _BODY = """
       <button id="analyse">Show attention</button>
       <span id="generate-box" style="display:none">then generate <input id="generate" type="number" min="0"
         max="256" value="0" style="width:4em"> tokens</span>
+      <label id="image-box" style="display:none">or an image of yours: <input id="image-file" type="file"
+        accept="image/png,image/jpeg,image/gif,image/bmp"></label>
     </div>
   </div>
   <div id="text-shown"></div>
@@ -39,6 +41,12 @@ _BODY = """
     <button class="tab" id="tab-matrix">matrix view</button>
     <button class="tab" id="tab-summary">summaries</button>
     <select id="layer" aria-label="layer"></select>
+  </div>
+  <div id="image-panel" style="display:none">
+    <div class="bar"><span>over the image: the attention of</span>
+      <select id="image-query" aria-label="query shown over the image"></select>
+      <span class="muted" id="image-caption"></span></div>
+    <canvas id="image-canvas"></canvas>
   </div>
   <div id="view-head" class="view on">
     <div class="bar heads"><span>heads:</span><span id="heads"></span>

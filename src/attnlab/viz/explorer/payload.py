@@ -93,6 +93,10 @@ def _group_overview(group: AttentionGroup, with_details: bool) -> dict:
     layers, heads, queries, keys = group.weights.shape
     entry = {"name": group.name, "layers": layers, "heads": heads, "queries": queries, "keys": keys,
              "query_tokens": group.query_tokens, "key_tokens": group.key_tokens}
+    for side in ("key_cells", "query_cells"):
+        cells = getattr(group, side)
+        if cells is not None:
+            entry[side] = [None if cell is None else [int(cell[0]), int(cell[1])] for cell in cells]
     if with_details:
         entry["thumbnails"] = thumbnail_payload(group)
         entry["summaries"] = summaries(group)
@@ -102,9 +106,18 @@ def _group_overview(group: AttentionGroup, with_details: bool) -> dict:
 def overview(analysis: Analysis, analysis_id: str, *, with_details: bool = False) -> dict:
     """The first answer for a text: the tokens and shapes of every group. The page asks
     for :func:`thumbnail_payload` and :func:`summaries` when it shows them (the first
-    drawing needs neither); ``with_details=True`` puts both in (a self-contained file)."""
-    return {"id": analysis_id, "text": analysis.text, "output": analysis.output,
-            "groups": [_group_overview(g, with_details) for g in analysis.groups]}
+    drawing needs neither); ``with_details=True`` puts both in (a self-contained file).
+    An image input adds ``image``: ``{"src": PNG data URI, "rows", "cols", "height",
+    "width"}``, the grid that groups' ``key_cells`` index."""
+    payload = {"id": analysis_id, "text": analysis.text, "output": analysis.output,
+               "groups": [_group_overview(g, with_details) for g in analysis.groups]}
+    if analysis.image is not None:  # the picture the page draws attention to key_cells over
+        from attnlab.viz.explorer.inputs import png_data_uri
+
+        view = analysis.image
+        payload["image"] = {"src": png_data_uri(view.pixels), "rows": view.rows, "cols": view.cols,
+                            "height": int(view.pixels.shape[-2]), "width": int(view.pixels.shape[-1])}
+    return payload
 
 
 def _check_layer(group: AttentionGroup, layer: int) -> None:

@@ -9,8 +9,10 @@ client that goes away mid-request is dropped quietly (no traceback in the termin
 
 API (all JSON):
   GET  /                          the page
-  GET  /api/info                  {family, description, default_text, max_tokens}
-  POST /api/analyse {text, generate?}   overview: tokens and shapes of each group, id
+  GET  /api/info                  {family, description, default_text, max_tokens, generates, image_input,
+                                  hint (what the input may be, where it is not plain text)}
+  POST /api/analyse {text, generate?}   overview: tokens and shapes of each group, id (and, for an
+                                  image input, the image: a PNG data URI and the grid of key_cells)
   GET  /api/layer?id=&group=&layer=     one layer's weights (heads, Lq, Lk), uint16 base64
   GET  /api/layer.bin?id=&group=&layer= the same weights as raw little-endian uint16 bytes
                                   (application/octet-stream; what the page reads)
@@ -66,17 +68,23 @@ class ExplorerApp:
         self.lock = threading.Lock()
         self.page = render_page(mode="server", title=f"attnlab explorer — {source.description}").encode()
 
+    @property
+    def generates(self) -> bool:
+        """Whether the source continues its input (a language or music model: ``generate=N``)."""
+        return bool(getattr(self.source, "generates", self.source.family == "decoder_lm"))
+
     def info(self) -> dict:
         s = self.source
         return {"family": s.family, "description": s.description, "default_text": s.default_text,
-                "max_tokens": s.max_tokens, "generates": s.family == "decoder_lm"}
+                "max_tokens": s.max_tokens, "generates": self.generates,
+                "image_input": bool(getattr(s, "image_input", False)), "hint": str(getattr(s, "hint", ""))}
 
     def analyse(self, body: dict) -> dict:
         text = body.get("text")
         if not isinstance(text, str):
             raise RequestError(400, "the body must be a JSON object with a string 'text'")
         options = {}
-        if "generate" in body and self.source.family == "decoder_lm":
+        if "generate" in body and self.generates:
             options["generate"] = body["generate"]
         with self.lock:
             analysis = self.source.analyse(text, **options)
@@ -186,7 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("X-Content-Type-Options", "nosniff")
         # The page loads nothing from elsewhere; say so to the browser as well.
         self.send_header("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; "
-                                                    "style-src 'unsafe-inline'; img-src data:")
+                                                    "style-src 'unsafe-inline'; img-src data: blob:")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

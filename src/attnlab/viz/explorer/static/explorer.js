@@ -130,7 +130,11 @@
       const d = make("div", { className: "tok", textContent: t }, el);
       d.dataset.index = i;
       d.dataset.side = side;
-      d.onmouseenter = () => { state.focus = { side: side, index: i }; drawHeadLines(); };
+      d.onmouseenter = () => {
+        state.focus = { side: side, index: i };
+        drawHeadLines();
+        if (side === "q" && $("image-panel").style.display !== "none") { $("image-query").value = i; renderImagePanel(); }
+      };
       d.onmouseleave = () => { state.focus = null; drawHeadLines(); };
     });
   }
@@ -198,6 +202,81 @@
       const on = focus && el.dataset.side === focus.side && Number(el.dataset.index) === focus.index;
       el.classList.toggle("focus", !!on);
     }
+  }
+
+  // ---------------------------------------------------------------- image panel
+  // For a group whose keys are places in the analysed image (ViT patches, a captioner's
+  // cells, sub-pixels), the chosen query's attention of this layer, averaged over the
+  // ticked heads and summed per grid cell, drawn as a heat overlay over the image.
+  const pictures = new Map(); // data URI -> loaded <img>
+  function picture(src) {
+    if (!pictures.has(src)) {
+      pictures.set(src, new Promise((resolve, reject) => {
+        const img = new Image();
+        img.onload = () => resolve(img);
+        img.onerror = () => reject(new Error("the image could not be shown"));
+        img.src = src;
+      }));
+    }
+    return pictures.get(src);
+  }
+  async function renderImagePanel() {
+    const panel = $("image-panel"), g = group(), im = state.ov.image;
+    if (!im || !g.key_cells) { panel.style.display = "none"; return; }
+    panel.style.display = "";
+    const select = $("image-query");
+    const owner = state.ov.id + "|" + g.name;
+    if (select.dataset.owner !== owner) {
+      clear(select);
+      g.query_tokens.forEach((t, i) => make("option", { value: i, textContent: i + ": " + t }, select));
+      select.dataset.owner = owner;
+    }
+    const q = Math.min(Number(select.value || 0), g.queries - 1);
+    const layer = state.layer;
+    const [weights, img] = await Promise.all([layerWeights(layer), picture(im.src)]);
+    const Q = g.queries, K = g.keys, heat = new Float32Array(im.rows * im.cols);
+    let heads = 0;
+    for (let h = 0; h < g.heads; h++) {
+      if (!state.enabled[h]) continue;
+      heads++;
+      const base = h * Q * K + q * K;
+      for (let k = 0; k < K; k++) {
+        const cell = g.key_cells[k];
+        if (cell) heat[cell[0] * im.cols + cell[1]] += weights[base + k];
+      }
+    }
+    let peak = 0, total = 0;
+    for (let i = 0; i < heat.length; i++) {
+      heat[i] /= Math.max(heads, 1);
+      total += heat[i];
+      if (heat[i] > peak) peak = heat[i];
+    }
+    const canvas = $("image-canvas");
+    const scale = Math.max(1, Math.floor(320 / Math.max(im.height, im.width)));
+    canvas.width = im.width * scale;
+    canvas.height = im.height * scale;
+    const ctx = canvas.getContext("2d");
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(img, 0, 0, canvas.width, canvas.height);
+    const cw = canvas.width / im.cols, ch = canvas.height / im.rows;
+    for (let r = 0; r < im.rows; r++) {
+      for (let c = 0; c < im.cols; c++) {
+        const v = peak > 0 ? heat[r * im.cols + c] / peak : 0;
+        ctx.fillStyle = "rgba(255,60,0," + (0.7 * v).toFixed(3) + ")";
+        ctx.fillRect(c * cw, r * ch, cw, ch);
+      }
+    }
+    const own = g.query_cells ? g.query_cells[q] : null; // the query's own place, outlined
+    if (own) {
+      ctx.strokeStyle = "#1e6bff";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(own[1] * cw + 1, own[0] * ch + 1, cw - 2, ch - 2);
+    }
+    canvas.dataset.query = q;
+    canvas.dataset.layer = layer;
+    canvas.dataset.peak = peak.toFixed(5);
+    $("image-caption").textContent = "layer " + (layer + 1) + ", " + heads + " head(s) averaged; " +
+      (100 * total).toFixed(0) + "% of it on the image, brightest cell " + peak.toFixed(3);
   }
 
   // ---------------------------------------------------------------- model view
@@ -365,6 +444,7 @@
       else if (state.view === "model") await renderModelView();
       else if (state.view === "matrix") await renderMatrixView();
       else await renderSummary();
+      await renderImagePanel();
       root.dataset.rendered = state.view;
     } catch (error) {
       status(String(error.message || error), true);
@@ -416,6 +496,7 @@
     $("all-heads").onclick = () => { state.enabled = state.enabled.map(() => true); buildControls(); render(); };
     $("no-heads").onclick = () => { state.enabled = state.enabled.map(() => false); buildControls(); render(); };
     $("pair-go").onclick = () => searchPair().catch((e) => status(String(e.message || e), true));
+    $("image-query").onchange = () => renderImagePanel().catch((e) => status(String(e.message || e), true));
     if (MODE === "file") {
       state.embedded = JSON.parse($("attnlab-data").textContent);
       $("input-form").style.display = "none";
@@ -425,10 +506,34 @@
       return;
     }
     $("analyse").onclick = analyse;
+    // An image of the user's own travels in the request as a data URI (no server file is named).
+    $("image-file").onchange = () => {
+      const file = $("image-file").files[0];
+      if (!file) return;
+      // Shrunk in the browser to at most 256 pixels a side (the models read 28..224), so it
+      // fits the server's 64 KB body: PNG when small enough, else JPEG.
+      const url = URL.createObjectURL(file);
+      const img = new Image();
+      img.onload = () => {
+        URL.revokeObjectURL(url);
+        const scale = Math.min(1, 256 / Math.max(img.width, img.height));
+        const canvas = make("canvas", { width: Math.max(1, Math.round(img.width * scale)),
+                                        height: Math.max(1, Math.round(img.height * scale)) });
+        canvas.getContext("2d").drawImage(img, 0, 0, canvas.width, canvas.height);
+        let uri = canvas.toDataURL("image/png");
+        if (uri.length > 60000) uri = canvas.toDataURL("image/jpeg", 0.9);
+        $("text").value = uri;
+        analyse();
+      };
+      img.onerror = () => { URL.revokeObjectURL(url); status(file.name + ": not an image the browser can read", true); };
+      img.src = url;
+    };
     api("/api/info").then((info) => {
       $("description").textContent = info.description;
       $("text").value = info.default_text;
       $("generate-box").style.display = info.generates ? "" : "none";
+      $("image-box").style.display = info.image_input ? "" : "none";
+      if (info.hint) { $("text").placeholder = info.hint; $("text").title = info.hint; }
       analyse();
     }).catch((error) => status(String(error.message || error), true));
   }
