@@ -14,7 +14,7 @@ FAMILY = register_family(Family(
     verbs={"embed": "attnlab.families.bert.embed", "evaluate-bert": "attnlab.families.bert.evaluate"},
     evaluate="evaluate-bert",
     pipeline="attnlab.families.bert.pipeline:BertPipeline",
-    explore="attnlab.viz.explorer.maps:load_bert_source",
+    explore="attnlab.families.bert.explore:load_source",
     onnx="attnlab.interop.onnx_export:bert_graph",
     recognise=("attnlab.interop.hf_bert:is_hf_bert_directory",),  # HuggingFace BERT directories
 ))

@@ -54,7 +54,7 @@ class BertPipeline(Pipeline):
     def attention(self, text: str) -> dict[str, Tensor]:
         """``{"self": (layers, heads, L, L)}`` over ``text``'s WordPiece tokens, [CLS] and
         [SEP] included (the explorer's :class:`BertSource`)."""
-        from attnlab.viz.explorer.maps import BertSource
+        from attnlab.families.bert.explore import BertSource
 
         check_texts(text, "text")
         return attention_groups(BertSource(self.model, self.tokenizer).analyse(text))

@@ -17,7 +17,7 @@ FAMILY = register_family(Family(
     train="attnlab.families.lm.train",
     evaluate="evaluate-lm",
     pipeline="attnlab.families.lm.pipeline:LanguageModelPipeline",
-    explore="attnlab.viz.explorer.maps:load_lm_source",
+    explore="attnlab.families.lm.explore:load_source",
     onnx="attnlab.interop.onnx_export:lm_graph",
     recognise=("attnlab.interop.hf_gpt2:is_hf_gpt2_directory",),  # HuggingFace GPT-2 directories
 ))

@@ -79,7 +79,7 @@ class LanguageModelPipeline(Pipeline):
     def attention(self, text: str, *, generate: int = 0) -> dict[str, Tensor]:
         """The causal self-attention over ``text`` (and ``generate`` greedy tokens after it):
         ``{"self": (layers, heads, L, L)}`` (the explorer's :class:`LMSource`)."""
-        from attnlab.viz.explorer.maps import LMSource
+        from attnlab.families.lm.explore import LMSource
 
         check_texts(text, "text")
         return attention_groups(LMSource(self.model, self.tokenizer).analyse(text, generate=generate))

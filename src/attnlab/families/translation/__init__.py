@@ -20,7 +20,7 @@ FAMILY = register_family(Family(
     # attnlab.families.translation.evaluate)
     evaluate="evaluate",
     pipeline="attnlab.families.translation.pipeline:TranslationPipeline",
-    explore="attnlab.viz.explorer.maps:load_translation_source",
+    explore="attnlab.families.translation.explore:load_source",
     onnx="attnlab.interop.onnx_export:translation_graph",
     recognise=("attnlab.interop.hf_marian:is_hf_marian_directory",),  # OPUS-MT directories
 ))

@@ -47,7 +47,7 @@ class TranslationPipeline(Pipeline):
     def attention(self, text: str) -> dict[str, Tensor]:
         """Greedy-translate ``text``, then the encoder self, decoder self and cross attention
         of the teacher-forced output (the explorer's :class:`TranslationSource`)."""
-        from attnlab.viz.explorer.maps import TranslationSource
+        from attnlab.families.translation.explore import TranslationSource
 
         check_texts(text, "text")
         return attention_groups(TranslationSource(self.translator).analyse(text))

@@ -15,7 +15,7 @@ explorer talks only to sources, which :func:`load_source` builds from a model di
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "register_attention_maps",
-           "load_source", "BertSource", "LMSource", "TranslationSource"]
+           "load_source"]
 
 
 @dataclass
@@ -195,152 +195,6 @@ def _check_length(count: int, limit: int) -> None:
 
 
 SEEDS_SENTENCE = "The animal didn't cross the street because it was too tired"
-
-
-class BertSource:
-    """A HuggingFace-format BERT directory: encoder self-attention over WordPiece tokens."""
-
-    family = "bert"
-    default_text = SEEDS_SENTENCE
-
-    def __init__(self, model, tokenizer, *, max_tokens: int = 512):
-        self.model, self.tokenizer = model.eval(), tokenizer
-        self.max_tokens = min(max_tokens, model.config.max_positions)
-        c = model.config
-        self.description = f"BERT encoder: {c.num_layers} layers x {c.num_heads} heads, d_model={c.d_model}"
-
-    def analyse(self, text: str, **options) -> Analysis:
-        text = _check_text(text, 20 * self.max_tokens)
-        if self.tokenizer.tokenizer.encode(text).overflowing:  # the tokenizer truncates at max_positions
-            raise ValueError(f"the text has more than {self.max_tokens} tokens, the limit")
-        batch, tokens = self.tokenizer.encode([text])
-        device = next(self.model.parameters()).device
-        maps = attention_maps(self.model, **{k: v.to(device) for k, v in batch.items()})
-        return Analysis(text, [AttentionGroup("self", maps["self"], tokens[0], tokens[0])])
-
-
-def _lm_token_labels(tokenizer, ids: Sequence[int]) -> list[str]:
-    inner = getattr(tokenizer, "tokenizer", None)  # LineTokenizer wraps a sentencepiece Tokenizer
-    if inner is not None and hasattr(inner, "pieces"):
-        newline = tokenizer.newline_id
-        return ["\\n" if i == newline else piece for i, piece in zip(ids, inner.pieces(ids))]
-    return [tokenizer.decode([i]).replace("\n", "\\n") for i in ids]
-
-
-class LMSource:
-    """A decoder-only LM directory: causal self-attention over the prompt and, with
-    ``generate=N``, the N tokens it continues with (greedy)."""
-
-    family = "decoder_lm"
-
-    def __init__(self, model, tokenizer, *, max_tokens: int = 512):
-        self.model, self.tokenizer = model.eval(), tokenizer
-        self.max_tokens = min(max_tokens, model.config.max_positions)
-        c = model.config
-        self.description = f"decoder-only LM: {c.num_layers} layers x {c.num_heads} heads, d_model={c.d_model}"
-        self.default_text = self._fitting_default()
-
-    DEFAULT_TEXTS = ("ROMEO:\nBut soft, what light", "but soft, what light", "to be or not to be", "the")
-
-    def _fitting_default(self) -> str:
-        """The first of :attr:`DEFAULT_TEXTS` that the tokenizer can encode and that fills at
-        most half the model's context (a character LM trained on lower-case text has no
-        'R'); else a few characters of the tokenizer's own vocabulary."""
-        for text in self.DEFAULT_TEXTS:
-            try:
-                ids = self.tokenizer.encode(text)
-            except (ValueError, KeyError):
-                continue
-            if 0 < len(ids) <= max(1, self.max_tokens // 2):
-                return text
-        for count in range(min(8, self.max_tokens // 2), 0, -1):
-            try:
-                text = self.tokenizer.decode(list(range(count)))
-                if text.strip() and self.tokenizer.encode(text):
-                    return text
-            except (ValueError, KeyError, IndexError):
-                continue
-        return ""
-
-    def generated_limit(self, text: str) -> int:
-        """How many tokens may be generated after ``text`` within the model's context."""
-        return max(0, self.max_tokens - len(self.tokenizer.encode(_check_text(text, 20 * self.max_tokens))))
-
-    def analyse(self, text: str, *, generate: int = 0, **options) -> Analysis:
-        from attnlab.generation import generate as generate_tokens
-
-        text = _check_text(text, 20 * self.max_tokens)
-        if not isinstance(generate, int) or isinstance(generate, bool) or not 0 <= generate <= 256:
-            raise ValueError(f"generate={generate!r}: give a number of tokens from 0 to 256")
-        ids = self.tokenizer.encode(text)
-        _check_length(len(ids), self.max_tokens)
-        if len(ids) + generate > self.max_tokens:
-            raise ValueError(f"the text has {len(ids)} tokens and the model's context holds {self.max_tokens}: "
-                             f"generate at most {self.max_tokens - len(ids)} more, not {generate}")
-        new = generate_tokens(self.model, [ids], max_new_tokens=generate, greedy=True)[0] if generate else []
-        everything = ids + new
-        device = next(self.model.parameters()).device
-        maps = attention_maps(self.model, ids=torch.tensor([everything], device=device))
-        labels = _lm_token_labels(self.tokenizer, everything)
-        return Analysis(text, [AttentionGroup("self", maps["self"], labels, labels)],
-                        output=self.tokenizer.decode(new) if generate else None)
-
-
-class TranslationSource:
-    """A translation model directory: greedy translation, then encoder self, decoder self
-    and cross attention of the teacher-forced output."""
-
-    family = "transformer"
-
-    def __init__(self, translator, *, max_tokens: int = 256):
-        self.translator = translator
-        self.max_tokens = max_tokens
-        c = translator.model.config
-        self.description = (f"encoder-decoder Transformer: {c.num_encoder_layers}+{c.num_decoder_layers} layers x "
-                            f"{c.num_heads} heads, d_model={c.d_model}")
-        self.default_text = "Ein Mann fährt mit dem Fahrrad über die Straße."
-
-    def analyse(self, text: str, **options) -> Analysis:
-        from attnlab.generation import greedy_search
-
-        text = _check_text(text, 20 * self.max_tokens)
-        translator, model = self.translator, self.translator.model
-        _check_length(len(translator.tokenizer.encode_batch([text])[0]) + 1, self.max_tokens)  # + EOS
-        src_ids = translator._source_ids([text])[0]
-        src = translator._pad([src_ids])
-        output = greedy_search(model, src, max_len_a=1.5, max_len_b=10)[0].tokens
-        tgt_in = [model.config.bos_id] + output[:-1]
-        maps = attention_maps(model, src_ids=src, tgt_in_ids=translator._pad([tgt_in]))
-        pieces = translator.tokenizer.pieces
-        source, target_in, target_out = pieces(src_ids), pieces(tgt_in), pieces(output)
-        # Decoder queries are labelled by the token they read (BOS, then the output so far),
-        # cross-attention queries by the token they predict, as the static plots do.
-        return Analysis(text, [AttentionGroup("encoder self", maps["encoder self"], source, source),
-                               AttentionGroup("decoder self", maps["decoder self"], target_in, target_in),
-                               AttentionGroup("cross", maps["cross"], target_out, source)],
-                        output=translator.tokenizer.decode(output))
-
-
-# The explorer's loaders, named by the families' registrations (attnlab.families: ``explore``):
-# ``loader(directory, device) -> AttentionSource``.
-def load_translation_source(directory: Path, device: str) -> AttentionSource:
-    """A translation model directory (attnlab's, or an OPUS-MT MarianMT one)."""
-    from attnlab.translation import Translator
-
-    return TranslationSource(Translator.load(directory, device=device))
-
-
-def load_lm_source(directory: Path, device: str) -> AttentionSource:
-    from attnlab.tasks.lm import load_language_model
-
-    return LMSource(*load_language_model(directory, device=device))
-
-
-def load_bert_source(directory: Path, device: str) -> AttentionSource:
-    """A HuggingFace-format BERT directory (config.json, vocab.txt, weights)."""
-    from attnlab.interop.hf_bert import load_hf_bert
-
-    return BertSource(*load_hf_bert(directory, device=device))
 
 
 def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> AttentionSource:
