@@ -88,3 +88,18 @@ def test_threads_one_is_applied(monkeypatch, capsys):
     assert main(["embed", "--model", "/nonexistent/attnlab-model", "--threads", "1", "x"]) == 2
     assert seen == [1]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_every_evaluator_takes_limit_with_one_bound():
+    """The subset size is ``--limit N`` in every family's evaluator (options.add_limit_argument),
+    refused at the parser below its bound, naming the flag."""
+    from attnlab.families import families
+
+    evaluators = {family.evaluate for family in families() if family.evaluate}
+    assert evaluators >= {"evaluate", "evaluate-lm", "evaluate-vit", "evaluate-music", "evaluate-image",
+                          "evaluate-caption", "evaluate-text-to-image", "evaluate-bert"}
+    for verb in sorted(evaluators):
+        limit = _option(LEAVES[verb], "--limit")
+        assert limit is not None, f"attnlab {verb} has no --limit"
+        with pytest.raises(argparse.ArgumentTypeError, match="0 must be (at least|between)"):
+            limit.type("0")

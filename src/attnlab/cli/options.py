@@ -74,6 +74,15 @@ def add_threads_argument(parser) -> None:
                         help="torch CPU threads (default: torch's choice, one per core)")
 
 
+def add_limit_argument(parser, unit: str, *, low: int = 1, extra_flags: tuple[str, ...] = (), default=None,
+                       help_default: str = "all of them") -> None:
+    """``--limit N``: the subset size of every evaluator, one flag and one bound (N >= ``low``):
+    score only the first N ``unit`` (sentences, images, pieces, ...). ``extra_flags`` keeps a
+    verb's older name for it working (e.g. ``--prompts``)."""
+    parser.add_argument("--limit", *extra_flags, dest="limit", type=bounded_int(low), metavar="N", default=default,
+                        help=f"score only the first N {unit} (default: {help_default})")
+
+
 def apply_threads(args) -> None:
     """Set torch's CPU threads from ``--threads`` when it was given."""
     threads = getattr(args, "threads", None)

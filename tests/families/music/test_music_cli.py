@@ -133,6 +133,14 @@ def test_train_and_evaluate_on_jsb(shared_data, tmp_path, capsys, monkeypatch):
     assert main(["generate-music", "--model", str(out / "model"), "--primer", "jsb-valid:1", "--data-dir",
                  str(shared_data), "--length", "16", "--seed", "0", "--no-audio", "--out", str(tmp_path / "c.mid")]) == 0
     assert len(music.read_midi_notes(tmp_path / "c.mid")) > 0
+    tokens = []
+    for limit in ("2", "4"):  # --limit N: the first N validation chorales
+        result = tmp_path / f"limit{limit}.json"
+        assert main(["evaluate-music", "--model", str(out / "model"), "--context", "16", "--limit", limit,
+                     "--json", str(result)]) == 0  # the data is where the model's music.json says
+        assert f"scoring the first {limit} of the" in capsys.readouterr().out
+        tokens.append(json.loads(result.read_text())["results"][0]["tokens"])
+    assert 0 < tokens[0] < tokens[1]
     monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path / "empty"))
     assert main(["evaluate-music", "--model", str(out / "model"), "--data", "jsb", "--data-dir",
                  str(tmp_path / "empty")]) != 0

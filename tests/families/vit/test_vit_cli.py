@@ -73,6 +73,15 @@ def test_evaluate_and_figures(folder, trained, tmp_path, capsys):
         ["embedding_filters.png", "position_similarity.png", "attention_distance.png", "attention_maps.png"])
 
 
+def test_evaluate_limit_scores_the_first_images(folder, trained, tmp_path, capsys):
+    args = ["evaluate-vit", "--model", str(trained / "model"), "--data", str(folder), "--device", "cpu"]
+    assert main([*args, "--out", str(tmp_path / "all")]) == 0
+    everything = json.loads((tmp_path / "all" / "results.json").read_text())["images"]
+    assert main([*args, "--limit", "3", "--out", str(tmp_path / "three")]) == 0
+    assert f"scoring the first 3 of the {everything} images" in capsys.readouterr().out
+    assert json.loads((tmp_path / "three" / "results.json").read_text())["images"] == 3
+
+
 def test_evaluate_routes_a_vit_model_to_its_evaluator(folder, trained, tmp_path, capsys):
     # `attnlab evaluate` reads the model's family and runs evaluate-vit with the same arguments
     assert main(["evaluate", "--model", str(trained / "model"), "--data", str(folder), "--split", "test",

@@ -26,7 +26,8 @@ MAX_LINES = 1_000_000
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import SEED, add_force_argument, add_runtime_arguments, bounded_float, bounded_int
+    from attnlab.cli.options import (SEED, add_force_argument, add_limit_argument, add_runtime_arguments, bounded_float,
+                                     bounded_int)
 
     parser.add_argument("--model", required=True, help="HuggingFace-format BERT directory with a masked-LM head")
     parser.add_argument("--text", nargs="+", metavar="FILE",
@@ -36,7 +37,7 @@ def add_arguments(parser) -> None:
                         help="probability that a token is masked (0 < P <= 1; default: 0.15)")
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the masking (default: 0)")
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32, help="lines per batch (default: 32)")
-    parser.add_argument("--limit", type=bounded_int(1), metavar="N", help="score only the first N lines")
+    add_limit_argument(parser, "lines")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_force_argument(parser, "--json")

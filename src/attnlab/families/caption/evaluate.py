@@ -24,7 +24,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
     parser.add_argument("--data", help="scenes, scenes64, emoji[:DIR], coco:DIR or flickr:DIR (default: what the model was trained on)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
-    parser.add_argument("--limit", type=bounded_int(1), metavar="N", help="only the first N images")
+    from attnlab.cli.options import add_limit_argument
+
+    add_limit_argument(parser, "images")
     parser.add_argument("--beam", type=bounded_int(1, MAX_BEAM), default=3, metavar="K",
                         help=f"beam size, 1 to {MAX_BEAM} (default: 3)")
     parser.add_argument("--figures", help="write attention PNGs of the first --figures-count images into this folder")

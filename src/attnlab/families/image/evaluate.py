@@ -24,7 +24,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("--data", help="mnist, fashion-mnist, emoji or DIR (default: what the model was trained on)")
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"))
-    parser.add_argument("--limit", type=int, help="score only the first N images")
+    from attnlab.cli.options import add_limit_argument
+
+    add_limit_argument(parser, "images")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--json", help="also write the result to this JSON file (an existing one only with --force)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

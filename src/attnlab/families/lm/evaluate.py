@@ -31,8 +31,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--stride", type=bounded_int(1, 1 << 20),
                         help="overlapping windows whose ends advance by STRIDE tokens (default: consecutive windows)")
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=8, help="windows per batch (default: 8)")
-    parser.add_argument("--limit", type=bounded_int(2), metavar="N",
-                        help="score only the first N tokens of the text (default: all of it)")
+    from attnlab.cli.options import add_limit_argument
+
+    add_limit_argument(parser, "tokens of the text", low=2, help_default="all of it")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_force_argument(parser, "--json")

@@ -17,7 +17,7 @@ HELP = "validation NLL (nats/token) of a Music Transformer, at one or more conte
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_force_argument, add_runtime_arguments, bounded_int
+    from attnlab.cli.options import add_force_argument, add_limit_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="Music Transformer directory")
     parser.add_argument("--data", help="jsb, bach or a directory of .mid files (default: the data the model was "
@@ -34,6 +34,7 @@ def add_arguments(parser) -> None:
                         help="chunks scored at once (default: 8)")
     parser.add_argument("--json", help="also write the results to this JSON file (a non-finite result is null)")
     add_force_argument(parser, "the --json file")
+    add_limit_argument(parser, "validation pieces")
     add_runtime_arguments(parser)
 
 
@@ -68,10 +69,14 @@ def run(args) -> int:
         raise ValueError(f"--data {source} is {data.encoding} tokens, but the model reads {encoding} tokens")
     if not any(data.valid):
         raise ValueError(f"--data {source}: its {len(data.valid)} validation pieces hold no notes to score")
+    pieces = data.valid
+    if args.limit is not None and args.limit < len(pieces):
+        print(f"scoring the first {args.limit:,d} of the {len(pieces):,d} validation pieces (--limit)", flush=True)
+        pieces = pieces[:args.limit]
     results, finite = [], True
     for context in args.context:
         started = time.perf_counter()
-        result = evaluate_nll(model, data.valid, context=context, batch_size=args.batch_size, device=device,
+        result = evaluate_nll(model, pieces, context=context, batch_size=args.batch_size, device=device,
                               stride=args.stride)
         result["seconds"] = round(time.perf_counter() - started, 1)
         results.append(result)

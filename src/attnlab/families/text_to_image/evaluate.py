@@ -21,8 +21,9 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train text-to-image")
     parser.add_argument("--classifier", help="the attribute reader (default: DIR/../attributes/model)")
-    parser.add_argument("--prompts", type=bounded_int(2, 10_000), default=400, metavar="N",
-                        help="held-out prompts, half unseen, 2 to 10,000 (default: 400)")
+    parser.add_argument("--prompts", "--limit", dest="prompts", type=bounded_int(2, 10_000), default=400, metavar="N",
+                        help="held-out prompts scored, half unseen, 2 to 10,000 (--limit: the same, as every "
+                             "evaluator names its subset; default: 400)")
     parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T", help="(default: 1.0)")
     parser.add_argument("--top-k", type=bounded_int(0), default=32, metavar="K",
                         help="(default: 32; 0: the whole codebook)")

@@ -15,7 +15,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
     parser.add_argument("--src-file", help="your source sentences, one a line")
     parser.add_argument("--ref-file", help="reference translations aligned with --src-file")
-    parser.add_argument("--limit", type=int, help="score only the first N sentences")
+    from attnlab.cli.options import add_limit_argument
+
+    add_limit_argument(parser, "sentences")
     add_batch_arguments(parser)
     parser.add_argument("--output", "-o", help="also write the translations to this file")
     parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")

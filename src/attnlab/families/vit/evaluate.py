@@ -7,7 +7,7 @@ HELP = "score a Vision Transformer on an image set: accuracy, per-class accuracy
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_force_argument, add_runtime_arguments
+    from attnlab.cli.options import add_force_argument, add_limit_argument, add_runtime_arguments
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train vit")
     parser.add_argument("--data", help="mnist, fashion-mnist, digits or DIR (default: what the model was trained on)")
@@ -15,11 +15,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", help="write results.json and confusion_matrix.png here (made if missing; other "
                                       "files in it are left alone)")
     add_force_argument(parser, "results.json and confusion_matrix.png in --out")
+    add_limit_argument(parser, "images of the split")
     add_runtime_arguments(parser)
 
 
 def run(args) -> int:
-    import json
     from pathlib import Path
 
     from attnlab.cli.options import apply_threads
@@ -55,6 +55,13 @@ def run(args) -> int:
                          "size and channels")
     if data.classes != classes:
         raise ValueError(f"{data_name}: its classes {data.classes[:10]} are not the model's {classes[:10]}")
+    if args.limit is not None and args.limit < len(data):
+        import torch
+
+        from attnlab.training.phases import take
+
+        print(f"scoring the first {args.limit:,d} of the {len(data):,d} images of {data_name} {args.split} (--limit)")
+        data = take(data, torch.arange(args.limit))
     evaluation = evaluate_classifier(model, data)
     print(evaluation.summary())
     if args.out:
