@@ -103,3 +103,16 @@ def test_every_evaluator_takes_limit_with_one_bound():
         assert limit is not None, f"attnlab {verb} has no --limit"
         with pytest.raises(argparse.ArgumentTypeError, match="0 must be (at least|between)"):
             limit.type("0")
+
+
+# Verbs that read a named data set from where named data sets live ($ATTNLAB_DATA).
+NAMED_DATA = ("train translation", "evaluate", "train music", "evaluate-music", "generate-music", "train image",
+              "evaluate-image")
+
+
+@pytest.mark.parametrize("verb", NAMED_DATA)
+def test_every_verb_reading_named_data_takes_data_dir(verb):
+    """``--data-dir DIR`` means one thing everywhere: where named data sets live."""
+    option = _option(LEAVES[verb], "--data-dir")
+    assert option is not None and option.dest == "data_dir", verb
+    assert "where named data sets live" in option.help

@@ -51,6 +51,23 @@ def test_missing_multi30k_says_how_to_get_it(tmp_path, monkeypatch):
     assert "from attnlab.data import download_multi30k; download_multi30k()" in message
 
 
+def test_data_dir_is_where_named_sets_live_for_one_call(tmp_path, monkeypatch):
+    """``data_dir`` (a verb's --data-dir) stands in for $ATTNLAB_DATA during the call only."""
+    from attnlab.data.registry import data_root
+
+    monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path / "elsewhere"))
+    mine = tmp_path / "mine" / "multi30k"
+    mine.mkdir(parents=True)
+    for lang, text in (("de", "Ein Hund.\nZwei Katzen.\n"), ("fr", "Un chien.\nDeux chats.\n")):
+        with gzip.open(mine / f"test_2016_flickr.{lang}.gz", "wt", encoding="utf-8") as handle:
+            handle.write(text)
+    corpus = get_parallel_dataset("multi30k", "test", "de", "fr", data_dir=tmp_path / "mine")
+    assert corpus.pairs == [("Ein Hund.", "Un chien."), ("Zwei Katzen.", "Deux chats.")]
+    assert data_root() == tmp_path / "elsewhere"  # restored after the call
+    with pytest.raises(FileNotFoundError, match="--data-dir"):
+        get_parallel_dataset("multi30k", "train", "de", "fr", data_dir=tmp_path / "mine")
+
+
 def test_missing_trans_de_en_says_how_to_get_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"apt-get install -y trans-de-en"):
         get_parallel_dataset("trans-de-en", "train", "de", "en", root=tmp_path)

@@ -223,12 +223,24 @@ def resolve_precision(args, device: str) -> bool:
     return precision == "bf16"
 
 
+DATA_DIR_HELP = "where named data sets live (default: $ATTNLAB_DATA, else ~/.cache/attnlab/data)"
+
+
+def add_data_dir_argument(parser, help: str = DATA_DIR_HELP) -> None:
+    """``--data-dir DIR`` (dest ``data_dir``): where named data sets live, one meaning in every verb."""
+    parser.add_argument("--data-dir", metavar="DIR", help=help)
+
+
 def add_named_data_arguments(group, *, src_default: str | None = None, tgt_default: str | None = None,
                              what: str = "named data set: multi30k or trans-de-en") -> None:
-    """``--data NAME --data-root DIR --src LANG --tgt LANG`` (dests ``data``, ``data_root``,
-    ``src_lang``, ``tgt_lang``): the named parallel data set a translation verb reads."""
+    """``--data NAME --data-dir DIR --data-root DIR --src LANG --tgt LANG`` (dests ``data``,
+    ``data_dir``, ``data_root``, ``src_lang``, ``tgt_lang``): the named parallel data set a
+    translation verb reads. ``--data-dir`` means what it means for every verb (where named
+    data sets live, in place of $ATTNLAB_DATA); ``--data-root`` is this one set's own directory."""
     group.add_argument("--data", help=what)
-    group.add_argument("--data-root", help="where the named data set lives (overrides its default location)")
+    add_data_dir_argument(group)
+    group.add_argument("--data-root", help="where this named data set itself lives (e.g. the multi30k directory; "
+                                           "overrides --data-dir)")
     for flag, side, default in (("--src", "source", src_default), ("--tgt", "target", tgt_default)):
         fallback = f"default: {default}" if default else "default: the one the model was trained on"
         group.add_argument(flag, dest=f"{flag[2:]}_lang", default=default, help=f"{side} language code ({fallback})")

@@ -20,6 +20,8 @@ trans-de-en    ``/usr/share/trans/de-en`` (Debian package)       train 15,119 / 
 from __future__ import annotations
 
 import hashlib
+import contextlib
+import contextvars
 import os
 import tempfile
 import urllib.error
@@ -69,6 +71,8 @@ def get_parallel_dataset(
     src_lang: str,
     tgt_lang: str,
     root: str | os.PathLike | None = None,
+    *,
+    data_dir: str | os.PathLike | None = None,
 ) -> ParallelCorpus:
     """Load one split of a named parallel data set as ``(source, target)`` pairs.
 
@@ -78,6 +82,8 @@ def get_parallel_dataset(
         src_lang, tgt_lang: language codes, e.g. ``de`` and ``en``; either direction.
         root: where the data set lives, overriding its default (see the module table):
             the ``multi30k`` directory itself, or the ``de-en`` file (or its directory).
+        data_dir: where named data sets live (``DATA_DIR/multi30k``), in place of
+            ``$ATTNLAB_DATA`` (a verb's ``--data-dir``); ``root`` wins over it.
 
     Raises:
         ValueError: unknown name, split or language.
@@ -89,7 +95,8 @@ def get_parallel_dataset(
         )
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} for {name}; use one of {', '.join(SPLITS)}")
-    return _LOADERS[name](split, src_lang, tgt_lang, root)
+    with data_dir_override(data_dir):
+        return _LOADERS[name](split, src_lang, tgt_lang, root)
 
 
 def _check_languages(name: str, src_lang: str, tgt_lang: str, known: Sequence[str]) -> None:
@@ -100,8 +107,29 @@ def _check_languages(name: str, src_lang: str, tgt_lang: str, known: Sequence[st
         raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}; choose two languages")
 
 
+_DATA_DIR: contextvars.ContextVar[Path | None] = contextvars.ContextVar("attnlab_data_dir", default=None)
+
+
+@contextlib.contextmanager
+def data_dir_override(directory: str | os.PathLike | None):
+    """Within the block, :func:`data_root` is ``directory`` (a verb's ``--data-dir``); None
+    changes nothing."""
+    if directory is None:
+        yield
+        return
+    token = _DATA_DIR.set(Path(directory))
+    try:
+        yield
+    finally:
+        _DATA_DIR.reset(token)
+
+
 def data_root() -> Path:
-    """The directory holding named data sets: ``$ATTNLAB_DATA``, else ``~/.cache/attnlab/data``."""
+    """The directory holding named data sets: a verb's ``--data-dir`` (:func:`data_dir_override`),
+    else ``$ATTNLAB_DATA``, else ``~/.cache/attnlab/data``."""
+    override = _DATA_DIR.get()
+    if override is not None:
+        return override
     configured = os.environ.get("ATTNLAB_DATA")
     return Path(configured) if configured else Path.home() / ".cache" / "attnlab" / "data"
 
@@ -166,7 +194,7 @@ def _load_multi30k(split, src_lang, tgt_lang, root) -> ParallelCorpus:
         raise FileNotFoundError(
             f"Multi30k not found: {directory} has no {' or '.join(missing)} (attnlab ships only "
             f"the {' and '.join(EMBEDDED_MULTI30K_LANGUAGES)} files). Either set "
-            "ATTNLAB_DATA to a directory that contains multi30k/ (or pass root=<the multi30k "
+            "ATTNLAB_DATA (or --data-dir) to a directory that contains multi30k/ (or pass root=<the multi30k "
             "directory>), or, with internet access, download the official files with "
             f"`python -c \"from attnlab.data import download_multi30k; {download_call}\"` "
             f"(from {MULTI30K_URL}, checked against SHA-256 checksums)."

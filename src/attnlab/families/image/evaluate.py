@@ -23,6 +23,9 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("--data", help="mnist, fashion-mnist, emoji or DIR (default: what the model was trained on)")
+    from attnlab.cli.options import add_data_dir_argument
+
+    add_data_dir_argument(parser)
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"))
     from attnlab.cli.options import add_limit_argument
 
@@ -92,7 +95,7 @@ def run(args) -> int:
     # scored only at the size and channels they have (complete-image's rule): no silent resize.
     same = source == trained_on
     data = load_image_set(source, args.split, image_size=c.height if same else None,
-                          channels=c.channels if same else None)
+                          channels=c.channels if same else None, data_dir=args.data_dir)
     if tuple(data.images.shape[1:]) != (c.channels, c.height, c.width):
         _, channels, height, width = data.images.shape
         raise ValueError(f"--data {source}: its images are {width}×{height} with {channels} channel(s), but the model "

@@ -34,6 +34,9 @@ def add_arguments(parser) -> None:
     data = parser.add_argument_group("data")
     data.add_argument("--data", required=True,
                       help="mnist, fashion-mnist, emoji, or DIR with DIR/class_name/*.png (or DIR/train, DIR/test)")
+    from attnlab.cli.options import DATA_DIR_HELP, add_data_dir_argument
+
+    add_data_dir_argument(data, help=DATA_DIR_HELP + "; emoji is read from DATA_DIR/emoji-datasource-twitter/")
     data.add_argument("--image-size", type=int, help="DIR images are resized to this square (default: the first's)")
     data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
     data.add_argument("--classes", action="store_true", help="class-conditional: a class embedding at every position")
@@ -57,12 +60,16 @@ def add_arguments(parser) -> None:
     run_group.add_argument("--test-images", type=int, help="score only the first N test images (default: all)")
 
 
-def load_image_set(source: str, split: str, *, image_size=None, channels=None):
-    """A named image set (mnist, fashion-mnist, emoji, digits) or a folder."""
+def load_image_set(source: str, split: str, *, image_size=None, channels=None, data_dir=None):
+    """A named image set (mnist, fashion-mnist, emoji, digits) or a folder; ``data_dir``
+    (``--data-dir``): where named data sets live (emoji: DATA_DIR/emoji-datasource-twitter)."""
     from attnlab.data import emoji
     from attnlab.data.images import load_images
+    from attnlab.data.registry import data_dir_override
 
-    return load_images(source, split, image_size=image_size, channels=channels, named={"emoji": emoji.load_emoji_set})
+    with data_dir_override(data_dir):
+        return load_images(source, split, image_size=image_size, channels=channels,
+                           named={"emoji": emoji.load_emoji_set})
 
 
 def run(args) -> int:
@@ -96,8 +103,9 @@ def run(args) -> int:
     check_run_output(out, resume=args.resume, force=args.force)  # before reading data or writing
 
     check_image_folder_memory(args)
-    train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels)
-    kwargs = dict(image_size=train.image_size, channels=train.channels)
+    train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels,
+                           data_dir=args.data_dir)
+    kwargs = dict(image_size=train.image_size, channels=train.channels, data_dir=args.data_dir)
     valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
     preset_name = args.preset or DEFAULT_PRESETS.get(args.data) or (
         "imagetransformer_mnist_small" if train.channels == 1 else "imagetransformer_colour_small")

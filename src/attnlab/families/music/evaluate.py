@@ -17,13 +17,14 @@ HELP = "validation NLL (nats/token) of a Music Transformer, at one or more conte
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_force_argument, add_limit_argument, add_runtime_arguments, bounded_int
+    from attnlab.cli.options import (add_data_dir_argument, add_force_argument, add_limit_argument,
+                                     add_runtime_arguments, bounded_int)
 
     parser.add_argument("--model", required=True, help="Music Transformer directory")
     parser.add_argument("--data", help="jsb, bach or a directory of .mid files (default: the data the model was "
                                        "trained on, as its music.json records; else jsb)")
-    parser.add_argument("--data-dir", help="where named data lives (default: where the model's training data was, "
-                                           "else $ATTNLAB_DATA)")
+    add_data_dir_argument(parser, help="where named data sets live (default: where the model's training data was, "
+                                       "else $ATTNLAB_DATA)")
     parser.add_argument("--context", type=bounded_int(1, 2**24), nargs="+", default=[256], metavar="N",
                         help="chunk lengths in tokens (default: 256)")
     parser.add_argument("--stride", type=int, metavar="S",

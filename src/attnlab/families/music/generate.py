@@ -26,8 +26,10 @@ def add_arguments(parser) -> None:
                         help="JSB primer: how many 16th-note steps of the chorale (default: 16)")
     parser.add_argument("--primer-tokens", type=bounded_int(1, 2**24), default=512, metavar="N",
                         help="MIDI primer: keep its last N events (default: 512)")
-    parser.add_argument("--data-dir", help="where the JSB data lives (for jsb-valid:N primers; default: where the "
-                                           "model's training data was, else $ATTNLAB_DATA)")
+    from attnlab.cli.options import add_data_dir_argument
+
+    add_data_dir_argument(parser, help="where named data sets live (for jsb-valid:N primers; default: where the "
+                                       "model's training data was, else $ATTNLAB_DATA)")
     parser.add_argument("--length", type=bounded_int(1, 2**24), default=512, metavar="N",
                         help="tokens to generate (default: 512)")
     parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")

@@ -25,8 +25,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True,
                         help="jsb (JSB Chorales), bach (music21's chorales, pip install music21) or a directory of "
                              ".mid files")
-    parser.add_argument("--data-dir", help="where named data lives (default: $ATTNLAB_DATA, else "
-                                           "~/.cache/attnlab/data); JSB is read from DATA_DIR/jsb_chorales/")
+    from attnlab.cli.options import DATA_DIR_HELP, add_data_dir_argument
+
+    add_data_dir_argument(parser, help=DATA_DIR_HELP + "; JSB is read from DATA_DIR/jsb_chorales/")
     parser.add_argument("--preset", help="model preset (default: music_jsb_relative for jsb, "
                                          "music_performance_small otherwise)")
     parser.add_argument("--context", type=bounded_int(1, 2**24), default=None, metavar="N",

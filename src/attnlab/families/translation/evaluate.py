@@ -52,7 +52,8 @@ def run(args) -> int:
         if not (src_lang and tgt_lang):
             raise ValueError(f"{args.model} does not record its languages: pass --src and --tgt")
         try:
-            corpus = get_parallel_dataset(args.data, args.split, src_lang, tgt_lang, root=args.data_root)
+            corpus = get_parallel_dataset(args.data, args.split, src_lang, tgt_lang, root=args.data_root,
+                                          data_dir=args.data_dir)
         except FileNotFoundError as error:
             raise ValueError(str(error)) from None
     else:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -83,6 +82,7 @@ class TranslationTrainOptions:
     tgt_lang: str = "en"
     data: str | None = None
     data_root: str | None = None
+    data_dir: str | None = None
     train_src: str | None = None
     train_tgt: str | None = None
     valid_src: str | None = None
@@ -178,7 +178,8 @@ def _read_files(src: str, tgt: str) -> ParallelCorpus:
 
 def _named(options: TranslationTrainOptions, split: str) -> ParallelCorpus:
     try:
-        return get_parallel_dataset(options.data, split, options.src_lang, options.tgt_lang, root=options.data_root)
+        return get_parallel_dataset(options.data, split, options.src_lang, options.tgt_lang, root=options.data_root,
+                                    data_dir=options.data_dir)
     except FileNotFoundError as error:  # the message says how to get the data
         raise ValueError(str(error)) from None
 
