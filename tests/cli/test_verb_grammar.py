@@ -116,3 +116,10 @@ def test_every_verb_reading_named_data_takes_data_dir(verb):
     option = _option(LEAVES[verb], "--data-dir")
     assert option is not None and option.dest == "data_dir", verb
     assert "where named data sets live" in option.help
+
+
+@pytest.mark.parametrize("verb", ["translate", "evaluate", "attention", "average", "export-onnx"])
+def test_one_output_is_o_or_out(verb):
+    """A verb with one output path takes it as ``-o`` and ``--out`` alike."""
+    option = _option(LEAVES[verb], "-o")
+    assert option is not None and "--out" in option.option_strings, verb

@@ -19,7 +19,7 @@ def add_arguments(parser) -> None:
 
     add_limit_argument(parser, "sentences")
     add_batch_arguments(parser)
-    parser.add_argument("--output", "-o", help="also write the translations to this file")
+    parser.add_argument("--output", "-o", "--out", dest="output", help="also write the translations to this file")
     parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")
     parser.add_argument("--json", help="also write the scores as JSON to this file")
     from attnlab.cli.options import add_quantize_argument

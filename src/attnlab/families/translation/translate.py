@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
     add_decoding_arguments(parser)
     add_batch_arguments(parser)
     parser.add_argument("--input", "-i", help="file of sentences, one a line (plain or .gz; default: stdin)")
-    parser.add_argument("--output", "-o", help="write translations here (default: stdout)")
+    parser.add_argument("--output", "-o", "--out", dest="output", help="write translations here (default: stdout)")
     add_quantize_argument(parser)
 
 
