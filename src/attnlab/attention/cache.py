@@ -183,14 +183,21 @@ class StaticKVCache:
         return self.layers[i]
 
     def advance(self, count: int) -> None:
-        """``count`` positions were written (the stack calls this after each forward/step)."""
-        self.length += count
+        """``count`` positions were written (the stack calls this after each forward/step).
+
+        Inside a step compiled by ``torch.compile`` (:mod:`attnlab.generation.compiled`)
+        only the device tensors move: a host integer read there would be baked into the
+        compiled code as a constant (one recompilation per position), so that caller
+        counts on the host with :meth:`count_replayed` after each call, as a CUDA graph's
+        replays do."""
+        if not torch.compiler.is_compiling():
+            self.length += count
         if self.fixed_shape:
             self.write_index += count
 
     def count_replayed(self, count: int) -> None:
-        """A replayed CUDA graph advanced the device state ``count`` steps; move the host's
-        count of positions to match (replay runs no Python)."""
+        """A replayed CUDA graph (or a compiled step) advanced the device state ``count``
+        steps; move the host's count of positions to match (replay runs no Python)."""
         self.length += count
 
     def step_positions(self) -> None:
