@@ -100,3 +100,22 @@ def test_a_compiled_step_needs_a_fixed_shape_cache():
     assert compiled_step(model) is step  # one per model
     with pytest.raises(ValueError, match="fixed-shape cache"):
         step(model, torch.tensor([1]), model.new_cache(1, 8))
+
+
+def test_a_compilation_that_fails_on_the_first_call_falls_back_to_the_eager_step():
+    model = lm()
+    step = compiled_module.CompiledStep(model)
+
+    def broken(*args):
+        raise RuntimeError("C++ compile error: cannot build the kernel\nmore lines")
+
+    step._compiled = broken  # what inductor raises when the compiler cannot build its code
+    fixed, eager = model.new_cache(1, 8, fixed_shape=True), model.new_cache(1, 8)
+    with torch.inference_mode():
+        model.prefill(torch.tensor([[3, 4]]), fixed), model.prefill(torch.tensor([[3, 4]]), eager)
+        with pytest.warns(RuntimeWarning, match="torch.compile failed \\(RuntimeError: C\\+\\+ compile error"):
+            logits = step(model, torch.tensor([5]), fixed)
+        torch.testing.assert_close(logits, model.step(torch.tensor([5]), eager), **TOLERANCE)
+        torch.testing.assert_close(step(model, torch.tensor([6]), fixed), model.step(torch.tensor([6]), eager),
+                                   **TOLERANCE)  # eager from then on, no second warning needed
+    assert fixed.length == eager.length == 4

@@ -1,5 +1,5 @@
 """A decode step compiled by ``torch.compile`` (opt-in: ``generate(..., compile=True)``,
-``sample_images(..., compile=True)``, the CLI's ``--compile``).
+``sample_images(..., compile=True)``).
 
 A one-token step of a small model is a few hundred small operator calls; on a CPU their
 Python and dispatch overhead is a large part of the step (docs/benchmarks.md). Here the
@@ -12,11 +12,16 @@ positions does not move inside the compiled step (:meth:`StaticKVCache.advance` 
 while compiling); :meth:`CompiledStep.__call__` counts with ``count_replayed`` after each call.
 
 The first call for a (model structure, batch, capacity) compiles: seconds to tens of seconds
-on a small CPU, paid once per process (torch.compile keeps the code; callers round the
-capacity up, :func:`bucket_capacity`, so that nearby lengths share it). It pays when many
-steps follow (hundreds of tokens, an image's sub-pixels); for a few tokens it does not.
-The results equal the eager step's up to float rounding (fused kernels add in another
-order), which the tests check with tolerances.
+on a small CPU, paid once per process (torch.compile keeps the code, for up to its
+recompilation limit of structures and shapes; callers round the capacity up,
+:func:`bucket_capacity`, so that nearby lengths share it). Measured on a 2-core CPU
+(docs/benchmarks.md): 1.2-1.4x faster steps for a small Image Transformer (local attention,
+whose fixed-shape step gathers only its window of keys), 1.12x for a small GPT-2-shaped LM
+with one thread, and slower at two threads, at medium size and for the relative-attention
+music model (a pattern without a window attends the whole fixed buffer at every step), so it
+is opt-in. Dynamo's guard check before every call (~0.1-0.17 ms) is what remains of the
+per-call overhead. The results equal the eager step's up to float rounding (fused kernels add
+in another order), which the tests check with tolerances.
 
 inductor's CPU backend builds C++: without a compiler (``$CXX``, ``g++``, ``c++`` or
 ``clang++``) :func:`unavailable_reason` says so, and the callers warn once and decode eagerly.
@@ -76,23 +81,39 @@ def bucket_capacity(needed: int, limit: int | None) -> int:
 class CompiledStep:
     """``model.step(tokens, cache)`` compiled, for ``fixed_shape`` caches of the model.
 
-    Call it as the model's step: ``logits = compiled(tokens, cache)``. The cache must have
-    been made with ``fixed_shape=True`` (a growing-window cache would change shapes at every
-    step, and recompile). Holds no reference to the model (the compiled function is the
-    class's ``step``, the model an argument), so it lives as long as the model does in
-    :func:`compiled_step`'s table.
+    Call it with the model: ``logits = compiled(model, tokens, cache)``. The cache must have
+    been made with ``fixed_shape=True`` (a cache that hands the pattern a growing prefix
+    would change shapes at every step, and recompile). Holds no reference to the model (the
+    compiled function is the class's ``step``, the model an argument), so it lives as long
+    as the model does in :func:`compiled_step`'s table. If compiling fails on the first call
+    (a compiler that cannot build inductor's code), it warns once and steps eagerly from
+    then on; a failure after a successful first call is raised.
     """
 
     def __init__(self, model):
         # The step's own code without its @torch.inference_mode() wrapper (dynamo cannot
         # trace that context around inference tensors); __call__ runs it in inference mode.
-        self._compiled = torch.compile(inspect.unwrap(type(model).step), dynamic=False, fullgraph=True, options=_OPTIONS)
+        self._eager = inspect.unwrap(type(model).step)
+        self._compiled = torch.compile(self._eager, dynamic=False, fullgraph=True, options=_OPTIONS)
+        self._called = False
 
     @torch.inference_mode()
     def __call__(self, model, tokens: Tensor, cache) -> Tensor:
         if not cache.fixed_shape:
             raise ValueError("a compiled step needs a fixed-shape cache (new_cache(..., fixed_shape=True))")
-        logits = self._compiled(model, tokens, cache)
+        if self._compiled is None:
+            return self._eager(model, tokens, cache)  # compiling failed: the same step, eagerly
+        try:
+            logits = self._compiled(model, tokens, cache)
+        except Exception as error:  # the first call compiles: its failure (not the step's) falls back
+            if self._called:
+                raise
+            self._compiled = None
+            first_line = (str(error).strip().splitlines() or [""])[0][:200]
+            warnings.warn(f"compile=True: torch.compile failed ({type(error).__name__}: {first_line}); "
+                          "decoding eagerly", RuntimeWarning, stacklevel=2)
+            return self._eager(model, tokens, cache)
+        self._called = True
         cache.count_replayed(1)  # the compiled step moved the device cursor only
         return logits
 
