@@ -25,8 +25,12 @@ linear layers of GPT-2 small (batch 1 and 4, one thread), float32 ``F.linear`` a
 CTranslate2 is a benchmark-only dependency (``pip install ctranslate2``); without it, or with
 ``--no-ct2``, its columns are skipped.
 
+``--compile`` adds a column: attnlab fp32 with the compiled step (``generate(...,
+compile=True)``, attnlab.generation.compiled); its compilation happens in the untimed first
+call, and its tokens are compared with the eager ones.
+
 Run:  python benchmarks/cpu_engines.py [--quick] [--sizes small medium gpt2] [--threads 1 2]
-      [--repeats 5] [--kernels] [--no-ct2]
+      [--repeats 5] [--kernels] [--no-ct2] [--compile]
 """
 
 from __future__ import annotations
@@ -90,8 +94,8 @@ def hf_generate(hf, prompt: torch.Tensor, new_tokens: int) -> list[int]:
     return out[0, prompt.shape[1]:].tolist()
 
 
-def ours_generate(model, prompt: torch.Tensor, new_tokens: int) -> list[int]:
-    return generate(model, prompt, max_new_tokens=new_tokens, greedy=True)[0]
+def ours_generate(model, prompt: torch.Tensor, new_tokens: int, compile: bool = False) -> list[int]:
+    return generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile=compile)[0]
 
 
 def ct2_generate(generator, prompt: torch.Tensor, new_tokens: int) -> list[int]:
@@ -108,7 +112,8 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, with_ct2: bool) -> None:
+def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, with_ct2: bool,
+             compile: bool = False) -> None:
     with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf, ours, converted = build(size, directory, with_ct2)
@@ -128,6 +133,8 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
                 "HF fp32": lambda: hf_generate(hf, prompt, new_tokens),
                 "attnlab int8": lambda: ours_generate(ours_int8, prompt, new_tokens),
             }
+            if compile:  # its first call (below, for the tokens) compiles; the timed runs reuse it
+                runs["attnlab compiled"] = lambda: ours_generate(ours, prompt, new_tokens, compile=True)
             if with_ct2:
                 runs["CT2 fp32"] = lambda: ct2_generate(engines["float32"], prompt, new_tokens)
                 runs["CT2 int8"] = lambda: ct2_generate(engines["int8"], prompt, new_tokens)
@@ -139,6 +146,9 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
             if with_ct2:
                 where = first_difference(tokens["attnlab fp32"], tokens["CT2 fp32"])
                 checks.append("attnlab == CT2" if where is None else f"CT2 differs from token {where}")
+            if compile:
+                where = first_difference(tokens["attnlab fp32"], tokens["attnlab compiled"])
+                checks.append("compiled == fp32" if where is None else f"compiled differs from token {where}")
             for name in [n for n in runs if "int8" in n]:  # greedy paths diverge for good after one difference
                 where = first_difference(tokens["attnlab fp32"], tokens[name])
                 checks.append(f"{name} == fp32" if where is None else f"{name} follows fp32 for {where} tokens")
@@ -151,7 +161,10 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
             print(f"  ratios: attnlab/HF fp32 {rate['attnlab fp32'] / rate['HF fp32']:.2f}x, attnlab int8/fp32 "
                   f"{rate['attnlab int8'] / rate['attnlab fp32']:.2f}x" + (
                       f", attnlab/CT2 fp32 {rate['attnlab fp32'] / rate['CT2 fp32']:.2f}x, attnlab/CT2 int8 "
-                      f"{rate['attnlab int8'] / rate['CT2 int8']:.2f}x" if with_ct2 else ""))
+                      f"{rate['attnlab int8'] / rate['CT2 int8']:.2f}x" if with_ct2 else "")
+                  + (f", compiled/eager fp32 {rate['attnlab compiled'] / rate['attnlab fp32']:.2f}x" if compile else "")
+                  + (f", compiled/CT2 fp32 {rate['attnlab compiled'] / rate['CT2 fp32']:.2f}x"
+                     if compile and with_ct2 else ""))
 
 
 def kernels(repeats: int, quick: bool) -> None:
@@ -194,6 +207,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--kernels", action="store_true", help="also the int8 kernel micro-benchmark")
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    parser.add_argument("--compile", action="store_true",
+                        help="also attnlab fp32 with the compiled step (generate(..., compile=True))")
     parser.add_argument("--quick", action="store_true",
                         help="a check that everything runs: small only, 1 thread, 16 new tokens, 2 repeats")
     args = parser.parse_args()
@@ -211,7 +226,7 @@ def main() -> None:
           f"on {os.cpu_count()} CPUs")
     start = time.perf_counter()
     for size in args.sizes:
-        run_size(size, args.threads, args.repeats, 16 if args.quick else SIZES[size][1], with_ct2)
+        run_size(size, args.threads, args.repeats, 16 if args.quick else SIZES[size][1], with_ct2, args.compile)
     if args.kernels or args.quick:
         kernels(args.repeats, args.quick)
     print(f"\n({time.perf_counter() - start:.0f} s)")

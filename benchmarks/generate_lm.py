@@ -14,7 +14,11 @@ identical tokens. Measured, as medians of interleaved repetitions:
 * time per token against context length (attnlab, medium, one decode step);
 * batch-8 throughput (8 prompts of 16 tokens, 256 new tokens each).
 
-Run:  python benchmarks/generate_lm.py [--threads N] [--repeats 5] [--sizes small medium]
+``--step-products``: only an A/B of the decode step's matrix products, ``F.linear`` against
+``attnlab.linear.step_linear`` (one row as ``addmv``), on both sizes and a 28x28 Image
+Transformer sample (``step_products``).
+
+Run:  python benchmarks/generate_lm.py [--threads N] [--repeats 5] [--sizes small medium] [--step-products]
 """
 
 from __future__ import annotations
@@ -124,6 +128,47 @@ def time_per_token_vs_context(size: str, contexts: list[int], steps: int = 32, r
     return rows
 
 
+def step_products(repeats: int, new_tokens: int, prompt_len: int) -> None:
+    """The decode step's products as ``F.linear`` (before) against ``attnlab.linear.step_linear``
+    (a single row as ``addmv``), interleaved in this process: batch-1 greedy decoding of both
+    LM sizes and one greedy 28x28 ``imagetransformer_mnist_small`` sample; outputs must match."""
+    import torch.nn.functional as F
+
+    import attnlab
+    import attnlab.attention.multihead as multihead
+    import attnlab.layers.blocks as blocks
+    from attnlab.generation import sample_images
+    from attnlab.linear import step_linear
+
+    def choose(new: bool) -> None:  # read by prepare_step when generate / sample_images make a cache
+        multihead.step_linear = blocks.step_linear = step_linear if new else (lambda weight: F.linear)
+
+    torch.manual_seed(0)
+    prompt = torch.randint(1, 8000, (1, prompt_len))
+    cases = {}
+    for size in SIZES:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = from_hf_gpt2(GPT2LMHeadModel(GPT2Config(**SIZES[size])).eval())
+        cases[f"{size} LM, {new_tokens} tokens"] = lambda model=model: generate(
+            model, prompt, max_new_tokens=new_tokens, greedy=True)[0]
+    image_model = attnlab.create_model("imagetransformer_mnist_small").eval()
+    cases["28x28 image sample"] = lambda: sample_images(image_model, 1, temperature=0).flatten().tolist()
+    for name, run in cases.items():
+        outputs = {}
+
+        def timed(new, run=run):
+            choose(new)
+            outputs[new] = run()
+
+        medians = interleaved_medians({"F.linear": lambda: timed(False), "step_linear": lambda: timed(True)},
+                                      repeats=repeats)
+        choose(True)
+        print(f"  {name}: F.linear {medians['F.linear'] * 1e3:.1f} ms, step_linear {medians['step_linear'] * 1e3:.1f} "
+              f"ms, {medians['F.linear'] / medians['step_linear']:.2f}x, same outputs {outputs[False] == outputs[True]}",
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["small", "medium"], choices=sorted(SIZES))
@@ -132,6 +177,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["bf16", "context", "batch8"])
+    parser.add_argument("--step-products", action="store_true",
+                        help="only the A/B of the decode step's products (F.linear vs step_linear's addmv)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
@@ -140,6 +187,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, repeats {args.repeats}")
+    if args.step_products:
+        return step_products(args.repeats, args.new_tokens, args.prompt_len)
     bandwidth = matvec_bandwidth()
     print(f"matrix-vector bandwidth (512 MB float32 matrix): {bandwidth / 1e9:.1f} GB/s")
 

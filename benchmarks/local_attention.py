@@ -20,7 +20,9 @@ sub-pixel), timed whole. Uncached: re-running the prefix for every sub-pixel; ti
 ``--subset`` prefix lengths spread over the image (``model.prefill`` of t sub-pixels into a
 fresh cache = the stack over t+1 positions) and summed over every t by linear
 interpolation, i.e. *estimated* from a subset of steps. Also the cost of tensor2tensor's
-way, the whole fixed-size image per sub-pixel: L × one full forward.
+way, the whole fixed-size image per sub-pixel: L × one full forward. ``--compile`` adds
+``sample_images(..., compile=True)`` (:mod:`attnlab.generation.compiled`), its first call
+(the compilation) timed apart and its runs interleaved with the eager cached ones.
 ``--models`` picks other presets, with ``PRESET:HxWxC`` for another image size (e.g.
 ``imagetransformer_cifar10_base:28x28x1``, the paper's 12 layers of width 512 on a 28×28
 grey image): the ratio depends on the model, since a small model's cached step is bound by
@@ -141,18 +143,26 @@ def sampling_model(name: str):
     return attnlab.create_model(preset, **overrides).eval()
 
 
-def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS) -> list[dict]:
+def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS, compile: bool = False) -> list[dict]:
     from attnlab.generation.images import sample_images
 
     rows = []
     for preset in models:
         model = sampling_model(preset)
         length = model.config.sequence_length
-        cached = []
+        cached, compiled, compile_seconds = [], [], None
+        if compile:  # the first compiled call compiles: timed apart, then interleaved with the eager runs
+            start = time.perf_counter()
+            sample_images(model, 1, generator=torch.Generator().manual_seed(0), compile=True)
+            compile_seconds = time.perf_counter() - start
         for _ in range(repeats):
             start = time.perf_counter()
             image = sample_images(model, 1, generator=torch.Generator().manual_seed(0))
             cached.append(time.perf_counter() - start)
+            if compile:
+                start = time.perf_counter()
+                sample_images(model, 1, generator=torch.Generator().manual_seed(0), compile=True)
+                compiled.append(time.perf_counter() - start)
         sequence = model.images_to_sequence(image.long())
         points = sorted({round(i * (length - 1) / (subset - 1)) for i in range(subset)})
         prefix_times = {}
@@ -181,6 +191,12 @@ def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS) -> lis
                "whole_image_per_sub_pixel_seconds": statistics.median(full) * length}
         row["speedup_vs_prefix"] = row["uncached_prefix_seconds_estimated"] / row["cached_seconds"]
         row["speedup_vs_whole_image"] = row["whole_image_per_sub_pixel_seconds"] / row["cached_seconds"]
+        if compile:
+            row["cached_compiled_seconds"] = statistics.median(compiled)
+            row["first_compiled_call_seconds"] = compile_seconds
+            row["compiled_speedup_vs_prefix"] = estimate / row["cached_compiled_seconds"]
+            row["compiled_speedup_vs_whole_image"] = (row["whole_image_per_sub_pixel_seconds"]
+                                                      / row["cached_compiled_seconds"])
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -194,12 +210,14 @@ def main() -> None:
     parser.add_argument("--subset", type=int, default=16, help="prefix lengths timed for the uncached estimate")
     parser.add_argument("--models", nargs="+", default=list(SAMPLING_MODELS),
                         help="sampling: presets, PRESET:HxWxC for another image size")
+    parser.add_argument("--compile", action="store_true",
+                        help="sampling: also the compiled step (sample_images(..., compile=True)), interleaved")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)", flush=True)
     if args.what == "attention":
         benchmark_attention(args.lengths, args.repeats)
     else:
-        benchmark_sampling(args.subset, args.repeats, args.models)
+        benchmark_sampling(args.subset, args.repeats, args.models, args.compile)
 
 
 if __name__ == "__main__":

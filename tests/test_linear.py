@@ -1,8 +1,11 @@
-"""attnlab.linear: the opt-in packed-GEMM path of Linear equals F.linear."""
+"""attnlab.linear: the opt-in packed-GEMM path of Linear, and the decode step's one-row product, equal F.linear."""
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+
+import attnlab
 
 from attnlab.linear import _MKL_PACKED, Linear, packed_inference
 
@@ -82,3 +85,24 @@ def test_derived_key_changes_whenever_a_copy_would_be_stale():
     weight.data = weight.data.clone()  # new storage
     assert derived_key(weight) != key
     assert derived_key(weight.double()) != derived_key(weight)
+
+
+def test_one_row_linear_equals_f_linear_for_one_row_and_many():
+    from attnlab.linear import one_row_linear
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(12, 8), torch.randn(12)
+    for shape in ((1, 1, 8), (3, 1, 8), (1, 4, 8)):
+        x = torch.randn(*shape)
+        for b in (bias, None):
+            torch.testing.assert_close(one_row_linear(x, weight, b), F.linear(x, weight, b), atol=1e-6, rtol=1e-6)
+    assert one_row_linear(torch.randn(1, 1, 8), weight, bias).shape == (1, 1, 12)
+
+
+def test_step_linear_keeps_f_linear_where_addmv_does_not_apply():
+    from attnlab.linear import one_row_linear, step_linear
+
+    assert step_linear(nn.Parameter(torch.randn(4, 4))) is one_row_linear
+    assert step_linear(torch.randn(4, 4, dtype=torch.float64)) is F.linear
+    quantized = attnlab.create_model("lm_tiny").quantize("int8").decoder.stack.layers[0].self_attn.qkv_proj.weight
+    assert step_linear(quantized) is F.linear  # an Int8Weight answers F.linear, not addmv

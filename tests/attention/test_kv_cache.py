@@ -165,3 +165,24 @@ def test_stack_cache_without_cross_attention_or_layers():
     assert all(layer.cross_attn is None for layer in stack.layers)
     stack.reorder(torch.tensor([0]))
     assert StackCache(0, cross_attention=False).length == 0
+
+
+def test_fixed_shape_step_with_a_window_gets_the_window_ending_at_the_query():
+    from attnlab.attention.cache import StaticKVCache
+
+    cache = StaticKVCache(1, batch=2, num_heads=1, capacity=8, head_dim=1, fixed_shape=True)
+    cache.set_key_padding(torch.tensor([[False, True], [True, True]]))
+    layer = cache[0].self_attn
+    for position in range(5):
+        kv = torch.full((2, 2, 1, 1, 1), float(position + 1))
+        keys, values, query_offset, key_offset, key_mask = layer.update(kv, window=3)
+        assert keys.shape == values.shape == (2, 1, 3, 1)  # the same shape at every step
+        assert int(query_offset) == position and int(key_offset) == position - 2
+        slots = [position - 2, position - 1, position]
+        assert keys[0, 0, :, 0].tolist() == [float(max(s, 0) + 1) for s in slots]  # slots < 0 repeat slot 0...
+        assert key_mask[:, 0, 0].tolist() == [[s >= 0 and s != 0 for s in slots],  # ...masked, as row 0's padding
+                                              [s >= 0 for s in slots]]
+        cache.advance(1)  # (query_offset is the write index itself: read before it moves)
+    # Without a window, or for several queries at once, the whole buffer as before.
+    keys, _, _, key_offset, _ = layer.update(torch.zeros(2, 2, 1, 1, 1), window=None)
+    assert keys.shape[-2] == 8 and key_offset == 0

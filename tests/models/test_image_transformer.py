@@ -1,5 +1,5 @@
 """The Image Transformer: cached steps equal the full forward at every sub-pixel (1D, 2D,
-full attention, class-conditional, super-resolution, colour); causality in the generation
+full attention, class-conditional, super-resolution, colour; growing and fixed-shape caches); causality in the generation
 order; uniform predictions are exactly 8 bits/dim; a tiny model overfits; bad inputs."""
 
 import math
@@ -49,8 +49,9 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("fixed_shape", [False, True], ids=["eager", "fixed-shape"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_cached_steps_equal_the_full_forward_at_every_sub_pixel(case):
+def test_cached_steps_equal_the_full_forward_at_every_sub_pixel(case, fixed_shape):
     model = tiny(**CASES[case])
     x = images(model)
     labels = torch.tensor([3, 1]) if model.config.num_classes else None
@@ -59,7 +60,7 @@ def test_cached_steps_equal_the_full_forward_at_every_sub_pixel(case):
         full = in_generation_order(model, model(x, labels, low))
     sequence = model.images_to_sequence(x)
     for given in (0, 7):
-        cache = model.new_cache(2)
+        cache = model.new_cache(2, fixed_shape=fixed_shape)  # fixed: what a compiled step runs
         logits = model.prefill(sequence[:, :given], cache, labels, low)
         torch.testing.assert_close(logits, full[:, given], atol=1e-10, rtol=1e-10)
         for t in range(given, model.config.sequence_length - 1):

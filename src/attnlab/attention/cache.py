@@ -148,10 +148,12 @@ class StaticKVCache:
     (non-padding) keys, None when no row has padding. ``positions`` ``(B,)`` is free for
     the model: the position index of each row's next token (left-padded rows differ).
 
-    ``fixed_shape=True`` makes every step the same computation for a later CUDA-graph
-    capture: keys and values are written at ``write_index`` (a ``(1,)`` device tensor
-    advanced in place) and attention runs over the whole buffer, the pattern masking the
-    positions after the query. Otherwise (the default, faster eagerly) attention sees the
+    ``fixed_shape=True`` makes every step the same computation, for a CUDA-graph capture or
+    ``torch.compile``: keys and values are written at ``write_index`` (a ``(1,)`` device
+    tensor advanced in place) and attention runs over the whole buffer, the pattern masking
+    the positions after the query; a one-token step of a pattern with a ``cache_window``
+    gets the window's slots ending at the query instead, gathered (its ``key_offset`` a
+    ``(1,)`` tensor too, slots before the start masked). Otherwise (the default, faster eagerly) attention sees the
     filled prefix only (or the pattern's ``cache_window`` of it).
 
     The cache owns its state: callers move it only through its methods — :meth:`advance`
@@ -181,14 +183,21 @@ class StaticKVCache:
         return self.layers[i]
 
     def advance(self, count: int) -> None:
-        """``count`` positions were written (the stack calls this after each forward/step)."""
-        self.length += count
+        """``count`` positions were written (the stack calls this after each forward/step).
+
+        Inside a step compiled by ``torch.compile`` (:mod:`attnlab.generation.compiled`)
+        only the device tensors move: a host integer read there would be baked into the
+        compiled code as a constant (one recompilation per position), so that caller
+        counts on the host with :meth:`count_replayed` after each call, as a CUDA graph's
+        replays do."""
+        if not torch.compiler.is_compiling():
+            self.length += count
         if self.fixed_shape:
             self.write_index += count
 
     def count_replayed(self, count: int) -> None:
-        """A replayed CUDA graph advanced the device state ``count`` steps; move the host's
-        count of positions to match (replay runs no Python)."""
+        """A replayed CUDA graph (or a compiled step) advanced the device state ``count``
+        steps; move the host's count of positions to match (replay runs no Python)."""
         self.length += count
 
     def step_positions(self) -> None:
@@ -275,7 +284,18 @@ class _StaticLayerCache:
         if owner.fixed_shape:
             index = owner.write_index if new == 1 else owner.write_index + torch.arange(new, device=kv.device)
             buffer.index_copy_(3, index, kv)
-            return buffer[0], buffer[1], owner.write_index, 0, owner.key_mask
+            if new != 1 or window is None or window >= owner.capacity:
+                return buffer[0], buffer[1], owner.write_index, 0, owner.key_mask
+            # One query of a pattern with a window: the `window` slots ending at the query,
+            # gathered (still one shape at every step, and the pattern's attention costs its
+            # window, not the whole buffer). Slots before 0 repeat slot 0 and are masked.
+            slots = owner.write_index + torch.arange(1 - window, 1, device=kv.device)  # (window,)
+            gather = slots.clamp(min=0)
+            keys, values = buffer.index_select(3, gather).unbind(0)
+            real = (slots >= 0).view(1, 1, 1, window)
+            if owner.key_mask is not None:
+                real = real & owner.key_mask.index_select(3, gather)
+            return keys, values, owner.write_index, slots[:1], real
         start = owner.length
         end = start + new
         if end > owner.capacity:

@@ -102,7 +102,7 @@ class _BlockedLocal(AttentionPattern):
     def forward(self, q, k, v, ctx):
         query_len, key_len = q.shape[-2], k.shape[-2]
         key_only_mask = ctx.mask is None or (ctx.mask.dim() >= 2 and ctx.mask.shape[-2] == 1)
-        if query_len == key_len and ctx.key_offset == 0 and ctx.queries_are_last(query_len, key_len) and key_only_mask:
+        if query_len == key_len and ctx.queries_are_last(query_len, key_len) and ctx.key_offset == 0 and key_only_mask:
             return self._blocked(q, k, v, ctx)
         allowed = self.allowed(ctx.query_positions(query_len, key_len, q.device)[:, None],
                                ctx.key_positions(key_len, q.device)[None, :], ctx)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from attnlab.attention.cache import KVCache, MemoryKVCache
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.attention.varlen import Segments
-from attnlab.linear import Linear
+from attnlab.linear import Linear, step_linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -103,21 +103,21 @@ class MultiHeadAttention(nn.Module):
         plan = self._step_plan
         if plan is None:
             plan = self.prepare_step()
-        qkv_weight, qkv_bias, out_weight, out_bias, heads, head_dim, pattern, window = plan
+        qkv_weight, qkv_bias, out_weight, out_bias, heads, head_dim, pattern, window, linear = plan
         batch, length, d = x.shape
         query_offset, key_offset = None, 0
         if isinstance(cache, MemoryKVCache):
-            q = F.linear(x, qkv_weight[:d], None if qkv_bias is None else qkv_bias[:d])
+            q = linear(x, qkv_weight[:d], None if qkv_bias is None else qkv_bias[:d])
             q = q.view(batch, length, heads, head_dim).transpose(1, 2)
             k, v = cache.k, cache.v
         else:
-            qkv = F.linear(x, qkv_weight, qkv_bias).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+            qkv = linear(x, qkv_weight, qkv_bias).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
             q = qkv.select(0, 0)
             k, v, query_offset, key_offset, cache_mask = cache.update(qkv.narrow(0, 1, 2), window)
             if cache_mask is not None:
                 mask = cache_mask if mask is None else mask & cache_mask
         out, _ = pattern(q, k, v, AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask))
-        return F.linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
+        return linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
 
     _step_plan = None
 
@@ -125,7 +125,8 @@ class MultiHeadAttention(nn.Module):
         """Gather the tensors :meth:`step` reads (called when a static cache is made, so a
         cache always steps with the weights the module has at that time)."""
         self._step_plan = (self.qkv_proj.weight, self.qkv_proj.bias, self.out_proj.weight, self.out_proj.bias,
-                           self.num_heads, self.head_dim, self.pattern.forward, self.pattern.cache_window)
+                           self.num_heads, self.head_dim, self.pattern.forward, self.pattern.cache_window,
+                           step_linear(self.qkv_proj.weight))
         return self._step_plan
 
     def _project(self, x: Tensor, memory: Tensor | None, cache, mask: Tensor | None):

@@ -49,7 +49,9 @@ class AttentionContext:
             tensor when the caller must not sync with the host (a fixed-shape decode step,
             see :class:`~attnlab.attention.cache.StaticKVCache`). None: the queries are the
             last ``Lq`` of the keys (self-attention, with or without a growing cache).
-        key_offset: sequence position of the first key (a cache that keeps only a window).
+        key_offset: sequence position of the first key (a cache that keeps only a window);
+            an int, or a ``(1,)`` long tensor in a fixed-shape step over a window (it may then
+            be negative: keys before position 0 come masked).
         mask: boolean, broadcastable to ``(B, H, Lq, Lk)``, True = may attend: key padding
             and any other restriction the caller has; None = none.
         geometry: the shape of the sequence's raster for 2D patterns, e.g. ``(H, W, C)``.
@@ -88,7 +90,7 @@ class AttentionContext:
 
     def key_positions(self, key_len: int, device=None) -> Tensor:
         """``(Lk,)`` sequence positions of the keys."""
-        return torch.arange(self.key_offset, self.key_offset + key_len, device=device)
+        return torch.arange(key_len, device=device) + self.key_offset
 
     def distances(self, query_len: int, key_len: int, device=None) -> Tensor:
         """``(Lq, Lk)`` query position minus key position (> 0: the key is in the past)."""

@@ -33,9 +33,12 @@ Documented edge cases:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 from torch import Tensor
+
+from attnlab.generation.compiled import bucket_capacity, compiled_step, use_compiled
 
 TokenCallback = Callable[[int, int], None]
 
@@ -120,7 +123,8 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              generator: torch.Generator | None = None, stop_ids: Sequence[int] = (),
              stop_strings: Sequence[str] = (), tokenizer=None, on_token: TokenCallback | None = None,
-             sliding_window: bool = False, cuda_graph: bool | None = None) -> list[list[int]]:
+             sliding_window: bool = False, cuda_graph: bool | None = None,
+             compile: bool = False) -> list[list[int]]:
     """Continue each prompt by up to ``max_new_tokens`` tokens.
 
     Args:
@@ -141,23 +145,30 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
         cuda_graph: replay one captured CUDA graph per token (:mod:`attnlab.generation.graphs`);
             default: on a CUDA device for greedy decoding without stops, streaming or a
             sliding window. The tokens are the same as without.
+        compile: run each step compiled by ``torch.compile`` over a fixed-shape cache
+            (:mod:`attnlab.generation.compiled`; not with ``sliding_window``): the first
+            call per batch size and capacity bucket compiles (seconds), later steps skip
+            most per-operator overhead. The logits equal the eager step's up to float
+            rounding. Without a C++ compiler: a warning, and eager steps.
     Returns:
         The new tokens of each row (not the prompt), cut after a stop.
     """
     prompts = _check_arguments(model, prompts, max_new_tokens, temperature, top_k, top_p, sliding_window)
+    if compile and sliding_window:
+        raise ValueError("compile=True needs a fixed cache capacity; it cannot be combined with sliding_window=True")
     if stop_strings and tokenizer is None:
         raise ValueError(f"stop_strings={list(stop_strings)!r} need a tokenizer to decode the text")
     was_training = model.training
     model.eval()
     try:
         return _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p, seed, generator,
-                         stop_ids, stop_strings, tokenizer, on_token, sliding_window, cuda_graph)
+                         stop_ids, stop_strings, tokenizer, on_token, sliding_window, cuda_graph, compile)
     finally:
         model.train(was_training)
 
 
 def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p, seed, generator, stop_ids,
-              stop_strings, tokenizer, on_token, sliding_window, cuda_graph) -> list[list[int]]:
+              stop_strings, tokenizer, on_token, sliding_window, cuda_graph, compile) -> list[list[int]]:
     config = model.config
     device = next(model.parameters()).device
     if seed is not None and generator is None:
@@ -184,7 +195,13 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
 
         return greedy_graphs(model)(ids, mask, max_new_tokens).tolist()
     capacity = ids.shape[1] + max_new_tokens
-    cache = model.new_cache(batch, min(capacity, config.max_positions) if sliding_window else capacity)
+    decode_step = model.step
+    if use_compiled(compile, device):
+        # Every step the same shapes: one compilation serves all steps of this bucket.
+        cache = model.new_cache(batch, bucket_capacity(capacity, config.max_positions), fixed_shape=True)
+        decode_step = partial(compiled_step(model), model)
+    else:
+        cache = model.new_cache(batch, min(capacity, config.max_positions) if sliding_window else capacity)
     logits = model.prefill(ids, cache, mask)
     # Without stops or streaming, tokens stay on the device until the end (no per-step sync).
     produced = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
@@ -218,7 +235,7 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
             logits = model.prefill(ids, cache, mask)
             longest_row = ids.shape[1]
             continue
-        logits = model.step(tokens, cache)  # the new token sits at position longest_row
+        logits = decode_step(tokens, cache)  # the new token sits at position longest_row
         longest_row += 1
     if not (watch or sliding_window):
         outputs = produced.tolist()

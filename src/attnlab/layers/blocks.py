@@ -20,6 +20,7 @@ from attnlab.attention.cache import LayerCache, StackCache, StaticKVCache
 from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.attention.patterns import AttentionPattern, FullAttention, build_pattern
 from attnlab.layers.feedforward import ACTIVATIONS, FeedForward
+from attnlab.linear import step_linear
 
 
 @dataclass
@@ -134,10 +135,10 @@ class TransformerLayer(nn.Module):
         if cross_attn is not None:
             x = _residual_step(x, pre, shape, eps, norms[1], cross_attn.step(
                 F.layer_norm(x, shape, *norms[1], eps) if pre else x, cache.cross_attn, memory_mask)[0], scales[1])
-        fc1_weight, fc1_bias, activation, fc2_weight, fc2_bias = ffn
+        fc1_weight, fc1_bias, activation, fc2_weight, fc2_bias, linear = ffn
         h = F.layer_norm(x, shape, *norms[2], eps) if pre else x
         return _residual_step(x, pre, shape, eps, norms[2],
-                              F.linear(activation(F.linear(h, fc1_weight, fc1_bias)), fc2_weight, fc2_bias), scales[2])
+                              linear(activation(linear(h, fc1_weight, fc1_bias)), fc2_weight, fc2_bias), scales[2])
 
     _step_plan = None
 
@@ -153,7 +154,7 @@ class TransformerLayer(nn.Module):
         ffn = self.ffn
         self._step_plan = (self.norm_first, self.ffn_norm.normalized_shape, self.ffn_norm.eps, norms, self.self_attn,
                            self.cross_attn, (ffn.linear1.weight, ffn.linear1.bias, ACTIVATIONS[ffn.activation],
-                                             ffn.linear2.weight, ffn.linear2.bias),
+                                             ffn.linear2.weight, ffn.linear2.bias, step_linear(ffn.linear1.weight)),
                            (self.self_attn_scale, self.cross_attn_scale, self.ffn_scale))
         return self._step_plan
 

@@ -382,10 +382,12 @@ class ImageTransformer(AttnlabModel):
         return F.cross_entropy(logits.reshape(-1, INTENSITIES).float(), images.reshape(-1).long())
 
     # -- generation: the same stack through a static cache --------------------------------------
-    def new_cache(self, batch: int, capacity: int | None = None) -> StaticKVCache:
-        """An empty cache for ``batch`` images (capacity: the whole sequence)."""
+    def new_cache(self, batch: int, capacity: int | None = None, *, fixed_shape: bool = False) -> StaticKVCache:
+        """An empty cache for ``batch`` images (capacity: the whole sequence); ``fixed_shape``:
+        see :class:`~attnlab.attention.cache.StaticKVCache` (every step the same shapes, for a
+        compiled step, :mod:`attnlab.generation.compiled`)."""
         capacity = self.config.sequence_length if capacity is None else capacity
-        return self.stack.new_static_cache(batch, capacity)
+        return self.stack.new_static_cache(batch, capacity, fixed_shape=fixed_shape)
 
     @torch.inference_mode()
     def prefill(self, values: Tensor, cache: StaticKVCache, labels: Tensor | None = None,
@@ -418,9 +420,17 @@ class ImageTransformer(AttnlabModel):
     def step(self, values: Tensor, cache: StaticKVCache) -> Tensor:
         """The sub-pixel just generated ``(B,)`` (for position ``cache.length - 1``) ->
         logits ``(B, 256)`` of the next one, extending ``cache`` (the stack's step path)."""
-        position, embedder = cache.length, self.embedder
-        x = embedder.embed(values.long()[:, None] + INTENSITIES * embedder.channel[position - 1])
-        x = x + cache.conditioning[..., position:position + 1, :]  # (the same sum as forward's)
+        embedder = self.embedder
+        if cache.fixed_shape:
+            # The position as the device tensor the cache writes at (no host number, so a
+            # compiled step is the same code at every position): the same sums, gathered.
+            position = cache.write_index  # (1,)
+            x = embedder.embed(values.long()[:, None] + INTENSITIES * embedder.channel.index_select(0, position - 1))
+            x = x + cache.conditioning.index_select(-2, position)
+        else:
+            position = cache.length
+            x = embedder.embed(values.long()[:, None] + INTENSITIES * embedder.channel[position - 1])
+            x = x + cache.conditioning[..., position:position + 1, :]  # (the same sum as forward's)
         return self.head(self.stack.step(x, cache)[:, 0])
 
 

@@ -136,6 +136,7 @@ class TokenDecoder(_Embedder):
         """A preallocated cache for ``batch`` rows and ``capacity`` positions (see StaticKVCache)."""
         if self.positions is not None:
             self.positions.ensure_length(capacity)  # steps look positions up unchecked
+        self._step_head()  # current for this cache's steps (a compiled step reads it unchecked)
         return self.stack.new_static_cache(batch, capacity, fixed_shape=fixed_shape)
 
     def new_growing_cache(self, capacity: int = 64) -> StackCache:
@@ -168,7 +169,9 @@ class TokenDecoder(_Embedder):
         x = self.embed_tokens(tokens.unsqueeze(1), positions.unsqueeze(1), checked=False)  # (B, 1, d_model)
         hidden = self.stack.step(x, cache, memory_mask)
         cache.step_positions()
-        head = self._step_head()
+        # Compiled (attnlab.generation.compiled), the copy made by new_cache is read as it is:
+        # the staleness check compares data pointers, which a compiled step cannot.
+        head = self._step_head_copy if torch.compiler.is_compiling() else self._step_head()
         bias = self.head.bias
         if head is None:
             logits = F.linear(hidden.squeeze(1), self.head.weight, bias)  # (B, V)
@@ -190,6 +193,7 @@ class TokenDecoder(_Embedder):
         (its version counter), so it never serves stale weights. None on other devices."""
         weight = self.head.weight
         if weight.device.type != "cpu" or not isinstance(weight, nn.Parameter):
+            self._step_head_copy = self._step_head_key = None
             return None  # on another device, or a quantised weight (attnlab.quantize): F.linear
         key = derived_key(weight)
         if self._step_head_key != key:
