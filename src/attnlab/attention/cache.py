@@ -241,10 +241,18 @@ class StaticKVCache:
         self.key_mask[:, 0, 0, :mask.shape[1]] = mask
 
     def reorder(self, index: Tensor, *, include_memory: bool = True) -> None:
-        """Keep batch rows ``index`` (the filled prefix is copied)."""
+        """Keep batch rows ``index``: only the filled prefix is copied (beam search reorders
+        every step; the slots after it are never read), the whole buffer in fixed-shape mode
+        (whose steps read every slot)."""
         index = torch.as_tensor(index)
         for layer in self.layers:
-            layer.self_attn.kv = layer.self_attn.kv.index_select(1, index)
+            kv = layer.self_attn.kv
+            if self.fixed_shape or self.length >= self.capacity:
+                layer.self_attn.kv = kv.index_select(1, index)
+            else:
+                selected = kv.new_empty((kv.shape[0], len(index), *kv.shape[2:]))
+                torch.index_select(kv.narrow(3, 0, self.length), 1, index, out=selected.narrow(3, 0, self.length))
+                layer.self_attn.kv = selected
             if include_memory and layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
         self.kv = [layer.self_attn.kv for layer in self.layers]
