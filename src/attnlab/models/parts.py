@@ -138,6 +138,23 @@ class TokenDecoder(_Embedder):
             self.positions.ensure_length(capacity)  # steps look positions up unchecked
         return self.stack.new_static_cache(batch, capacity, fixed_shape=fixed_shape)
 
+    def new_search_cache(self, memory: Tensor, rows_per_source: int, capacity: int) -> StaticKVCache:
+        """A preallocated cache for decoding ``rows_per_source`` consecutive rows per source
+        of ``memory`` ``(B, S, d_model)`` (beam search: the ``k`` hypotheses of a source) with
+        :meth:`step`, for up to ``capacity`` positions. Every cross-attention layer's keys
+        and values are computed here, once per source, and kept one row per source: the
+        step's cross-attention reads a source's row for all of its decoder rows (so
+        :meth:`step` then takes a ``memory_mask`` with one row per source too)."""
+        cache = self.new_cache(memory.shape[0] * rows_per_source, capacity)
+        for layer, layer_cache in zip(self.stack.layers, cache.layers):
+            attention = layer.cross_attn
+            d = attention.d_model
+            weight, bias = attention.qkv_proj.weight, attention.qkv_proj.bias
+            kv = F.linear(memory, weight[d:], None if bias is None else bias[d:])  # (B, S, 2·d)
+            k, v = attention._split_heads(kv, 2).unbind(0)  # (B, H, S, D) each
+            layer_cache.cross_attn.set(k, v)
+        return cache
+
     def new_growing_cache(self, capacity: int = 64) -> StackCache:
         """A cache that grows and can drop or reorder rows (search)."""
         return self.stack.new_cache(capacity)
