@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from attnlab.attention.cache import KVCache, MemoryKVCache
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.attention.varlen import Segments
-from attnlab.linear import Linear
+from attnlab.linear import Linear, step_linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -118,16 +118,16 @@ class MultiHeadAttention(nn.Module):
                 # and values once. ``mask`` is then per memory row.
                 q = q.view(sources, (batch // sources) * length, heads, head_dim).transpose(1, 2)
                 out, _ = pattern(q, k, v, AttentionContext(query_offset=None, key_offset=0, mask=mask))
-                return F.linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
+                return step_linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
             q = q.view(batch, length, heads, head_dim).transpose(1, 2)
         else:
-            qkv = F.linear(x, qkv_weight, qkv_bias).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+            qkv = step_linear(x, qkv_weight, qkv_bias).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
             q = qkv.select(0, 0)
             k, v, query_offset, key_offset, cache_mask = cache.update(qkv.narrow(0, 1, 2), window)
             if cache_mask is not None:
                 mask = cache_mask if mask is None else mask & cache_mask
         out, _ = pattern(q, k, v, AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask))
-        return F.linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
+        return step_linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
 
     _step_plan = None
 

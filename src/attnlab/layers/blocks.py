@@ -20,6 +20,7 @@ from attnlab.attention.cache import LayerCache, StackCache, StaticKVCache
 from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.attention.patterns import AttentionPattern, FullAttention, build_pattern
 from attnlab.layers.feedforward import ACTIVATIONS, FeedForward
+from attnlab.linear import step_linear
 
 
 @dataclass
@@ -137,7 +138,7 @@ class TransformerLayer(nn.Module):
         fc1_weight, fc1_bias, activation, fc2_weight, fc2_bias = ffn
         h = F.layer_norm(x, shape, *norms[2], eps) if pre else x
         return _residual_step(x, pre, shape, eps, norms[2],
-                              F.linear(activation(F.linear(h, fc1_weight, fc1_bias)), fc2_weight, fc2_bias), scales[2])
+                              step_linear(activation(step_linear(h, fc1_weight, fc1_bias)), fc2_weight, fc2_bias), scales[2])
 
     _step_plan = None
 

@@ -23,7 +23,7 @@ from attnlab.attention.masks import key_padding_mask
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
-from attnlab.linear import Linear, derived_key
+from attnlab.linear import Linear, derived_key, onednn_rows, step_linear
 from attnlab.models.base import StackConfig
 
 
@@ -185,10 +185,12 @@ class TokenDecoder(_Embedder):
         x = self.embed_tokens(tokens.unsqueeze(1), positions.unsqueeze(1), checked=False)  # (B, 1, d_model)
         hidden = self.stack.step(x, cache, memory_mask)
         cache.step_positions()
-        head = self._step_head()
         bias = self.head.bias
+        # A few rows (beam search) go to oneDNN (attnlab.linear.step_linear); one row, or many,
+        # multiply the transposed copy.
+        head = None if onednn_rows(hidden.shape[0]) else self._step_head()
         if head is None:
-            logits = F.linear(hidden.squeeze(1), self.head.weight, bias)  # (B, V)
+            logits = step_linear(hidden.squeeze(1), self.head.weight, bias)  # (B, V)
         elif bias is None:
             logits = torch.mm(hidden.squeeze(1), head)
         else:
