@@ -49,27 +49,52 @@ def test_plain_path_outside_the_block_or_with_gradients():
 
 
 @needs_mkl
-def test_greedy_and_beam_search_same_with_and_without_packing():
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_and_beam_search_same_with_and_without_packing(use_cache):
+    """The searches' fast kernels (cached: the step path's oneDNN products of a few rows,
+    attnlab.linear.skinny_linear; without the cache: Linear's MKL packed GEMM where a row count
+    repeats) give the plain kernels' hypotheses."""
     import attnlab
+    import attnlab.linear as linear
     from attnlab.generation import beam_search, greedy_search
 
     model = attnlab.create_model("transformer_tiny", vocab_size=40).eval()
     with torch.no_grad():
         model.src_embed.weight.mul_(8.0)  # decisive logits: no near-ties for rounding to flip
     src = torch.randint(3, 40, (3, 7))
-    packed = greedy_search(model, src, max_len_b=8), beam_search(model, src, beam_size=3, max_len_b=8)
-    assert model.output_proj._packed_key is not None  # the search really took the packed path
-    # The searches enable packing themselves; switch it off at the source to get the plain path.
-    import attnlab.linear as linear
-    saved, linear._MKL_PACKED = linear._MKL_PACKED, False
+
+    def search():
+        return (greedy_search(model, src, max_len_b=8, use_cache=use_cache),
+                beam_search(model, src, beam_size=3, max_len_b=8, use_cache=use_cache))
+
+    fast = search()
+    if use_cache and linear._ONEDNN:  # the search really took the fast path
+        assert hasattr(model.decoder.layers[0].ffn.linear1.weight, "_attnlab_onednn")
+    # The searches enable the fast kernels themselves; switch them off at the source.
+    saved = linear._MKL_PACKED, linear._ONEDNN
+    linear._MKL_PACKED = linear._ONEDNN = False
     try:
-        plain = greedy_search(model, src, max_len_b=8), beam_search(model, src, beam_size=3, max_len_b=8)
+        plain = search()
     finally:
-        linear._MKL_PACKED = saved
-    assert [h.tokens for h in packed[0]] == [h.tokens for h in plain[0]]
-    assert [[h.tokens for h in b] for b in packed[1]] == [[h.tokens for h in b] for b in plain[1]]
-    for a, b in zip(packed[0], plain[0]):
+        linear._MKL_PACKED, linear._ONEDNN = saved
+    assert [h.tokens for h in fast[0]] == [h.tokens for h in plain[0]]
+    assert [[h.tokens for h in b] for b in fast[1]] == [[h.tokens for h in b] for b in plain[1]]
+    for a, b in zip(fast[0], plain[0]):
         assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+def test_skinny_linear_equals_f_linear_for_any_row_count():
+    from attnlab.linear import packed_inference, skinny_linear
+
+    weight, bias = torch.randn(48, 32), torch.randn(48)
+    with torch.no_grad(), packed_inference():
+        for rows in (1, 2, 4, 7, 64, 65):
+            x = torch.randn(rows, 1, 32)
+            torch.testing.assert_close(skinny_linear(x, weight, bias), F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+        x = torch.randn(4, 32)
+        with torch.no_grad():
+            weight.mul_(2.0)  # an in-place write: the reordered copy must not serve stale values
+        torch.testing.assert_close(skinny_linear(x, weight, None), F.linear(x, weight), atol=1e-5, rtol=1e-5)
 
 
 def test_derived_key_changes_whenever_a_copy_would_be_stale():

@@ -178,6 +178,7 @@ class StaticKVCache:
         self.key_mask: Tensor | None = None
         self.conditioning: Tensor | None = None
         self.layers = [_StaticLayerCache(self, kv, cross_attention) for kv in self.kv]
+        self._spares: list[Tensor | None] | None = None  # reorder's second buffers (not fixed-shape)
 
     def __getitem__(self, i: int) -> "_StaticLayerCache":
         return self.layers[i]
@@ -250,12 +251,26 @@ class StaticKVCache:
         self.key_mask[:, 0, 0, :mask.shape[1]] = mask
 
     def reorder(self, index: Tensor, *, include_memory: bool = True) -> None:
-        """Keep batch rows ``index`` (the filled prefix is copied)."""
+        """Keep batch rows ``index``: only the filled prefix is copied (beam search reorders
+        every step; the slots after it are never read), the whole buffer in fixed-shape mode
+        (whose steps read every slot)."""
         index = torch.as_tensor(index)
-        for layer in self.layers:
-            layer.self_attn.kv = layer.self_attn.kv.index_select(1, index)
-            if include_memory and layer.cross_attn is not None:
-                layer.cross_attn.reorder(index)
+        spares = self._spares if self._spares is not None else [None] * len(self.layers)
+        for i, layer in enumerate(self.layers):
+            kv = layer.self_attn.kv
+            if self.fixed_shape or self.length >= self.capacity:
+                layer.self_attn.kv = kv.index_select(1, index)
+                continue
+            # Into the buffer the previous reorder left (same rows): no fresh allocation, and
+            # so no page faults, every step.
+            selected = spares[i]
+            if selected is None or selected.shape[1] != len(index):
+                selected = kv.new_empty((kv.shape[0], len(index), *kv.shape[2:]))
+            torch.index_select(kv.narrow(3, 0, self.length), 1, index, out=selected.narrow(3, 0, self.length))
+            layer.self_attn.kv, spares[i] = selected, kv
+        self._spares = None if self.fixed_shape else spares
+        if include_memory:
+            self.reorder_memory(index)
         self.kv = [layer.self_attn.kv for layer in self.layers]
         self.positions = self.positions.index_select(0, index)
         if self.key_mask is not None:

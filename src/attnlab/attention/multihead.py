@@ -99,7 +99,9 @@ class MultiHeadAttention(nn.Module):
         projections, cache update and pattern, on plain tensors gathered once by
         :meth:`prepare_step` (``nn.Module`` attribute lookups and hooks cost more than a
         one-token step's arithmetic on small models). ``cache`` is a self-attention cache,
-        or a filled :class:`MemoryKVCache` for cross-attention."""
+        or a filled :class:`MemoryKVCache` for cross-attention, whose rows may be fewer than
+        ``x``'s: each then serves ``B // rows`` consecutive rows of ``x`` (and ``mask`` has one
+        row per memory row)."""
         plan = self._step_plan
         if plan is None:
             plan = self.prepare_step()
@@ -110,6 +112,15 @@ class MultiHeadAttention(nn.Module):
             q = linear(x, qkv_weight[:d], None if qkv_bias is None else qkv_bias[:d])
             q = q.view(batch, length, heads, head_dim).transpose(1, 2)
             k, v = cache.k, cache.v
+            sources = k.shape[0]
+            if sources != batch:
+                # Each memory row serves batch // sources consecutive query rows (beam search's
+                # hypotheses of one source): attend them as that row's queries, reading its keys
+                # and values once. ``mask`` is then per memory row.
+                q = q.view(sources, (batch // sources) * length, heads, head_dim).transpose(1, 2)
+                out, _ = pattern(q, k, v, AttentionContext(query_offset=None, key_offset=0, mask=mask))
+                return linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
+            q = q.view(batch, length, heads, head_dim).transpose(1, 2)
         else:
             qkv = linear(x, qkv_weight, qkv_bias).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
             q = qkv.select(0, 0)

@@ -31,17 +31,48 @@ __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
 
 class _Decoder:
     """One decoder step for the searches: with the KV cache (feed only the new token), or
-    naively (feed the whole prefix every step, keep no state but the prefix and memory)."""
+    naively (feed the whole prefix every step, keep no state but the prefix and memory).
 
-    def __init__(self, model, memory: Tensor, memory_mask: Tensor | None, capacity: int, use_cache: bool) -> None:
+    ``memory`` and ``memory_mask`` come with one row per source; each source has
+    ``rows_per_source`` consecutive decoder rows (beam search's k hypotheses).
+
+    With the cache, a model that has the step path (``new_step_cache`` and ``decode_step``,
+    the Transformer) decodes through it: a preallocated cache, the cross-attention keys and
+    values computed once per source and read by all of its rows, no attention mask when no
+    source has padding, no argument checks or module calls per step, and a first step of
+    one row per source (every hypothesis starts as BOS; the rows are expanded by the first
+    :meth:`reorder`). Other models (the EncoderDecoder protocol alone) go through ``decode``
+    with their growing cache and a copy of the memory per row. Both give the same logits.
+    """
+
+    def __init__(self, model, memory: Tensor, memory_mask: Tensor | None, capacity: int, use_cache: bool,
+                 rows_per_source: int = 1) -> None:
         self.model = model
-        self.memory = memory
-        self.memory_mask = memory_mask
-        self.cache = model.new_cache(capacity=capacity) if use_cache else None
+        self.rows_per_source = rows_per_source
+        self.fast = use_cache and hasattr(model, "decode_step") and hasattr(model, "new_step_cache")
+        self.expanded = True
+        if memory_mask is not None:
+            memory_mask = memory_mask.expand(memory.shape[0], *memory_mask.shape[1:])
+        if self.fast:
+            # One row per source to start with; the first reorder expands them.
+            self.cache = model.new_step_cache(memory, rows_per_source=1, capacity=capacity)
+            self.memory = None
+            self.memory_mask = None if memory_mask is None or bool(memory_mask.all()) else memory_mask
+            self.expanded = rows_per_source == 1
+        else:
+            if rows_per_source > 1:  # every row reads its own copy of its source's memory
+                memory = memory.repeat_interleave(rows_per_source, dim=0)
+                memory_mask = None if memory_mask is None else memory_mask.repeat_interleave(rows_per_source, dim=0)
+            self.memory, self.memory_mask = memory, memory_mask
+            self.cache = model.new_cache(capacity=capacity) if use_cache else None
         self.prefix = None if use_cache else memory.new_empty(memory.shape[0], 0, dtype=torch.long)
 
     def step(self, step_input: Tensor) -> Tensor:
-        """Logits ``(B, V)`` of the position after ``step_input`` ``(B, 1)``."""
+        """Logits of the position after ``step_input`` ``(R, 1)``: ``(R, V)``, or ``(R / k, V)``
+        on the step path's first step (one row per source; the k rows of a source are equal)."""
+        if self.fast:
+            tokens = step_input.view(-1) if self.expanded else step_input.view(-1, self.rows_per_source)[:, 0]
+            return self.model.decode_step(tokens, self.cache, self.memory_mask)
         if self.cache is None:
             self.prefix = torch.cat([self.prefix, step_input], dim=1)
             logits = self.model.decode(self.prefix, self.memory, self.memory_mask)
@@ -55,11 +86,21 @@ class _Decoder:
         """Row i continues the hypothesis that was row ``origin[i]``."""
         if self.cache is None:
             self.prefix = self.prefix[origin]
+        elif not self.expanded:  # the cache has one row per source so far
+            self.cache.reorder(torch.div(origin, self.rows_per_source, rounding_mode="floor"), include_memory=False)
+            self.expanded = True
         else:
             self.cache.reorder(origin, include_memory=False)
 
-    def keep_memory_rows(self, rows: Tensor) -> None:
-        """Only ``rows`` of the memory stay (whole sources left the batch)."""
+    def keep_sources(self, sources: Tensor) -> None:
+        """Only the memory of ``sources`` (positions in the current batch) stays: whole
+        sources left the batch (their decoder rows went with :meth:`reorder`)."""
+        if self.fast:
+            self.memory_mask = None if self.memory_mask is None else self.memory_mask[sources]
+            self.cache.reorder_memory(sources)
+            return
+        k = self.rows_per_source
+        rows = (sources[:, None] * k + torch.arange(k, device=sources.device)).view(-1)
         self.memory_mask = self.memory_mask[rows] if self.memory_mask is not None else None
         if self.cache is None:
             self.memory = self.memory[rows]
@@ -137,10 +178,7 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     device = memory.device
     limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
     # Every hypothesis row b·k + j belongs to source b.
-    memory = memory.repeat_interleave(k, dim=0)  # (B·k, S, d)
-    if memory_mask is not None:
-        memory_mask = memory_mask.expand(batch, *memory_mask.shape[1:]).repeat_interleave(k, dim=0)
-    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache)
+    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, rows_per_source=k)
 
     active = list(range(batch))  # original index of each source still in the batch
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
@@ -154,7 +192,9 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         length = step + 1  # tokens per hypothesis after this step
         logits = decoder.step(step_input)
         vocab = logits.shape[-1]
-        log_probs = torch.log_softmax(logits.float(), dim=-1).view(len(active), k, vocab)
+        # (B', k, V), or (B', 1, V) on a first step of one row per source: it broadcasts
+        # against the k beams, of which only the first is live (the others are -inf).
+        log_probs = torch.log_softmax(logits.float(), dim=-1).view(len(active), -1, vocab)
         candidates = (beam_log_probs[:, :, None] + log_probs).view(len(active), k * vocab)
         top_log_probs, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (B', 2k)
         top_beam, top_token = top_index // vocab, top_index % vocab
@@ -203,8 +243,7 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         # only touched when whole sources leave the batch.
         decoder.reorder(origin)
         if len(keep) < len(active):
-            memory_rows = (rows[:, None] * k + torch.arange(k, device=device)).view(-1)
-            decoder.keep_memory_rows(memory_rows)
+            decoder.keep_sources(rows)
             active = [active[row] for row in keep]
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]

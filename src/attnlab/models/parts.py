@@ -23,7 +23,7 @@ from attnlab.attention.masks import key_padding_mask
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
-from attnlab.linear import Linear, derived_key
+from attnlab.linear import Linear, derived_key, onednn_rows, skinny_linear
 from attnlab.models.base import StackConfig
 
 
@@ -139,6 +139,23 @@ class TokenDecoder(_Embedder):
         self._step_head()  # current for this cache's steps (a compiled step reads it unchecked)
         return self.stack.new_static_cache(batch, capacity, fixed_shape=fixed_shape)
 
+    def new_search_cache(self, memory: Tensor, rows_per_source: int, capacity: int) -> StaticKVCache:
+        """A preallocated cache for decoding ``rows_per_source`` consecutive rows per source
+        of ``memory`` ``(B, S, d_model)`` (beam search: the ``k`` hypotheses of a source) with
+        :meth:`step`, for up to ``capacity`` positions. Every cross-attention layer's keys
+        and values are computed here, once per source, and kept one row per source: the
+        step's cross-attention reads a source's row for all of its decoder rows (so
+        :meth:`step` then takes a ``memory_mask`` with one row per source too)."""
+        cache = self.new_cache(memory.shape[0] * rows_per_source, capacity)
+        for layer, layer_cache in zip(self.stack.layers, cache.layers):
+            attention = layer.cross_attn
+            d = attention.d_model
+            weight, bias = attention.qkv_proj.weight, attention.qkv_proj.bias
+            kv = F.linear(memory, weight[d:], None if bias is None else bias[d:])  # (B, S, 2·d)
+            k, v = attention._split_heads(kv, 2).unbind(0)  # (B, H, S, D) each
+            layer_cache.cross_attn.set(k, v)
+        return cache
+
     def new_growing_cache(self, capacity: int = 64) -> StackCache:
         """A cache that grows and can drop or reorder rows (search)."""
         return self.stack.new_cache(capacity)
@@ -169,12 +186,17 @@ class TokenDecoder(_Embedder):
         x = self.embed_tokens(tokens.unsqueeze(1), positions.unsqueeze(1), checked=False)  # (B, 1, d_model)
         hidden = self.stack.step(x, cache, memory_mask)
         cache.step_positions()
-        # Compiled (attnlab.generation.compiled), the copy made by new_cache is read as it is:
-        # the staleness check compares data pointers, which a compiled step cannot.
-        head = self._step_head_copy if torch.compiler.is_compiling() else self._step_head()
         bias = self.head.bias
+        # A few rows (beam search) go to oneDNN (attnlab.linear.skinny_linear); one row, or many,
+        # multiply the transposed copy. Compiled (attnlab.generation.compiled), the copy made by
+        # new_cache is read as it is: the staleness check compares data pointers, which a compiled
+        # step cannot.
+        if onednn_rows(hidden.shape[0]):
+            head = None
+        else:
+            head = self._step_head_copy if torch.compiler.is_compiling() else self._step_head()
         if head is None:
-            logits = F.linear(hidden.squeeze(1), self.head.weight, bias)  # (B, V)
+            logits = skinny_linear(hidden.squeeze(1), self.head.weight, bias)  # (B, V)
         elif bias is None:
             logits = torch.mm(hidden.squeeze(1), head)
         else:

@@ -9,7 +9,7 @@ import torch
 
 from torch import Tensor, nn
 
-from attnlab.attention.cache import StackCache
+from attnlab.attention.cache import StackCache, StaticKVCache
 from attnlab.attention.masks import check_mask
 from attnlab.attention.varlen import Packing, Segments, pack_right_padded
 from attnlab.layers.blocks import LayerAttention
@@ -203,6 +203,22 @@ class Transformer(AttnlabModel):
     def new_cache(self, capacity: int = 64) -> StackCache:
         """An empty growing decoder cache for incremental decoding (search reorders it)."""
         return self.decoder.new_growing_cache(capacity)
+
+    def new_step_cache(self, memory: Tensor, *, rows_per_source: int = 1, capacity: int = 64) -> StaticKVCache:
+        """A preallocated cache for :meth:`decode_step` over ``rows_per_source`` consecutive
+        rows per source of the encoded ``memory`` (the search's fast path), with the
+        cross-attention keys and values already computed from it, one row per source.
+        ``cache.reorder`` moves decoder rows (any number per source, e.g. one before beam
+        search expands to k); ``cache.reorder_memory`` keeps sources."""
+        return self.decoder.new_search_cache(memory, rows_per_source, capacity)
+
+    def decode_step(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None) -> Tensor:
+        """One token per row ``(R,)`` -> next-token logits ``(R, V)`` (suppressed ids -inf):
+        :meth:`decode` with a cache for one position, through the decoder's step path (the
+        same layers, no argument checks or host syncs). ``memory_mask`` ``(B, 1, 1, S)``, one
+        row per source of the cache's memory (each source's R / B consecutive rows read it),
+        or None when every memory position is real."""
+        return self.decoder.step(tokens, cache, memory_mask)
 
     def forward(self, src_ids: Tensor, tgt_in_ids: Tensor, *, varlen: bool = False) -> Tensor:
         """Teacher-forced logits ``(B, T, V)``.
