@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.interop.weights import copy_converted_weights
+from attnlab.interop.weights import copy_converted_weights, read_config_json
 from attnlab.models.bert import BertConfig, BertEncoder
 
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -220,12 +220,8 @@ def _read_json(path: Path) -> dict:
 
 def is_hf_bert_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace BERT ``config.json`` (``model_type: bert``)."""
-    path = Path(directory) / "config.json"
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(values, dict) and values.get("model_type") == "bert"
+    values = read_config_json(directory)
+    return values is not None and values.get("model_type") == "bert"
 
 
 def load_hf_bert(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[BertEncoder, WordPieceTokenizer]:

@@ -22,7 +22,6 @@ ln_f                                           decoder.stack.final_norm
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.interop.weights import copy_converted_weights
+from attnlab.interop.weights import copy_converted_weights, read_config_json, read_safetensors
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 
 _TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -150,14 +149,8 @@ class ByteLevelBPETokenizer:
 
 def is_hf_gpt2_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace GPT-2 ``config.json`` (``model_type: gpt2``)."""
-    path = Path(directory) / "config.json"
-    try:
-        if path.stat().st_size > 1 << 20:
-            return False
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(values, dict) and values.get("model_type") == "gpt2"
+    values = read_config_json(directory)
+    return values is not None and values.get("model_type") == "gpt2"
 
 
 def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[DecoderLM, ByteLevelBPETokenizer]:
@@ -166,33 +159,21 @@ def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
     ``GPT2LMHeadModel`` and its tokenizer writes, e.g. ``huggingface-cli download gpt2``).
     Reads only JSON, text and safetensors — a directory with only ``pytorch_model.bin`` is
     refused (it would have to be unpickled). ValueError naming the file for anything missing."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     if not is_hf_gpt2_directory(directory):
         raise ValueError(f"{directory}: not a HuggingFace GPT-2 directory (config.json with model_type \"gpt2\")")
     config_path, weights_path = directory / "config.json", directory / "model.safetensors"
-    if not weights_path.is_file():
-        pickled = " (pytorch_model.bin is a pickle, which attnlab never loads)" if (
-            directory / "pytorch_model.bin").is_file() else ""
-        raise ValueError(f"{weights_path}: no such file; a GPT-2 directory for attnlab holds its weights as "
-                         f"safetensors{pickled}")
     for name in ("vocab.json", "merges.txt"):
         if not (directory / name).is_file():
             raise ValueError(f"{directory / name}: no such file; a GPT-2 directory holds its byte-level BPE in "
                              "vocab.json and merges.txt")
-    values = json.loads(config_path.read_text(encoding="utf-8"))
-    try:
-        config = config_from_hf_gpt2(values)
+    try:  # the config first: its caps are checked before any weight is read
+        config = config_from_hf_gpt2(read_config_json(directory))
         # through from_dict: the caps every loaded config meets (no million-layer model from a hostile file)
         config = DecoderLMConfig.from_dict(dataclasses.asdict(config), source=str(config_path))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{config_path}: {error}") from None
-    try:
-        state_dict = load_file(str(weights_path))
-    except (SafetensorError, OSError) as error:
-        raise ValueError(f"{weights_path}: not a readable safetensors file (truncated or foreign?): {error}") from None
+    state_dict = read_safetensors(directory, "GPT-2")
     try:
         weights = gpt2_state_dict_to_attnlab(state_dict, config.num_layers)
     except KeyError as error:

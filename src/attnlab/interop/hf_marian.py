@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.interop.weights import copy_converted_weights
+from attnlab.interop.weights import copy_converted_weights, read_config_json
 from attnlab.layers.positional import sinusoidal_table
 from attnlab.models.transformer import Transformer, TransformerConfig
 
@@ -293,11 +293,8 @@ def _read_json(path: Path) -> dict:
 
 def is_hf_marian_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace ``config.json`` with ``model_type: marian``."""
-    try:
-        values = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # not ours to judge: the model loader names the problem
-        return False
-    return isinstance(values, dict) and values.get("model_type") == "marian"
+    values = read_config_json(directory)  # None: not ours to judge, the model loader names the problem
+    return values is not None and values.get("model_type") == "marian"
 
 
 def _load_weights(directory: Path) -> dict[str, Tensor]:

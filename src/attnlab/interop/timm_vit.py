@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from attnlab.interop.weights import read_config_json, read_safetensors
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 
 _BLOCK_KEYS = {
@@ -127,14 +128,8 @@ _TIMM_ARGS = {"img_size", "patch_size", "in_chans", "num_classes", "embed_dim", 
 def is_timm_vit_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a timm hub ``config.json`` naming a ViT architecture
     (what ``timm.models.save_for_hf`` writes and the HuggingFace hub serves for timm models)."""
-    path = Path(directory) / "config.json"
-    try:
-        if path.stat().st_size > 1 << 20:
-            return False
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (isinstance(values, dict) and isinstance(values.get("architecture"), str)
+    values = read_config_json(directory)
+    return (values is not None and isinstance(values.get("architecture"), str)
             and values["architecture"].startswith("vit_") and "family" not in values and "model_type" not in values)
 
 
@@ -147,9 +142,6 @@ def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu") -> tuple
     affine map, folded into the patch embedding here (exactly: the patch projection is
     linear and unpadded), so the model takes attnlab's pixels and gives timm's logits.
     A ``pytorch_model.bin`` is never read (it is a pickle)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     if not is_timm_vit_directory(directory):
         raise ValueError(f"{directory}: not a timm ViT directory (config.json naming a vit_* architecture)")
@@ -164,14 +156,7 @@ def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu") -> tuple
     unknown = sorted(set(model_args) - _TIMM_ARGS) if isinstance(model_args, dict) else ["(not an object)"]
     if unknown:
         raise ValueError(f"{config_path}: model_args {unknown}: options attnlab's ViT does not have")
-    if not weights_path.is_file():
-        pickled = " (pytorch_model.bin is a pickle, which attnlab never loads)" if (
-            directory / "pytorch_model.bin").is_file() else ""
-        raise ValueError(f"{weights_path}: no such file; attnlab reads timm weights as safetensors{pickled}")
-    try:
-        source = load_file(str(weights_path))
-    except (SafetensorError, OSError) as error:
-        raise ValueError(f"{weights_path}: not a readable safetensors file (truncated or foreign?): {error}") from None
+    source = read_safetensors(directory, "timm")
     for key, feature in (("reg_token", "register tokens"), ("blocks.0.attn.q_norm.weight", "QK normalisation"),
                          ("norm_pre.weight", "a pre-encoder norm"), ("attn_pool.latent", "attention pooling"),
                          ("patch_embed.norm.weight", "a norm after the patch embedding")):

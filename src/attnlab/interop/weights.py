@@ -2,10 +2,47 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_config_json(directory: str | os.PathLike) -> dict | None:
+    """The JSON object in ``directory/config.json``, or None when there is none, it is larger
+    than 1 MiB or not a JSON object: what the recognisers of other libraries' directories
+    read (never an error: the loader of the family that claims the directory names problems)."""
+    path = Path(directory) / "config.json"
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return None
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return values if isinstance(values, dict) else None
+
+
+def read_safetensors(directory: str | os.PathLike, what: str) -> dict[str, Tensor]:
+    """``directory/model.safetensors`` as a state dict; ValueError naming the file when it is
+    missing (saying so when only a pickled ``pytorch_model.bin`` is there: attnlab does not
+    unpickle it) or unreadable. ``what`` names the weights in the message ("timm")."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(directory) / "model.safetensors"
+    if not path.is_file():
+        pickled = " (pytorch_model.bin is a pickle, which attnlab never loads)" if (
+            Path(directory) / "pytorch_model.bin").is_file() else ""
+        raise ValueError(f"{path}: no such file; attnlab reads {what} weights as safetensors{pickled}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{path}: not a readable safetensors file (truncated or foreign?): {error}") from None
 
 
 @torch.no_grad()
