@@ -275,6 +275,20 @@ def read_json_object(path: str | os.PathLike, *, max_bytes: int, what: str = "a 
     return values
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_config_json(directory: str | os.PathLike) -> dict | None:
+    """The JSON object in ``directory/config.json``, or None when there is none, it is larger
+    than 1 MiB or it is not a JSON object: what deciding "whose directory is this?" reads
+    (the family registry, the recognisers of other libraries' directories). Never an error:
+    the loader of the family that claims the directory names what is wrong."""
+    try:
+        return read_json_object(Path(directory) / "config.json", max_bytes=MAX_CONFIG_BYTES)
+    except (OSError, ValueError):
+        return None
+
+
 # --------------------------------------------------------------------------- #
 # The output rule every verb follows
 # --------------------------------------------------------------------------- #

@@ -38,15 +38,13 @@ SHARED_TOOLS = {
 
 def verbs() -> dict[str, str]:
     """Every verb: the shared ones, each family's (attnlab.families), then the shared tools."""
-    from attnlab.families import families
+    from attnlab.families import all_verbs
 
     found = dict(SHARED_VERBS)
-    for family in families():
-        for name, module in [*family.verbs.items(), *((alias, family.verbs[verb])
-                                                      for alias, verb in family.aliases.items())]:
-            if name in found or name in SHARED_TOOLS:
-                raise ValueError(f"family {family.name!r}: verb {name!r} is already a verb of attnlab")
-            found[name] = module
+    for name, (family, module) in all_verbs().items():  # aliases included
+        if name in found or name in SHARED_TOOLS:
+            raise ValueError(f"family {family.name!r}: verb {name!r} is already a verb of attnlab")
+        found[name] = module
     found.update(SHARED_TOOLS)
     return found
 

@@ -9,8 +9,8 @@ has none) and the directories of other libraries it reads. The record names code
 ``"module:attribute"`` strings, imported only when used, so listing the families (and
 ``attnlab --help``) imports no model code and no torch.
 
-Nothing in this module imports another attnlab module by name: it sits at the bottom of
-the layering (tests/test_layering.py) and finds the built-in family packages through
+It sits at the bottom of the layering (tests/test_layering.py), beside :mod:`attnlab.files`
+(the one module it reads with), and finds the built-in family packages through
 :data:`BUILTIN` with :mod:`importlib`. A family outside attnlab registers itself the same
 way, from its own package, or through the ``attnlab.families`` entry-point group
 (``[project.entry-points."attnlab.families"] mine = "mypackage.attnlab_family"``: importing
@@ -84,8 +84,9 @@ class Family:
                 raise ValueError(f"family {self.name!r}: alias {alias!r} names {verb!r}, not one of its verbs")
         if self.evaluate is not None and self.evaluate not in self.verbs and self.evaluate != "evaluate":
             raise ValueError(f"family {self.name!r}: its evaluator {self.evaluate!r} is not one of its verbs")
-        for what in ("pipeline", "explore", "onnx", *(f"recognise[{i}]" for i in range(len(self.recognise)))):
-            value = self.recognise[int(what[10:-1])] if what.startswith("recognise") else getattr(self, what)
+        targets = {"pipeline": self.pipeline, "explore": self.explore, "onnx": self.onnx,
+                   **{f"recognise[{i}]": target for i, target in enumerate(self.recognise)}}
+        for what, value in targets.items():
             if value is not None and not _TARGET.match(value):
                 raise ValueError(f"family {self.name!r}: {what} = {value!r} is not 'module:attribute'")
         if self.onnx is not None and self.not_exported is not None:
@@ -193,7 +194,7 @@ def family_for_directory(directory) -> Family | None:
     """The family of a model directory: a directory another library wrote that a family
     recognises (checked first), else the ``family`` field of its attnlab ``config.json``.
     None when neither names a registered family (the caller says what is wrong)."""
-    import json
+    from attnlab.files import read_config_json
 
     directory = Path(directory)
     if not directory.is_dir():
@@ -201,13 +202,7 @@ def family_for_directory(directory) -> Family | None:
     for family in families():
         if family.recognise and family.recognises(directory):
             return family
-    try:
-        config = directory / "config.json"
-        if config.stat().st_size > 1 << 20:
-            return None
-        value = json.loads(config.read_text(encoding="utf-8")).get("family")
-    except (OSError, ValueError, AttributeError):
-        return None
+    value = (read_config_json(directory) or {}).get("family")
     return family_for_config(value) if isinstance(value, str) else None
 
 

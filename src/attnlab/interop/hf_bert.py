@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.interop.weights import copy_converted_weights, read_config_json
+from attnlab.files import read_config_json
+from attnlab.interop.weights import copy_converted_weights
 from attnlab.models.bert import BertConfig, BertEncoder
 
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.interop.weights import copy_converted_weights, read_config_json, read_safetensors
+from attnlab.files import read_config_json
+from attnlab.interop.weights import copy_converted_weights, read_safetensors
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 
 _TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")

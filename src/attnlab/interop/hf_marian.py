@@ -45,7 +45,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.interop.weights import copy_converted_weights, read_config_json
+from attnlab.files import read_config_json
+from attnlab.interop.weights import copy_converted_weights
 from attnlab.layers.positional import sinusoidal_table
 from attnlab.models.transformer import Transformer, TransformerConfig
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnlab.interop.weights import read_config_json, read_safetensors
+from attnlab.files import read_config_json
+from attnlab.interop.weights import read_safetensors
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 
 _BLOCK_KEYS = {

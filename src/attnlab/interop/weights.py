@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-
-MAX_CONFIG_BYTES = 1 << 20
-
-
-def read_config_json(directory: str | os.PathLike) -> dict | None:
-    """The JSON object in ``directory/config.json``, or None when there is none, it is larger
-    than 1 MiB or not a JSON object: what the recognisers of other libraries' directories
-    read (never an error: the loader of the family that claims the directory names problems)."""
-    path = Path(directory) / "config.json"
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            return None
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return values if isinstance(values, dict) else None
-
 
 def read_safetensors(directory: str | os.PathLike, what: str) -> dict[str, Tensor]:
     """``directory/model.safetensors`` as a state dict; ValueError naming the file when it is

@@ -16,10 +16,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model as _load_safetensors
 
-from attnlab.files import read_json_object, recover_directory
+from attnlab.files import MAX_CONFIG_BYTES, read_json_object, recover_directory
 from attnlab.models.base import CONFIG_NAME, WEIGHTS_NAME, AttnlabModel, ModelConfig
 
-_MAX_CONFIG_BYTES = 1 << 20
 _FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
 _FAMILIES: dict[str, type[AttnlabModel]] = {}
 _PRESETS: dict[str, Callable[[], ModelConfig]] = {}
@@ -87,7 +86,7 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
     path = Path(directory) / CONFIG_NAME
     if not path.is_file():
         raise ValueError(f"{path}: no such file; a saved attnlab model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
-    values = read_json_object(path, max_bytes=_MAX_CONFIG_BYTES, what="a JSON object naming the model family")
+    values = read_json_object(path, max_bytes=MAX_CONFIG_BYTES, what="a JSON object naming the model family")
     family = values.get("family")
     if family is None and values.get("model_type") == "bert":
         raise ValueError(f"{path}: a HuggingFace BERT directory (a HuggingFace config, model_type='bert'), not an "

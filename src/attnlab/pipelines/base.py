@@ -1,4 +1,4 @@
-"""What every pipeline shares, and the one registry of pipelines by model family.
+"""What every pipeline shares.
 
 A pipeline is a loaded model *with everything its directory carries* (tokenizer, class
 names, VQ-VAE, ...) and the family's natural calls on raw inputs. Each family's class
