@@ -74,6 +74,23 @@ def add_threads_argument(parser) -> None:
                         help="torch CPU threads (default: torch's choice, one per core)")
 
 
+def add_set_argument(group, example: str) -> None:
+    """``--set FIELD=VALUE`` (repeatable; dest ``set``, read by :func:`parse_overrides`): a
+    preset field overridden, in every training verb; ``example`` shows one of its fields."""
+    group.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help=f"override a preset field, e.g. --set {example} (repeatable)")
+
+
+def add_schedule_arguments(group, *, max_steps: int, warmup: int, lr: float | None = None,
+                           steps: str = "optimizer updates", lr_help: str = "peak learning rate") -> None:
+    """``--max-steps N``, ``--lr LR`` (unless ``lr`` is None) and ``--warmup N``: the
+    schedule options of every training verb, each verb giving its defaults."""
+    group.add_argument("--max-steps", type=int, default=max_steps, help=f"{steps} (default: {max_steps})")
+    if lr is not None:
+        group.add_argument("--lr", type=float, default=lr, help=f"{lr_help} (default: {lr:g})")
+    group.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
+
+
 def add_limit_argument(parser, unit: str, *, low: int = 1, extra_flags: tuple[str, ...] = (), default=None,
                        help_default: str = "all of them") -> None:
     """``--limit N``: the subset size of every evaluator, one flag and one bound (N >= ``low``):

@@ -9,12 +9,11 @@ def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: i
     """The options every window-trained LM verb shares (``train lm``, ``train music``):
     batch, schedule, budget, preset overrides, validation/checkpoint cadence, device, seed, output."""
     parser.add_argument("--batch-size", type=int, default=batch_size, help=f"windows per update (default: {batch_size})")
-    parser.add_argument("--max-steps", type=int, default=max_steps, help=f"optimizer updates (default: {max_steps})")
-    parser.add_argument("--lr", type=float, default=lr, help=f"peak learning rate, cosine schedule (default: {lr:g})")
-    parser.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help=f"override a preset field, e.g. --set {set_example} (repeatable)")
-    from attnlab.cli.options import add_precision_argument, add_run_group, bounded_int
+    from attnlab.cli.options import (add_precision_argument, add_run_group, add_schedule_arguments, add_set_argument,
+                                     bounded_int)
+
+    add_schedule_arguments(parser, max_steps=max_steps, lr=lr, warmup=warmup, lr_help="peak learning rate, cosine schedule")
+    add_set_argument(parser, set_example)
 
     add_precision_argument(parser)
     run = add_run_group(parser, every=250, seed=1)

@@ -32,14 +32,13 @@ def add_arguments(parser) -> None:
                       help="emoji/coco/flickr: images resized to this square, 8 to 512 (default: 32)")
     data.add_argument("--vocab-size", type=int, default=1000,
                       help="sentencepiece vocabulary, at most (fewer when the captions allow fewer; default: 1000)")
+    from attnlab.cli.options import add_schedule_arguments, add_set_argument
+
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--preset", default="captioner_scenes", help="captioner preset (default: captioner_scenes)")
-    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override a preset field, e.g. --set image_encoder=cnn (repeatable)")
+    add_set_argument(model, "image_encoder=cnn")
     model.add_argument("--batch-size", type=int, default=64, help="captions per update (default: 64)")
-    model.add_argument("--max-steps", type=int, default=4000, help="optimizer updates (default: 4000)")
-    model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
-    model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
+    add_schedule_arguments(model, max_steps=4000, lr=1e-3, warmup=200)
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
     model.add_argument("--beam", type=bounded_int(1, MAX_BEAM), default=3, metavar="K",
                        help=f"beam size for the final test captions, 1 to {MAX_BEAM} (default: 3)")

@@ -40,18 +40,17 @@ def add_arguments(parser) -> None:
     data.add_argument("--image-size", type=int, help="DIR images are resized to this square (default: the first's)")
     data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
     data.add_argument("--classes", action="store_true", help="class-conditional: a class embedding at every position")
+    from attnlab.cli.options import add_schedule_arguments, add_set_argument
+
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--preset", help="model preset (default: imagetransformer_mnist_small for 28×28 grey, "
                                         "imagetransformer_colour_small for colour)")
-    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override a preset field, e.g. --set num_layers=6 (repeatable)")
+    add_set_argument(model, "num_layers=6")
     model.add_argument("--attention", metavar="SPEC",
                        help='the decoder\'s pattern: a name ("causal" = full attention) or a JSON object, e.g. '
                             '\'{"name": "local_2d", "query_shape": [4, 7], "memory_flange": [4, 7]}\'')
     model.add_argument("--batch-size", type=int, default=16, help="images per update (default: 16)")
-    model.add_argument("--max-steps", type=int, default=20000, help="optimizer updates (default: 20000)")
-    model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
-    model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
+    add_schedule_arguments(model, max_steps=20000, lr=1e-3, warmup=200)
     from attnlab.cli.options import add_run_group
 
     run_group = add_run_group(parser)

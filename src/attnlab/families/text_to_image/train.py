@@ -36,14 +36,13 @@ def add_arguments(parser) -> None:
     parts.add_argument("--reader-images", type=int,
                        help="train the attribute reader on this many scenes of the reader split (default: 20000)")
     parts.add_argument("--classifier-steps", type=int, default=2000, help="attribute reader updates (default: 2000)")
+    from attnlab.cli.options import add_schedule_arguments, add_set_argument
+
     model = parser.add_argument_group("text-to-image model")
     model.add_argument("--preset", default="text_to_image_scenes", help="(default: text_to_image_scenes)")
-    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override a preset field, e.g. --set num_layers=6 (repeatable)")
+    add_set_argument(model, "num_layers=6")
     model.add_argument("--batch-size", type=int, default=64, help="(default: 64)")
-    model.add_argument("--max-steps", type=int, default=4000, help="updates of the text-to-image model (default: 4000)")
-    model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
-    model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
+    add_schedule_arguments(model, max_steps=4000, lr=1e-3, warmup=200, steps="updates of the text-to-image model")
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
     model.add_argument("--max-minutes", type=float,
                        help="wall-clock budget of the whole command: the VQ-VAE and the attribute reader train on "

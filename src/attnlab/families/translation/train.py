@@ -35,11 +35,12 @@ def _add_translation_arguments(parser) -> None:
     data.add_argument("--tokenizer-type", choices=("bpe", "unigram"), default="bpe")
     data.add_argument("--max-length", type=int, default=128,
                       help="drop training pairs with a side longer than this many subwords (default: 128)")
+    from attnlab.cli.options import add_set_argument
+
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--preset", default="transformer_small",
                        help="model preset (attnlab presets); vocabulary and special ids come from the tokenizer")
-    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override a preset field, e.g. --set dropout=0.3 (repeatable)")
+    add_set_argument(model, "dropout=0.3")
     model.add_argument("--max-tokens", type=int,
                        help="padded tokens per batch and side (default: 4096 on a CPU, 25600 on a GPU)")
     model.add_argument("--max-steps", type=int, default=10000, help="optimizer updates (default: 10000)")

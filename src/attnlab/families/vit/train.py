@@ -45,14 +45,13 @@ def add_arguments(parser) -> None:
     data.add_argument("--hflip", action="store_true",
                       help="mirror half the training images left-right (for classes that survive a mirror, "
                            "e.g. Fashion-MNIST's clothes; not for digits)")
+    from attnlab.cli.options import add_schedule_arguments, add_set_argument
+
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--preset", default="vit_tiny_patch4_28", help="model preset (default: vit_tiny_patch4_28)")
-    model.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override a preset field, e.g. --set drop_path=0.1 (repeatable)")
+    add_set_argument(model, "drop_path=0.1")
     model.add_argument("--batch-size", type=int, default=128, help="images per update (default: 128)")
-    model.add_argument("--max-steps", type=int, default=4000, help="optimizer updates (default: 4000)")
-    model.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
-    model.add_argument("--warmup", type=int, default=200, help="warm-up updates (default: 200)")
+    add_schedule_arguments(model, max_steps=4000, lr=1e-3, warmup=200)
     model.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (default: 0.05)")
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
     from attnlab.cli.options import add_precision_argument, add_run_group
