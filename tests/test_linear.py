@@ -7,7 +7,7 @@ from torch import nn
 
 import attnlab
 
-from attnlab.linear import _MKL_PACKED, Linear, packed_inference
+from attnlab.linear import _MKL_PACKED, _ONEDNN, Linear, packed_inference
 
 needs_mkl = pytest.mark.skipif(not _MKL_PACKED, reason="torch built without MKL: the packed path is never taken")
 
@@ -81,6 +81,40 @@ def test_greedy_and_beam_search_same_with_and_without_packing(use_cache):
     assert [[h.tokens for h in b] for b in fast[1]] == [[h.tokens for h in b] for b in plain[1]]
     for a, b in zip(fast[0], plain[0]):
         assert a.score == pytest.approx(b.score, abs=1e-4)
+
+
+@pytest.mark.skipif(not _ONEDNN, reason="torch without oneDNN: no reordered weights")
+def test_beam_search_reorders_each_weight_once_not_every_step(monkeypatch):
+    """The decode step multiplies the same weight tensors at every step, so oneDNN's reordered
+    copy (kept on the tensor) is made once per weight: a slice taken afresh per step (the
+    cross-attention's query rows once were) reordered its weight at every step, a fifth of a
+    small model's beam search. The count of reorders does not grow with the output length."""
+    import attnlab.linear as linear
+    from attnlab.generation import beam_search
+
+    model = attnlab.create_model("transformer_tiny", vocab_size=40).eval()
+    src = torch.randint(3, 40, (2, 7))
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    calls = []
+
+    def counting(weight, rows):
+        calls.append(tuple(weight.shape))
+        return reorder(weight, rows)
+
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_reorder_linear_weight", counting)
+    counts = []
+    for steps in (4, 12):
+        calls.clear()
+        for layer in model.modules():  # forget earlier runs' copies: each run starts from none
+            for parameter in layer.parameters(recurse=False):
+                parameter.__dict__.pop("_attnlab_onednn", None)
+            layer.__dict__.pop("_query_rows", None)
+        beam_search(model, src, beam_size=3, alpha=0.0, max_len_a=0, max_len_b=steps)
+        counts.append(len(calls))
+    assert counts[0] > 0  # the oneDNN path was taken
+    assert counts[0] == counts[1], f"reorders grow with the output length: {counts} for 4 and 12 steps"
+    matrices = sum(p.dim() == 2 for p in model.decoder.parameters())
+    assert counts[1] <= matrices + len(model.decoder.layers)  # each matrix (+ each query slice) once
 
 
 def test_skinny_linear_equals_f_linear_for_any_row_count():

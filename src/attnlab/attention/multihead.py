@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from attnlab.attention.cache import KVCache, MemoryKVCache
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.attention.varlen import Segments
-from attnlab.linear import Linear, step_linear
+from attnlab.linear import Linear, derived_key, step_linear
 
 
 class MultiHeadAttention(nn.Module):
@@ -105,11 +105,11 @@ class MultiHeadAttention(nn.Module):
         plan = self._step_plan
         if plan is None:
             plan = self.prepare_step()
-        qkv_weight, qkv_bias, out_weight, out_bias, heads, head_dim, pattern, window, linear = plan
+        qkv_weight, qkv_bias, q_weight, q_bias, out_weight, out_bias, heads, head_dim, pattern, window, linear = plan
         batch, length, d = x.shape
         query_offset, key_offset = None, 0
         if isinstance(cache, MemoryKVCache):
-            q = linear(x, qkv_weight[:d], None if qkv_bias is None else qkv_bias[:d])
+            q = linear(x, q_weight, q_bias)
             q = q.view(batch, length, heads, head_dim).transpose(1, 2)
             k, v = cache.k, cache.v
             sources = k.shape[0]
@@ -134,8 +134,18 @@ class MultiHeadAttention(nn.Module):
 
     def prepare_step(self):
         """Gather the tensors :meth:`step` reads (called when a static cache is made, so a
-        cache always steps with the weights the module has at that time)."""
-        self._step_plan = (self.qkv_proj.weight, self.qkv_proj.bias, self.out_proj.weight, self.out_proj.bias,
+        cache always steps with the weights the module has at that time). The query rows of
+        the joint projection (cross-attention's queries) are sliced here once, so that the
+        same tensor is multiplied at every step: a weight's derived copies (oneDNN's reordered
+        weight, :func:`attnlab.linear.skinny_linear`) are kept on the tensor object, and a
+        fresh slice per step would reorder the weight again at every step."""
+        weight, bias, d = self.qkv_proj.weight, self.qkv_proj.bias, self.d_model
+        query_rows = self.__dict__.get("_query_rows")
+        key = derived_key(weight) if type(weight) in (Tensor, nn.Parameter) else None  # quantised: no copies kept
+        if key is None or query_rows is None or query_rows[0] != key:  # one slice while the weight is unchanged
+            query_rows = self._query_rows = (key, weight[:d])
+        self._step_plan = (weight, bias, query_rows[1], None if bias is None else bias[:d],
+                           self.out_proj.weight, self.out_proj.bias,
                            self.num_heads, self.head_dim, self.pattern.forward, self.pattern.cache_window,
                            step_linear(self.qkv_proj.weight))
         return self._step_plan
