@@ -164,4 +164,8 @@ def test_step_linear_keeps_f_linear_where_addmv_does_not_apply():
     assert step_linear(nn.Parameter(torch.randn(4, 4))) is one_row_linear
     assert step_linear(torch.randn(4, 4, dtype=torch.float64)) is F.linear
     quantized = attnlab.create_model("lm_tiny").quantize("int8").decoder.stack.layers[0].self_attn.qkv_proj.weight
-    assert step_linear(quantized) is F.linear  # an Int8Weight answers F.linear, not addmv
+    product = step_linear(quantized)  # an Int8Weight brings its own product, not addmv
+    assert product is not one_row_linear and product is not F.linear
+    x, bias = torch.randn(3, 1, quantized.shape[1]), torch.randn(quantized.shape[0])
+    assert torch.equal(product(x, quantized, bias), F.linear(x, quantized, bias))  # the same int8 kernel
+    assert torch.equal(product(x, quantized[:8], None), F.linear(x, quantized[:8]))

@@ -119,8 +119,13 @@ def one_row_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 def step_linear(weight: Tensor):
     """The product a decode step uses for ``weight``: :func:`one_row_linear` for a plain
-    float32 CPU tensor, ``F.linear`` otherwise (a quantised weight answers ``F.linear``
-    through ``__torch_function__``; other devices and dtypes keep their own kernels)."""
+    float32 CPU tensor; for a weight object that brings its own product (a ``step_product(x,
+    weight, bias)`` on its type: :class:`attnlab.quantize.Int8Weight`), that product, called
+    directly (through ``F.linear``'s ``__torch_function__`` a call costs ~10 µs more; int8
+    decoding 1.03-1.12x faster from the small LM to GPT-2 size, docs/benchmarks.md);
+    ``F.linear`` otherwise (other devices
+    and dtypes keep their own kernels)."""
     if type(weight) in (Tensor, nn.Parameter) and weight.device.type == "cpu" and weight.dtype == torch.float32:
         return one_row_linear
-    return F.linear
+    own = getattr(type(weight), "step_product", None)
+    return own if own is not None else F.linear

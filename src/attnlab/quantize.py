@@ -124,6 +124,12 @@ class Int8Weight:
             out = out.add_(bias)
         return out.view(*x.shape[:-1], self.shape[0])
 
+    @staticmethod
+    def step_product(x: Tensor, weight: Int8Weight, bias: Tensor | None) -> Tensor:
+        """``F.linear(x, weight, bias)`` without the ``__torch_function__`` detour: the product
+        :func:`attnlab.linear.step_linear` gives a decode step for an int8 weight."""
+        return weight.linear(x, bias)
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
