@@ -69,7 +69,7 @@ def test_greedy_and_beam_search_same_with_and_without_packing(use_cache):
 
     fast = search()
     if use_cache and linear._ONEDNN:  # the search really took the fast path
-        assert hasattr(model.decoder.layers[0].ffn.linear1.weight, "_attnlab_onednn")
+        assert model.decoder.layers[0].ffn.linear1.weight in linear.ONEDNN_COPIES
     # The searches enable the fast kernels themselves; switch them off at the source.
     saved = linear._MKL_PACKED, linear._ONEDNN
     linear._MKL_PACKED = linear._ONEDNN = False
@@ -89,6 +89,7 @@ def test_beam_search_reorders_each_weight_once_not_every_step(monkeypatch):
     copy (kept on the tensor) is made once per weight: a slice taken afresh per step (the
     cross-attention's query rows once were) reordered its weight at every step, a fifth of a
     small model's beam search. The count of reorders does not grow with the output length."""
+    import attnlab.attention.multihead as multihead
     import attnlab.linear as linear
     from attnlab.generation import beam_search
 
@@ -105,16 +106,49 @@ def test_beam_search_reorders_each_weight_once_not_every_step(monkeypatch):
     counts = []
     for steps in (4, 12):
         calls.clear()
-        for layer in model.modules():  # forget earlier runs' copies: each run starts from none
-            for parameter in layer.parameters(recurse=False):
-                parameter.__dict__.pop("_attnlab_onednn", None)
-            layer.__dict__.pop("_query_rows", None)
+        for parameter in model.parameters():  # forget earlier runs' copies: each run starts from none
+            linear.ONEDNN_COPIES.pop(parameter, None)
+            multihead._QUERY_ROWS.pop(parameter, None)
         beam_search(model, src, beam_size=3, alpha=0.0, max_len_a=0, max_len_b=steps)
         counts.append(len(calls))
     assert counts[0] > 0  # the oneDNN path was taken
     assert counts[0] == counts[1], f"reorders grow with the output length: {counts} for 4 and 12 steps"
     matrices = sum(p.dim() == 2 for p in model.decoder.parameters())
     assert counts[1] <= matrices + len(model.decoder.layers)  # each matrix (+ each query slice) once
+
+
+@pytest.mark.parametrize("grad_mode", [False, True])
+def test_a_model_stays_copyable_and_saveable_after_decoding(grad_mode):
+    """What decoding keeps for its speed (oneDNN's reordered weights, MKL's packed ones, the
+    query rows a cross-attention step multiplies, the head's transposed copy) never makes the
+    model itself uncopyable: copy.deepcopy and torch.save of a whole model work after beam
+    search, greedy search without the cache and sampling, and after a step cache made with
+    gradients on. The copy decodes as the original does."""
+    import copy
+    import io
+
+    from attnlab.generation import beam_search, generate, greedy_search
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny", vocab_size=40).eval()
+    lm = attnlab.create_model("lm_tiny").eval()
+    src = torch.randint(3, 40, (2, 7))
+    with torch.set_grad_enabled(grad_mode):
+        if grad_mode:  # a user's own step cache, made outside the searches' no_grad
+            model.new_step_cache(model.encode(src)[0], rows_per_source=2, capacity=8)
+            lm.new_cache(1, 8)
+        expected = [[h.tokens for h in hyps] for hyps in beam_search(model, src, beam_size=3, max_len_b=6)]
+        greedy_search(model, src, max_len_b=6, use_cache=False)
+        generated = generate(lm, [[1, 2, 3]], max_new_tokens=5, greedy=True)
+    for original, check in ((model, lambda m: [[h.tokens for h in hyps]
+                                               for hyps in beam_search(m, src, beam_size=3, max_len_b=6)] == expected),
+                            (lm, lambda m: generate(m, [[1, 2, 3]], max_new_tokens=5, greedy=True) == generated)):
+        copied = copy.deepcopy(original)
+        assert check(copied)
+        buffer = io.BytesIO()
+        torch.save(original, buffer)
+        buffer.seek(0)
+        assert check(torch.load(buffer, weights_only=False))  # a file this test wrote itself
 
 
 def test_skinny_linear_equals_f_linear_for_any_row_count():

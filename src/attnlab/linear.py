@@ -18,6 +18,7 @@ import threading
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 
 def derived_key(weight: Tensor) -> tuple:
@@ -30,6 +31,10 @@ def derived_key(weight: Tensor) -> tuple:
 
 
 _MKL_PACKED = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+MKL_PACKS = WeakIdKeyDictionary()
+"""Linear module -> its MKL-packed weight (for the row count in its ``_packed_key``). Beside the
+module, not on it: MKL's packed tensor is opaque, and ``copy.deepcopy`` / ``torch.save`` of a
+model cannot copy it (see :data:`ONEDNN_COPIES`)."""
 _state = threading.local()
 
 
@@ -47,6 +52,11 @@ def packed_inference(enabled: bool = True):
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") \
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 SKINNY_ROWS = (2, 64)  # row counts skinny_linear sends to oneDNN
+ONEDNN_COPIES = WeakIdKeyDictionary()
+"""weight tensor -> (its key, its reordered copy) for :func:`skinny_linear`. Kept beside the
+tensors, not on them: a copy in a tensor's ``__dict__`` travelled with ``copy.deepcopy`` and
+``torch.save`` of the model, which cannot copy oneDNN's opaque tensors (both failed after a
+beam search). An entry goes with its weight."""
 
 
 def onednn_rows(rows: int) -> bool:
@@ -73,11 +83,28 @@ def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     if not SKINNY_ROWS[0] <= rows <= SKINNY_ROWS[1]:
         return F.linear(x, weight, bias)
     key = (derived_key(weight), weight.shape, weight.stride())
-    cached = getattr(weight, "_attnlab_onednn", None)
+    cached = ONEDNN_COPIES.get(weight)
     if cached is None or cached[0] != key:
-        cached = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows))
-        weight._attnlab_onednn = cached
+        cached = ONEDNN_COPIES[weight] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(),
+                                                                                       rows))
     return torch.ops.mkldnn._linear_pointwise(x, cached[1], bias, "none", [], "")
+
+
+class DecodeCaches:
+    """Mixin for the modules that keep what decoding derives from their weights in the
+    attributes named by ``_decode_caches`` (a step plan, a transposed copy of a weight):
+    ``copy.deepcopy`` and pickling (``torch.save`` of a whole model) leave them out, and the
+    next decode rebuilds them. So a model copies and saves the same before and after decoding
+    (a step plan holds activation functions pickle cannot name, and a copy would travel with
+    the weights it was made from)."""
+
+    _decode_caches: tuple[str, ...] = ()
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        if any(name in state for name in self._decode_caches):
+            state = {key: value for key, value in state.items() if key not in self._decode_caches}
+        return state
 
 
 class Linear(nn.Linear):
@@ -94,12 +121,13 @@ class Linear(nn.Linear):
         previous_rows, self._last_rows = self._last_rows, rows
         weight = self.weight
         key = (rows, derived_key(weight))
-        if key != self._packed_key:
+        packed = MKL_PACKS.get(self)
+        if key != self._packed_key or packed is None:
             if rows != previous_rows or rows < 2:
                 return F.linear(x, weight, self.bias)
-            self._packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
+            packed = MKL_PACKS[self] = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
             self._packed_key = key
-        out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), self._packed, weight, self.bias, rows)
+        out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), packed, weight, self.bias, rows)
         return out.view(*x.shape[:-1], weight.shape[0])
 
 

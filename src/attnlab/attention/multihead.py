@@ -6,16 +6,23 @@ head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), each head d_model/h wide.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from attnlab.attention.cache import KVCache, MemoryKVCache
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.attention.varlen import Segments
-from attnlab.linear import Linear, derived_key, step_linear
+from attnlab.linear import DecodeCaches, Linear, derived_key, step_linear
+
+_QUERY_ROWS = WeakIdKeyDictionary()
+"""qkv weight -> (its derived_key, its query rows): the slice a cross-attention step multiplies,
+taken once per weight (see :meth:`MultiHeadAttention.prepare_step`). Beside the weights, not
+on the module, so that ``copy.deepcopy`` and ``torch.save`` of a model never carry it."""
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(DecodeCaches, nn.Module):
     """Self- or cross-attention with ``num_heads`` heads.
 
     The query, key and value projections of all heads are one ``(3·d_model, d_model)``
@@ -131,21 +138,27 @@ class MultiHeadAttention(nn.Module):
         return linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
 
     _step_plan = None
+    _decode_caches = ("_step_plan",)
 
     def prepare_step(self):
         """Gather the tensors :meth:`step` reads (called when a static cache is made, so a
         cache always steps with the weights the module has at that time). The query rows of
         the joint projection (cross-attention's queries) are sliced here once, so that the
         same tensor is multiplied at every step: a weight's derived copies (oneDNN's reordered
-        weight, :func:`attnlab.linear.skinny_linear`) are kept on the tensor object, and a
-        fresh slice per step would reorder the weight again at every step."""
+        weight, :func:`attnlab.linear.skinny_linear`) are kept per tensor object, and a
+        fresh slice per step would reorder the weight again at every step. The slices carry no
+        autograd history (the step path is inference only), so the module stays deep-copyable."""
         weight, bias, d = self.qkv_proj.weight, self.qkv_proj.bias, self.d_model
-        query_rows = self.__dict__.get("_query_rows")
-        key = derived_key(weight) if type(weight) in (Tensor, nn.Parameter) else None  # quantised: no copies kept
-        if key is None or query_rows is None or query_rows[0] != key:  # one slice while the weight is unchanged
-            query_rows = self._query_rows = (key, weight[:d])
-        self._step_plan = (weight, bias, query_rows[1], None if bias is None else bias[:d],
-                           self.out_proj.weight, self.out_proj.bias,
+        plain = type(weight) in (Tensor, nn.Parameter)
+        key = derived_key(weight) if plain else None
+        query_rows = _QUERY_ROWS.get(weight) if plain else None
+        with torch.no_grad():
+            if query_rows is None or query_rows[0] != key:  # one slice while the weight is unchanged
+                query_rows = (key, weight[:d])
+                if plain:
+                    _QUERY_ROWS[weight] = query_rows
+            query_bias = None if bias is None else bias[:d]
+        self._step_plan = (weight, bias, query_rows[1], query_bias, self.out_proj.weight, self.out_proj.bias,
                            self.num_heads, self.head_dim, self.pattern.forward, self.pattern.cache_window,
                            step_linear(self.qkv_proj.weight))
         return self._step_plan

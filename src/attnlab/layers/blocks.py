@@ -20,7 +20,7 @@ from attnlab.attention.cache import LayerCache, StackCache, StaticKVCache
 from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.attention.patterns import AttentionPattern, FullAttention, build_pattern
 from attnlab.layers.feedforward import ACTIVATIONS, FeedForward
-from attnlab.linear import step_linear
+from attnlab.linear import DecodeCaches, step_linear
 
 
 @dataclass
@@ -31,7 +31,7 @@ class LayerAttention:
     cross_attn: Tensor | None = None
 
 
-class TransformerLayer(nn.Module):
+class TransformerLayer(DecodeCaches, nn.Module):
     """Self-attention (+ cross-attention) + FFN with residuals and LayerNorm.
 
     Args:
@@ -141,6 +141,7 @@ class TransformerLayer(nn.Module):
                               linear(activation(linear(h, fc1_weight, fc1_bias)), fc2_weight, fc2_bias), scales[2])
 
     _step_plan = None
+    _decode_caches = ("_step_plan",)
 
     def prepare_step(self):
         """Gather the tensors :meth:`step` reads (see MultiHeadAttention.prepare_step)."""
@@ -194,7 +195,7 @@ class DecoderLayer(TransformerLayer):
                          **kwargs)
 
 
-class TransformerStack(nn.Module):
+class TransformerStack(DecodeCaches, nn.Module):
     """A stack of layers with an optional final LayerNorm.
 
     Pre-LN stacks need the final norm; ``torch.nn.Transformer`` also has one after its
@@ -269,6 +270,7 @@ class TransformerStack(nn.Module):
         return x if final is None else F.layer_norm(x, final[0], final[1], final[2], final[3])
 
     _step_plan = None
+    _decode_caches = ("_step_plan",)
 
     def prepare_step(self):
         """Gather what :meth:`step` reads, for every layer (called by :meth:`new_static_cache`)."""

@@ -23,7 +23,7 @@ from attnlab.attention.masks import key_padding_mask
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
-from attnlab.linear import Linear, derived_key, onednn_rows, skinny_linear
+from attnlab.linear import DecodeCaches, Linear, derived_key, onednn_rows, skinny_linear
 from attnlab.models.base import StackConfig
 
 
@@ -85,7 +85,7 @@ class TokenEncoder(_Embedder):
         return (memory, memory_mask, weights) if need_weights else (memory, memory_mask)
 
 
-class TokenDecoder(_Embedder):
+class TokenDecoder(DecodeCaches, _Embedder):
     """Target side: ids -> next-token logits, through a causal stack.
 
     Args:
@@ -205,6 +205,7 @@ class TokenDecoder(_Embedder):
 
     _step_head_copy = None
     _step_head_key = None
+    _decode_caches = ("_step_head_copy", "_step_head_key")
 
     def _step_head(self) -> Tensor | None:
         """On the CPU, the head's weight transposed to ``(d_model, V)`` and contiguous, for the
