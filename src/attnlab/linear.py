@@ -151,8 +151,7 @@ def step_linear(weight: Tensor):
     weight, bias)`` on its type: :class:`attnlab.quantize.Int8Weight`), that product, called
     directly (through ``F.linear``'s ``__torch_function__`` a call costs ~10 µs more; int8
     decoding 1.03-1.12x faster from the small LM to GPT-2 size, docs/benchmarks.md);
-    ``F.linear`` otherwise (other devices
-    and dtypes keep their own kernels)."""
+    ``F.linear`` otherwise (other devices and dtypes keep their own kernels)."""
     if type(weight) in (Tensor, nn.Parameter) and weight.device.type == "cpu" and weight.dtype == torch.float32:
         return one_row_linear
     own = getattr(type(weight), "step_product", None)
