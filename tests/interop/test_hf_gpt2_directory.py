@@ -86,6 +86,11 @@ def test_what_it_refuses_is_named(gpt2_dir, tmp_path):
         load_hf_gpt2(huge)
     with pytest.raises(ValueError, match="not a HuggingFace GPT-2 directory"):
         load_hf_gpt2(tmp_path)
+    # Within the caps but not the weights' size: refused on the meta device before the model
+    # (16M x 4,096 floats, 262 GB here) is allocated.
+    (huge / "config.json").write_text(json.dumps({**values, "vocab_size": 16_000_000, "n_embd": 4096}))
+    with pytest.raises(ValueError, match="weights do not fit the config|has shape"):
+        load_hf_gpt2(huge)
 
 
 def test_the_explorer_and_export_onnx_open_it(gpt2_dir, tmp_path, capsys):

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from attnlab.files import read_config_json
-from attnlab.interop.weights import copy_converted_weights
+from attnlab.interop.weights import copy_converted_weights, read_safetensors
 from attnlab.models.bert import BertConfig, BertEncoder
 
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -141,7 +141,7 @@ def bert_state_dict_to_attnlab(state_dict: Mapping[str, Tensor], num_layers: int
 def _load_into(config: BertConfig, state_dict: Mapping[str, Tensor], source: str) -> BertEncoder:
     weights = bert_state_dict_to_attnlab(state_dict, config.num_layers, source=source)
     config = config.replace(pooler="pooler.weight" in weights, mlm_head="mlm_bias" in weights)
-    return copy_converted_weights(BertEncoder(config), weights, source, "the BERT weights")
+    return copy_converted_weights(BertEncoder, config, weights, source, "the BERT weights")
 
 
 def from_hf_bert(hf_model_or_state_dict, config: BertConfig | None = None) -> BertEncoder:
@@ -230,9 +230,6 @@ def load_hf_bert(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
     ``vocab.txt`` (lower-casing from ``tokenizer_config.json``'s ``do_lower_case``,
     default true). Reads only JSON, text and safetensors (no pickle); any missing or
     unreadable file raises ValueError naming it."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"{directory}: not a directory")
@@ -251,11 +248,7 @@ def load_hf_bert(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
             raise ValueError(f"{path}: no such file; a HuggingFace BERT directory holds config.json, "
                              f"model.safetensors and vocab.txt")
     config = config_from_hf_bert(values, source=str(config_path))
-    try:
-        state_dict = load_file(str(weights_path))
-    except (SafetensorError, OSError) as error:
-        raise ValueError(f"{weights_path}: not a readable safetensors file (truncated or foreign?): {error}") from None
-    model = _load_into(config, state_dict, str(weights_path))
+    model = _load_into(config, read_safetensors(directory, "BERT"), str(weights_path))
     return model.to(device), load_wordpiece(directory, config)
 
 

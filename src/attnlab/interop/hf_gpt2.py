@@ -122,7 +122,7 @@ def from_hf_gpt2(hf_model_or_state_dict, config: DecoderLMConfig | None = None) 
             config = config_from_hf_gpt2(hf_model_or_state_dict.config)
     weights = gpt2_state_dict_to_attnlab(state_dict, config.num_layers)
     # the tied lm_head appears once, as decoder.embed.weight
-    return copy_converted_weights(DecoderLM(config), weights, "from_hf_gpt2", "the GPT-2 weights")
+    return copy_converted_weights(DecoderLM, config, weights, "from_hf_gpt2", "the GPT-2 weights")
 
 class ByteLevelBPETokenizer:
     """GPT-2's byte-level BPE from a directory's ``vocab.json`` + ``merges.txt`` (through the
@@ -150,7 +150,10 @@ class ByteLevelBPETokenizer:
 
 def is_hf_gpt2_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace GPT-2 ``config.json`` (``model_type: gpt2``)."""
-    values = read_config_json(directory)
+    return _is_gpt2_config(read_config_json(directory))
+
+
+def _is_gpt2_config(values: dict | None) -> bool:
     return values is not None and values.get("model_type") == "gpt2"
 
 
@@ -161,7 +164,8 @@ def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
     Reads only JSON, text and safetensors — a directory with only ``pytorch_model.bin`` is
     refused (it would have to be unpickled). ValueError naming the file for anything missing."""
     directory = Path(directory)
-    if not is_hf_gpt2_directory(directory):
+    values = read_config_json(directory)  # read once, size-capped
+    if not _is_gpt2_config(values):
         raise ValueError(f"{directory}: not a HuggingFace GPT-2 directory (config.json with model_type \"gpt2\")")
     config_path, weights_path = directory / "config.json", directory / "model.safetensors"
     for name in ("vocab.json", "merges.txt"):
@@ -169,17 +173,18 @@ def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
             raise ValueError(f"{directory / name}: no such file; a GPT-2 directory holds its byte-level BPE in "
                              "vocab.json and merges.txt")
     try:  # the config first: its caps are checked before any weight is read
-        config = config_from_hf_gpt2(read_config_json(directory))
+        config = config_from_hf_gpt2(values)
         # through from_dict: the caps every loaded config meets (no million-layer model from a hostile file)
         config = DecoderLMConfig.from_dict(dataclasses.asdict(config), source=str(config_path))
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{config_path}: {error}") from None
+        message = str(error)  # from_dict's messages name the file already
+        raise ValueError(message if message.startswith(str(config_path)) else f"{config_path}: {message}") from None
     state_dict = read_safetensors(directory, "GPT-2")
     try:
         weights = gpt2_state_dict_to_attnlab(state_dict, config.num_layers)
     except KeyError as error:
         raise ValueError(f"{weights_path}: the GPT-2 weights have no {error}") from None
-    model = copy_converted_weights(DecoderLM(config), weights, str(weights_path), "the GPT-2 weights").eval()
+    model = copy_converted_weights(DecoderLM, config, weights, str(weights_path), "the GPT-2 weights").eval()
     tokenizer = ByteLevelBPETokenizer(directory / "vocab.json", directory / "merges.txt")
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(f"{directory / 'vocab.json'}: {tokenizer.vocab_size} tokens but config.json has vocab_size="

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from attnlab.files import read_config_json
-from attnlab.interop.weights import copy_converted_weights
+from attnlab.interop.weights import copy_converted_weights, read_safetensors
 from attnlab.layers.positional import sinusoidal_table
 from attnlab.models.transformer import Transformer, TransformerConfig
 
@@ -185,7 +185,7 @@ def from_hf_marian(hf_model_or_state_dict, config: TransformerConfig | None = No
             config = config_from_hf_marian(hf_model_or_state_dict.config,
                                            generation=None if generation is None else generation.to_dict())
     weights = marian_state_dict_to_attnlab(state_dict, config)
-    return copy_converted_weights(Transformer(config), weights, "from_hf_marian", "the MarianMT weights")
+    return copy_converted_weights(Transformer, config, weights, "from_hf_marian", "the MarianMT weights")
 
 
 class MarianTokenizer:
@@ -303,14 +303,7 @@ def _load_weights(directory: Path) -> dict[str, Tensor]:
     (tensors only: no code runs while it is read)."""
     safetensors_path, bin_path = directory / "model.safetensors", directory / "pytorch_model.bin"
     if safetensors_path.is_file():
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(safetensors_path))
-        except (SafetensorError, OSError) as error:
-            raise ValueError(f"{safetensors_path}: not a readable safetensors file (truncated or foreign?): "
-                             f"{error}") from None
+        return read_safetensors(directory, "MarianMT")
     if bin_path.is_file():
         try:
             state_dict = torch.load(bin_path, map_location="cpu", weights_only=True)
@@ -351,7 +344,7 @@ def load_hf_marian(directory: str | os.PathLike, *, device: str = "cpu") -> tupl
     for name, value in weights.items():
         if not value.is_floating_point() or not torch.isfinite(value).all():
             raise ValueError(f"{directory}: weight {name} is not finite floating point")
-    model = copy_converted_weights(Transformer(config), weights, str(directory), "the MarianMT weights")
+    model = copy_converted_weights(Transformer, config, weights, str(directory), "the MarianMT weights")
     tokenizer = MarianTokenizer.load(directory)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"{directory / 'vocab.json'}: {tokenizer.vocab_size} tokens but config.json has "

@@ -7,7 +7,6 @@ as ``qkv_proj`` does; its blocks are pre-LN with exact GELU, as the shared layer
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -129,7 +128,10 @@ _TIMM_ARGS = {"img_size", "patch_size", "in_chans", "num_classes", "embed_dim", 
 def is_timm_vit_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a timm hub ``config.json`` naming a ViT architecture
     (what ``timm.models.save_for_hf`` writes and the HuggingFace hub serves for timm models)."""
-    values = read_config_json(directory)
+    return _is_timm_vit_config(read_config_json(directory))
+
+
+def _is_timm_vit_config(values: dict | None) -> bool:
     return (values is not None and isinstance(values.get("architecture"), str)
             and values["architecture"].startswith("vit_") and "family" not in values and "model_type" not in values)
 
@@ -144,10 +146,10 @@ def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu") -> tuple
     linear and unpadded), so the model takes attnlab's pixels and gives timm's logits.
     A ``pytorch_model.bin`` is never read (it is a pickle)."""
     directory = Path(directory)
-    if not is_timm_vit_directory(directory):
+    values = read_config_json(directory)  # read once, size-capped
+    if not _is_timm_vit_config(values):
         raise ValueError(f"{directory}: not a timm ViT directory (config.json naming a vit_* architecture)")
     config_path, weights_path = directory / "config.json", directory / "model.safetensors"
-    values = json.loads(config_path.read_text(encoding="utf-8"))
     architecture = values["architecture"]
     match = _TIMM_ARCH.match(architecture)
     if match is None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -28,21 +29,29 @@ def read_safetensors(directory: str | os.PathLike, what: str) -> dict[str, Tenso
 
 
 @torch.no_grad()
-def copy_converted_weights(model: nn.Module, weights: Mapping[str, Tensor], source: str, origin: str) -> nn.Module:
-    """Copy ``weights`` (attnlab parameter names) into ``model`` and return it in eval mode.
+def copy_converted_weights(model_class: Callable[[Any], nn.Module], config: Any, weights: Mapping[str, Tensor],
+                           source: str, origin: str) -> nn.Module:
+    """``model_class(config)`` with ``weights`` (attnlab parameter names) copied in, in eval mode.
 
     Every parameter must be given exactly once (a tied parameter appears once, under its
     first name) with its shape; otherwise ValueError names ``source`` and the offending
     keys. ``origin`` names the other library's weights in messages ("the GPT-2 weights").
+    The names and shapes are checked on the meta device first, so a config that does not
+    match its weights (a huge vocabulary beside a small file) is refused before the model
+    is allocated.
     """
-    parameters = dict(model.named_parameters())
-    missing, extra = set(parameters) - set(weights), set(weights) - set(parameters)
+    with torch.device("meta"):
+        expected = {name: parameter.shape for name, parameter in model_class(config).named_parameters()}
+    missing, extra = set(expected) - set(weights), set(weights) - set(expected)
     if missing or extra:
         raise ValueError(f"{source}: weights do not fit the config: missing {sorted(missing)}, "
                          f"unexpected {sorted(extra)}")
     for name, value in weights.items():
-        if parameters[name].shape != value.shape:
+        if expected[name] != value.shape:
             raise ValueError(f"{source}: {name} has shape {tuple(value.shape)} in {origin} but "
-                             f"{tuple(parameters[name].shape)} in the config")
+                             f"{tuple(expected[name])} in the config")
+    model = model_class(config)
+    parameters = dict(model.named_parameters())
+    for name, value in weights.items():
         parameters[name].copy_(value)
     return model.eval()
