@@ -91,12 +91,10 @@ def add_schedule_arguments(group, *, max_steps: int, warmup: int, lr: float | No
     group.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
 
 
-def add_limit_argument(parser, unit: str, *, low: int = 1, extra_flags: tuple[str, ...] = (), default=None,
-                       help_default: str = "all of them") -> None:
+def add_limit_argument(parser, unit: str, *, low: int = 1, help_default: str = "all of them") -> None:
     """``--limit N``: the subset size of every evaluator, one flag and one bound (N >= ``low``):
-    score only the first N ``unit`` (sentences, images, pieces, ...). ``extra_flags`` keeps a
-    verb's older name for it working (e.g. ``--prompts``)."""
-    parser.add_argument("--limit", *extra_flags, dest="limit", type=bounded_int(low), metavar="N", default=default,
+    score only the first N ``unit`` (sentences, images, pieces, ...)."""
+    parser.add_argument("--limit", dest="limit", type=bounded_int(low), metavar="N",
                         help=f"score only the first N {unit} (default: {help_default})")
 
 

@@ -27,14 +27,10 @@ def start_run(args):
     import sys
     from pathlib import Path
 
-    import torch
-
-    from attnlab.cli.options import resolve_device, resolve_precision
+    from attnlab.cli.options import apply_threads, check_positive, resolve_device, resolve_precision
     from attnlab.training.outputs import check_run_output
 
-    for flag, value in (("--max-steps", args.max_steps), ("--batch-size", args.batch_size)):
-        if value < 1:
-            raise ValueError(f"{flag}={value} must be at least 1")
+    check_positive(args, ("max_steps", "batch_size"))
     warmup = args.warmup
     if warmup > args.max_steps:
         warmup = max(1, args.max_steps // 10)
@@ -44,8 +40,7 @@ def start_run(args):
     bf16 = resolve_precision(args, device)
     out = Path(args.out)
     previous = check_run_output(out, resume=args.resume, force=args.force)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     return warmup, device, bf16, out, previous
 
 

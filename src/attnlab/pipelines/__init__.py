@@ -32,7 +32,7 @@ def load(directory: str | os.PathLike, *, device: str = "cpu") -> Pipeline:
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"directory: expected a path, got {type(directory).__name__}")
     path = Path(directory)
-    known = ", ".join(known_pipelines()) + " (and HuggingFace BERT and MarianMT directories)"
+    known = ", ".join(known_pipelines()) + " (and HuggingFace BERT, GPT-2 and MarianMT, and timm ViT directories)"
     if not path.is_dir():
         raise ValueError(f"{path}: no such model directory; attnlab.load knows the families {known}")
     family = family_for_directory(path)

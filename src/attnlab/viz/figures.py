@@ -21,9 +21,9 @@ def new_figure(width: float, height: float, dpi: int):
 
 def save_figure(figure, path: str | os.PathLike) -> Path:
     """Write ``figure`` as PNG to a temporary name in the same directory, then rename."""
-    from attnlab.models.base import _atomic_write
+    from attnlab.files import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, lambda tmp: figure.savefig(tmp, format="png"))
+    atomic_write(path, lambda tmp: figure.savefig(tmp, format="png"))
     return path

@@ -14,7 +14,7 @@ from torch import Tensor
 from attnlab.viz.explorer.inputs import ImageInput, ImageView, cell_labels, grid_cells
 from attnlab.viz.explorer.maps import Analysis, AttentionGroup, attention_maps
 
-__all__ = ["CaptionSource", "load_source", "source"]
+__all__ = ["CaptionSource", "load_source"]
 
 
 class CaptionSource(ImageInput):
@@ -63,10 +63,6 @@ class CaptionSource(ImageInput):
                    AttentionGroup("cross", maps["cross"], wrote, patches, key_cells=cells)]
         return Analysis(shown, groups, output=tokenizer.decode(list(caption)),
                         image=ImageView(pixels[0].cpu(), self.rows, self.cols))
-
-
-def source(pipeline) -> CaptionSource:
-    return CaptionSource(pipeline)
 
 
 def load_source(directory: Path, device: str) -> CaptionSource:

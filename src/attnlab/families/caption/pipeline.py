@@ -45,7 +45,7 @@ class CaptionPipeline(Pipeline):
         """Caption ``image`` (or take ``caption``), then every layer's attention while the
         decoder reads it teacher-forced: "decoder self", "cross" (over the image's cells) and,
         for a ViT encoder, "image encoder self" (the explorer's groups)."""
-        from attnlab.families.caption.explore import source
+        from attnlab.families.caption.explore import CaptionSource
         from attnlab.pipelines.base import attention_groups
 
         pixels, single = to_pixels(image, self.image_spec, "image")
@@ -56,4 +56,4 @@ class CaptionPipeline(Pipeline):
         if caption is not None:
             check_texts(caption, "caption")
             tokens = self.tokenizer.encode(caption)
-        return attention_groups(source(self).analyse_pixels(pixels, tokens, beam=beam))
+        return attention_groups(CaptionSource(self).analyse_pixels(pixels, tokens, beam=beam))

@@ -25,7 +25,7 @@ from torch import Tensor
 from attnlab.viz.explorer.inputs import ImageInput, ImageView
 from attnlab.viz.explorer.maps import Analysis, AttentionGroup, attention_maps
 
-__all__ = ["ImageTransformerSource", "MAX_SUB_PIXELS", "load_source", "source"]
+__all__ = ["ImageTransformerSource", "MAX_SUB_PIXELS", "load_source"]
 
 MAX_SUB_PIXELS = 1024
 
@@ -99,10 +99,6 @@ class ImageTransformerSource(ImageInput):
         if pipeline.classes:
             output += f" (class {pipeline.classes[int(labels[0])]})"
         return Analysis(shown, groups, output=output, image=ImageView(pixels[0].cpu(), c.height, c.width))
-
-
-def source(pipeline) -> ImageTransformerSource:
-    return ImageTransformerSource(pipeline)
 
 
 def load_source(directory: Path, device: str) -> ImageTransformerSource:

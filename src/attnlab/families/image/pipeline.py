@@ -106,7 +106,7 @@ class ImageTransformerPipeline(Pipeline):
         generation order): ``{"self": ...}``, plus ``"cross"`` (over the low-resolution
         image's sub-pixels) for a super-resolution model, whose ``low_res`` defaults to
         ``image`` averaged down (:func:`attnlab.families.image.task.downsample`)."""
-        from attnlab.families.image.explore import source
+        from attnlab.families.image.explore import ImageTransformerSource
         from attnlab.pipelines.base import attention_groups
 
         pixels, single = to_pixels(image, self.image_spec, "image")
@@ -119,4 +119,4 @@ class ImageTransformerPipeline(Pipeline):
         elif low_res is not None:
             raise ValueError("low_res: this is not a super-resolution model")
         self._labels(label, 1)  # a class-conditional model needs its label here
-        return attention_groups(source(self).analyse_pixels(pixels, label=label, low_res=low))
+        return attention_groups(ImageTransformerSource(self).analyse_pixels(pixels, label=label, low_res=low))

@@ -25,6 +25,7 @@ class LMSource:
     ``generate=N``, the N tokens it continues with (greedy)."""
 
     family = "decoder_lm"
+    generates = True
 
     def __init__(self, model, tokenizer, *, max_tokens: int = 512):
         self.model, self.tokenizer = model.eval(), tokenizer

@@ -26,7 +26,7 @@ import torch
 from attnlab.viz.explorer.inputs import EXAMPLES
 from attnlab.viz.explorer.maps import Analysis, AttentionGroup, attention_maps
 
-__all__ = ["MusicSource", "token_labels", "load_source", "source"]
+__all__ = ["MusicSource", "token_labels", "load_source"]
 
 NAMES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 MAX_GENERATE = 256
@@ -160,10 +160,6 @@ class MusicSource:
         if generate:
             output = " ".join(labels[len(prompt):]) or "(nothing: END at once)"
         return Analysis(shown, [AttentionGroup("self", maps["self"], labels, labels)], output=output)
-
-
-def source(pipeline) -> MusicSource:
-    return MusicSource(pipeline)
 
 
 def load_source(directory: Path, device: str) -> MusicSource:

@@ -105,10 +105,10 @@ class MusicPipeline(Pipeline):
     def attention(self, primer=None, **options) -> dict[str, Tensor]:
         """``{"self": (layers, heads, L, L)}`` over the prompt of ``primer`` (see :meth:`prompt`;
         ``options`` go to it), as the explorer shows it."""
-        from attnlab.families.music.explore import source
+        from attnlab.families.music.explore import MusicSource
 
         prompt = self.prompt(primer, **options)
         limit = self.model.config.max_positions
         if len(prompt) > limit:
             raise ValueError(f"primer: {len(prompt)} tokens; the model's context holds {limit}")
-        return attention_groups(source(self).analyse_tokens(prompt))
+        return attention_groups(MusicSource(self).analyse_tokens(prompt))

@@ -15,7 +15,7 @@ from torch import Tensor
 from attnlab.viz.explorer.inputs import ImageView, cell_labels, grid_cells
 from attnlab.viz.explorer.maps import Analysis, AttentionGroup, _check_text, attention_maps
 
-__all__ = ["TextToImageSource", "load_source", "source"]
+__all__ = ["TextToImageSource", "load_source"]
 
 
 class TextToImageSource:
@@ -81,10 +81,6 @@ class TextToImageSource:
         return Analysis(prompt, [AttentionGroup("self", maps["self"], labels, labels, key_cells=key_cells,
                                                         query_cells=key_cells)],
                         output=f"drew {c.grid}x{c.grid} image tokens", image=ImageView(image, c.grid, c.grid))
-
-
-def source(pipeline) -> TextToImageSource:
-    return TextToImageSource(pipeline)
 
 
 def load_source(directory: Path, device: str) -> TextToImageSource:

@@ -58,7 +58,7 @@ class TextToImagePipeline(Pipeline):
         """``{"self": (layers, heads, L, L)}`` over ``[prompt tokens; image tokens]``: the
         model reading ``prompt`` and ``image`` (e.g. one it drew) as its VQ-VAE codes, teacher-forced."""
         from attnlab.data.images import normalize
-        from attnlab.families.text_to_image.explore import source
+        from attnlab.families.text_to_image.explore import TextToImageSource
         from attnlab.pipelines.base import attention_groups
 
         check_texts(prompt, "prompt")
@@ -66,4 +66,4 @@ class TextToImagePipeline(Pipeline):
         if not single:
             raise ValueError("image: attention() takes one image")
         codes = self.vqvae.encode(normalize(pixels).to(next(self.vqvae.parameters()).device))
-        return attention_groups(source(self).analyse_codes(prompt, codes))
+        return attention_groups(TextToImageSource(self).analyse_codes(prompt, codes))

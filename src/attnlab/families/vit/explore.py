@@ -11,7 +11,7 @@ from torch import Tensor
 from attnlab.viz.explorer.inputs import ImageInput, ImageView, cell_labels, grid_cells
 from attnlab.viz.explorer.maps import Analysis, AttentionGroup, attention_maps
 
-__all__ = ["VitSource", "load_source", "source"]
+__all__ = ["VitSource", "load_source"]
 
 
 class VitSource(ImageInput):
@@ -50,10 +50,6 @@ class VitSource(ImageInput):
                                             query_cells=[None] * prefix + cells)],
                         output=f"{name} ({float(probabilities[best]):.0%})",
                         image=ImageView(pixels[0].cpu(), self.rows, self.cols))
-
-
-def source(pipeline) -> VitSource:
-    return VitSource(pipeline)
 
 
 def load_source(directory: Path, device: str) -> VitSource:

@@ -53,10 +53,10 @@ class ClassifierPipeline(Pipeline):
     def attention(self, image) -> dict[str, Tensor]:
         """``{"self": (layers, heads, T, T)}`` over the model's tokens for one image: the
         class token (if the model has one) then the patches, row by row."""
-        from attnlab.families.vit.explore import source
+        from attnlab.families.vit.explore import VitSource
         from attnlab.pipelines.base import attention_groups
 
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
-        return attention_groups(source(self).analyse_pixels(pixels))
+        return attention_groups(VitSource(self).analyse_pixels(pixels))

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 HELP = "train a Vision Transformer on mnist, fashion-mnist, digits or a folder of class sub-folders"
-from attnlab.cli.options import add_device_argument  # noqa: F401 (classify, evaluate-vit, vit-figures use it)
 
 
 def resolve_device(name: str):

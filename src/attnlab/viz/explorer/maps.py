@@ -199,8 +199,8 @@ SEEDS_SENTENCE = "The animal didn't cross the street because it was too tired"
 
 def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> AttentionSource:
     """The :class:`AttentionSource` of a model directory of any family whose registration
-    names an explorer loader (attnlab.families), HuggingFace BERT and MarianMT directories
-    included."""
+    names an explorer loader (attnlab.families), the other libraries' directories a family
+    recognises (HuggingFace BERT, GPT-2, MarianMT, timm ViT) included."""
     from attnlab.families import families, family_for_directory
     from attnlab.models.registry import load_config
 

@@ -71,7 +71,7 @@ class ExplorerApp:
     @property
     def generates(self) -> bool:
         """Whether the source continues its input (a language or music model: ``generate=N``)."""
-        return bool(getattr(self.source, "generates", self.source.family == "decoder_lm"))
+        return bool(getattr(self.source, "generates", False))
 
     def info(self) -> dict:
         s = self.source
