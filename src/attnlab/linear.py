@@ -31,10 +31,6 @@ def derived_key(weight: Tensor) -> tuple:
 
 
 _MKL_PACKED = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
-MKL_PACKS = WeakIdKeyDictionary()
-"""Linear module -> its MKL-packed weight (for the row count in its ``_packed_key``). Beside the
-module, not on it: MKL's packed tensor is opaque, and ``copy.deepcopy`` / ``torch.save`` of a
-model cannot copy it (see :data:`ONEDNN_COPIES`)."""
 _state = threading.local()
 
 
@@ -69,18 +65,15 @@ def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
 
     Inside :func:`packed_inference`, with 2 to 64 rows of float32 on the CPU and a plain
     weight tensor: oneDNN's matmul on a copy of the weight reordered once into its layout
-    (kept on the weight tensor, renewed when :func:`derived_key` changes). Beam search's
+    (kept per weight tensor in :data:`ONEDNN_COPIES`, renewed when :func:`derived_key` changes). Beam search's
     k or B·k rows are such products: on the development CPU (AMD EPYC, AVX2) one step's
     linear layers at 4 rows took 15.3 ms there against 26.3 ms with ``F.linear``'s MKL
     GEMM (transformer_base's decoder + its 32,000-row head; docs/benchmarks.md). One row
     (MKL's matrix-vector product is faster) and everything else: ``F.linear``. Results
     equal ``F.linear``'s up to float32 summation order."""
-    if not (_ONEDNN and getattr(_state, "enabled", False)) or type(weight) not in (Tensor, nn.Parameter) \
-            or weight.dtype != torch.float32 or x.dtype != torch.float32 or x.device.type != "cpu" \
-            or torch.is_grad_enabled():
-        return F.linear(x, weight, bias)
     rows = x.numel() // x.shape[-1]
-    if not SKINNY_ROWS[0] <= rows <= SKINNY_ROWS[1]:
+    if not onednn_rows(rows) or type(weight) not in (Tensor, nn.Parameter) or weight.dtype != torch.float32 \
+            or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     key = (derived_key(weight), weight.shape, weight.stride())
     cached = ONEDNN_COPIES.get(weight)
@@ -98,7 +91,8 @@ class DecodeCaches:
     (a step plan holds activation functions pickle cannot name, and a copy would travel with
     the weights it was made from)."""
 
-    _decode_caches: tuple[str, ...] = ()
+    _decode_caches: tuple[str, ...] = ("_step_plan",)
+    _step_plan = None
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -107,11 +101,12 @@ class DecodeCaches:
         return state
 
 
-class Linear(nn.Linear):
+class Linear(DecodeCaches, nn.Linear):
     """``nn.Linear`` with the opt-in packed inference path described in the module doc."""
 
     _packed_key = None
     _last_rows = 0
+    _decode_caches = ("_packed", "_packed_key")  # MKL's packed weight is opaque: never copied or pickled
 
     def forward(self, x: Tensor) -> Tensor:
         if not getattr(_state, "enabled", False) or torch.is_grad_enabled() or x.dtype != torch.float32 \
@@ -121,13 +116,12 @@ class Linear(nn.Linear):
         previous_rows, self._last_rows = self._last_rows, rows
         weight = self.weight
         key = (rows, derived_key(weight))
-        packed = MKL_PACKS.get(self)
-        if key != self._packed_key or packed is None:
+        if key != self._packed_key:
             if rows != previous_rows or rows < 2:
                 return F.linear(x, weight, self.bias)
-            packed = MKL_PACKS[self] = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
+            self._packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
             self._packed_key = key
-        out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), packed, weight, self.bias, rows)
+        out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), self._packed, weight, self.bias, rows)
         return out.view(*x.shape[:-1], weight.shape[0])
 
 

@@ -139,3 +139,37 @@ def test_no_dropout_when_rate_is_zero_even_in_training():
     attention = MultiHeadAttention(8, 2).train()
     x = torch.randn(2, 9, 8)
     torch.testing.assert_close(attention(x)[0], attention(x)[0], atol=0, rtol=0)
+
+
+def test_cross_attention_step_takes_several_query_rows_and_shared_memory_rows():
+    """``step`` with a filled memory cache equals ``forward`` for several positions at once,
+    and when the memory has one row per source serving consecutive query rows (beam search)."""
+    from attnlab.attention.cache import MemoryKVCache
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4).eval()
+    x, memory = torch.randn(4, 3, 16, dtype=torch.float64), torch.randn(2, 5, 16, dtype=torch.float64)
+    layer = layer.double()
+    with torch.no_grad():
+        expected = layer(x, memory=memory.repeat_interleave(2, dim=0))[0]
+        cache = MemoryKVCache()
+        layer(x[::2, :1], memory=memory, cache=cache)  # fills the cache: one row per source
+        torch.testing.assert_close(layer.step(x, cache)[0], expected)  # 2 query rows per memory row, 3 positions
+        own = MemoryKVCache()
+        layer(x[:2, :1], memory=memory, cache=own)
+        torch.testing.assert_close(layer.step(x[:2], own)[0], layer(x[:2], memory=memory)[0])
+
+
+def test_the_query_rows_kept_for_steps_do_not_keep_a_model_alive():
+    import gc
+    import weakref
+
+    import attnlab
+    from attnlab.generation import beam_search
+
+    model = attnlab.create_model("transformer_tiny", vocab_size=40).eval()
+    beam_search(model, torch.randint(3, 40, (2, 7)), beam_size=3, max_len_b=4)
+    weight = weakref.ref(model.decoder.layers[0].cross_attn.qkv_proj.weight)
+    del model
+    gc.collect()
+    assert weight() is None

@@ -116,18 +116,12 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
         batch, length, d = x.shape
         query_offset, key_offset = None, 0
         if isinstance(cache, MemoryKVCache):
-            q = linear(x, q_weight, q_bias)
-            q = q.view(batch, length, heads, head_dim).transpose(1, 2)
             k, v = cache.k, cache.v
             sources = k.shape[0]
-            if sources != batch:
-                # Each memory row serves batch // sources consecutive query rows (beam search's
-                # hypotheses of one source): attend them as that row's queries, reading its keys
-                # and values once. ``mask`` is then per memory row.
-                q = q.view(sources, (batch // sources) * length, heads, head_dim).transpose(1, 2)
-                out, _ = pattern(q, k, v, AttentionContext(query_offset=None, key_offset=0, mask=mask))
-                return linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
-            q = q.view(batch, length, heads, head_dim).transpose(1, 2)
+            # Each memory row serves batch // sources consecutive query rows (beam search's
+            # hypotheses of one source; one when sources == batch): they attend as that row's
+            # queries, reading its keys and values once. ``mask`` is then per memory row.
+            q = linear(x, q_weight, q_bias).view(sources, (batch // sources) * length, heads, head_dim).transpose(1, 2)
         else:
             qkv = linear(x, qkv_weight, qkv_bias).view(batch, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
             q = qkv.select(0, 0)
@@ -136,9 +130,6 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
                 mask = cache_mask if mask is None else mask & cache_mask
         out, _ = pattern(q, k, v, AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask))
         return linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
-
-    _step_plan = None
-    _decode_caches = ("_step_plan",)
 
     def prepare_step(self):
         """Gather the tensors :meth:`step` reads (called when a static cache is made, so a
@@ -154,7 +145,7 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
         query_rows = _QUERY_ROWS.get(weight) if plain else None
         with torch.no_grad():
             if query_rows is None or query_rows[0] != key:  # one slice while the weight is unchanged
-                query_rows = (key, weight[:d])
+                query_rows = (key, (weight.detach() if plain else weight)[:d])  # the table must not keep its key alive
                 if plain:
                     _QUERY_ROWS[weight] = query_rows
             query_bias = None if bias is None else bias[:d]

@@ -140,9 +140,6 @@ class TransformerLayer(DecodeCaches, nn.Module):
         return _residual_step(x, pre, shape, eps, norms[2],
                               linear(activation(linear(h, fc1_weight, fc1_bias)), fc2_weight, fc2_bias), scales[2])
 
-    _step_plan = None
-    _decode_caches = ("_step_plan",)
-
     def prepare_step(self):
         """Gather the tensors :meth:`step` reads (see MultiHeadAttention.prepare_step)."""
         norms = [(n.weight, n.bias) for n in (self.self_attn_norm, self.cross_attn_norm if self.cross_attn is not None
@@ -268,9 +265,6 @@ class TransformerStack(DecodeCaches, nn.Module):
             x = step(x, layer_cache, memory_mask)
         cache.advance(x.shape[1])
         return x if final is None else F.layer_norm(x, final[0], final[1], final[2], final[3])
-
-    _step_plan = None
-    _decode_caches = ("_step_plan",)
 
     def prepare_step(self):
         """Gather what :meth:`step` reads, for every layer (called by :meth:`new_static_cache`)."""
