@@ -206,13 +206,13 @@ def varlen(preset: str, batch: int, length: int, vocab: int, repeats: int) -> No
 
 
 # ------------------------------------------------------------------------------ translation
-def translate(model_dir: str, repeats: int) -> None:
+def translate(model_dir: str, repeats: int, batch_sizes=(100, 500, 1000)) -> None:
     from attnlab.data import get_parallel_dataset
     from attnlab.translation import Translator
 
     translator = Translator.load(model_dir, device="cuda")
     sources = [src for src, _ in get_parallel_dataset("multi30k", "test", "de", "en").pairs]
-    for batch_size in (100, 500, 1000):
+    for batch_size in batch_sizes:
         eager = translator.translate(sources, batch_size=batch_size, beam_size=4)
         graphed = translator.translate(sources, batch_size=batch_size, beam_size=4, cuda_graph=True)
         same = sum(a == b for a, b in zip(eager, graphed))
@@ -234,6 +234,8 @@ def main() -> None:
     parser.add_argument("--train-rows", default="0,1,2,3",
                         help="which training rows to run (0: base 3k TF32, 1: base 3k bf16, 2: base 25.6k bf16, "
                              "3: big 25.6k bf16; default: all)")
+    parser.add_argument("--translate-batches", default="100,500,1000",
+                        help="comma-separated batch sizes of the beam-4 translation figure (default: 100,500,1000)")
     parser.add_argument("--no-hf-compile", action="store_true", help="skip HF's compiled static cache (minutes of "
                                                                      "compilation per configuration)")
     args = parser.parse_args()
@@ -256,7 +258,7 @@ def main() -> None:
         for preset in ("transformer_base", "transformer_big"):
             varlen(preset, 400, 64, 32000, repeats)
     if "translate" in sections and args.translation_model:
-        translate(args.translation_model, repeats)
+        translate(args.translation_model, repeats, tuple(int(b) for b in args.translate_batches.split(",")))
 
 
 if __name__ == "__main__":
