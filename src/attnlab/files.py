@@ -53,6 +53,7 @@ __all__ = [
     "json_safe",
     "pid_alive",
     "recover_directory",
+    "refuse_replacing_inputs",
     "refuse_symlinks",
     "remove_stale_temporaries",
 ]
@@ -349,6 +350,25 @@ def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
     shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
     raise ValueError(f"{flag} {out}: the directory exists and holds files attnlab did not write here "
                      f"({shown}); pass --force to replace it as a whole, or choose a new directory")
+
+
+def refuse_replacing_inputs(path: str | os.PathLike, inputs: Iterable[str | os.PathLike], *, flag: str,
+                            verb: str) -> None:
+    """An output directory replaced as a whole (``check_output_directory`` + ``--force``) must
+    not be one of the verb's ``inputs``, a directory holding one, or the current directory (or
+    one above it): ValueError naming ``flag``, with or without ``--force``. ``verb`` says
+    what the verb does ("averaging", "exporting")."""
+    out = Path(path)
+    target = out.resolve()
+    for item in inputs:
+        source = Path(item).resolve()
+        if source == target or target in source.parents:
+            raise ValueError(f"{flag} {out}: {'is' if source == target else 'holds'} the input {item}; {verb} would "
+                             "replace what it reads. Choose another directory")
+    here = Path.cwd().resolve()
+    if target == here or target in here.parents:
+        raise ValueError(f"{flag} {out}: is the current directory or holds it; refusing to replace it as a whole, "
+                         "even with --force. Choose a new directory")
 
 
 def check_output_files(directory: str | os.PathLike, names: Iterable[str], *, force: bool, flag: str) -> Path:

@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from attnlab.files import check_output_directory
+    from attnlab.files import check_output_directory, refuse_replacing_inputs
     from attnlab.training import average_checkpoints_to_directory, list_checkpoints
     from attnlab.training.outputs import describe_model_directory
 
@@ -41,15 +41,7 @@ def run(args) -> int:
             found.extend(root_checkpoints[-args.last:])
         paths = found
     out = Path(args.out)
-    target = out.resolve()
-    for path in [Path(p) for p in args.checkpoints] + paths:
-        source = path.resolve()
-        if source == target or target in source.parents:
-            raise ValueError(f"-o {out}: {'is' if source == target else 'holds'} the input {path}; averaging would "
-                             "replace what it reads. Choose another directory")
-    if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
-        raise ValueError(f"-o {out}: is the current directory or holds it; refusing to replace it as a whole, "
-                         "even with --force. Choose a new directory")
+    refuse_replacing_inputs(out, [Path(p) for p in args.checkpoints] + paths, flag="-o", verb="averaging")
     if out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not args.force:
         raise ValueError(f"-o {out}: the directory holds {describe_model_directory(out)}; pass --force to replace it "
                          "as a whole, or choose a new directory")

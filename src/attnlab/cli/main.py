@@ -30,6 +30,7 @@ SHARED_VERBS = {
 SHARED_TOOLS = {
     "explore": "attnlab.cli.explore",
     "export-onnx": "attnlab.cli.export_onnx",
+    "export": "attnlab.cli.export",
     "average": "attnlab.cli.average",
     "positions": "attnlab.cli.positions",
     "complexity": "attnlab.cli.complexity",

@@ -148,6 +148,31 @@ class ByteLevelBPETokenizer:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
 
+class TokenizerJson:
+    """A ``tokenizer.json`` (the ``tokenizers`` library's own format, what ``AutoTokenizer``
+    reads) as the language-model verbs use a tokenizer: ``encode(text) -> ids`` without
+    special tokens, ``decode(ids) -> text``. A GPT-2 directory that ``attnlab export`` wrote
+    from a character-level model carries its tokenizer this way."""
+
+    def __init__(self, path: str | os.PathLike):
+        from tokenizers import Tokenizer
+
+        try:
+            self.tokenizer = Tokenizer.from_file(str(path))
+        except Exception as error:  # the Rust side raises its own exception types
+            raise ValueError(f"{path}: not a readable tokenizer.json ({error})") from None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
 def is_hf_gpt2_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace GPT-2 ``config.json`` (``model_type: gpt2``)."""
     return _is_gpt2_config(read_config_json(directory))
@@ -157,10 +182,13 @@ def _is_gpt2_config(values: dict | None) -> bool:
     return values is not None and values.get("model_type") == "gpt2"
 
 
-def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[DecoderLM, ByteLevelBPETokenizer]:
+def load_hf_gpt2(directory: str | os.PathLike, *,
+                 device: str = "cpu") -> tuple[DecoderLM, ByteLevelBPETokenizer | TokenizerJson]:
     """``(model, tokenizer)`` of a HuggingFace GPT-2 directory (``config.json``,
     ``model.safetensors``, ``vocab.json``, ``merges.txt``: what ``save_pretrained`` of a
-    ``GPT2LMHeadModel`` and its tokenizer writes, e.g. ``huggingface-cli download gpt2``).
+    ``GPT2LMHeadModel`` and its tokenizer writes, e.g. ``huggingface-cli download gpt2``;
+    or, without ``vocab.json``, a ``tokenizer.json``, as ``attnlab export`` writes a
+    character-level model's tokenizer).
     Reads only JSON, text and safetensors — a directory with only ``pytorch_model.bin`` is
     refused (it would have to be unpickled). ValueError naming the file for anything missing."""
     directory = Path(directory)
@@ -168,10 +196,11 @@ def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
     if not _is_gpt2_config(values):
         raise ValueError(f"{directory}: not a HuggingFace GPT-2 directory (config.json with model_type \"gpt2\")")
     config_path, weights_path = directory / "config.json", directory / "model.safetensors"
-    for name in ("vocab.json", "merges.txt"):
+    byte_level = (directory / "vocab.json").is_file() or not (directory / "tokenizer.json").is_file()
+    for name in ("vocab.json", "merges.txt") if byte_level else ():
         if not (directory / name).is_file():
             raise ValueError(f"{directory / name}: no such file; a GPT-2 directory holds its byte-level BPE in "
-                             "vocab.json and merges.txt")
+                             "vocab.json and merges.txt (or its tokenizer in tokenizer.json)")
     try:  # the config first: its caps are checked before any weight is read
         config = config_from_hf_gpt2(values)
         # through from_dict: the caps every loaded config meets (no million-layer model from a hostile file)
@@ -185,12 +214,14 @@ def load_hf_gpt2(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
     except KeyError as error:
         raise ValueError(f"{weights_path}: the GPT-2 weights have no {error}") from None
     model = copy_converted_weights(DecoderLM, config, weights, str(weights_path), "the GPT-2 weights").eval()
-    tokenizer = ByteLevelBPETokenizer(directory / "vocab.json", directory / "merges.txt")
+    tokenizer = (ByteLevelBPETokenizer(directory / "vocab.json", directory / "merges.txt") if byte_level
+                 else TokenizerJson(directory / "tokenizer.json"))
     if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(f"{directory / 'vocab.json'}: {tokenizer.vocab_size} tokens but config.json has vocab_size="
+        name = "vocab.json" if byte_level else "tokenizer.json"
+        raise ValueError(f"{directory / name}: {tokenizer.vocab_size} tokens but config.json has vocab_size="
                          f"{config.vocab_size}")
     return model.to(device), tokenizer
 
 
-__all__ = ["ByteLevelBPETokenizer", "config_from_hf_gpt2", "from_hf_gpt2", "gpt2_state_dict_to_attnlab",
+__all__ = ["ByteLevelBPETokenizer", "TokenizerJson", "config_from_hf_gpt2", "from_hf_gpt2", "gpt2_state_dict_to_attnlab",
            "is_hf_gpt2_directory", "load_hf_gpt2"]

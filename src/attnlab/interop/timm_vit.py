@@ -136,7 +136,8 @@ def _is_timm_vit_config(values: dict | None) -> bool:
             and values["architecture"].startswith("vit_") and "family" not in values and "model_type" not in values)
 
 
-def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[VisionTransformer, list[str]]:
+def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu",
+                  fold_normalisation: bool = True) -> tuple[VisionTransformer, list[str]]:
     """``(model, class names)`` of a timm ViT checkpoint directory (``config.json`` with its
     ``architecture`` and ``pretrained_cfg``, ``model.safetensors``), without timm: the
     shapes come from the weights, the head count from the architecture's size (or
@@ -144,7 +145,9 @@ def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu") -> tuple
     attnlab's ViT reads uint8 pixels as ``x / 127.5 - 1`` — the difference is a per-channel
     affine map, folded into the patch embedding here (exactly: the patch projection is
     linear and unpadded), so the model takes attnlab's pixels and gives timm's logits.
-    A ``pytorch_model.bin`` is never read (it is a pickle)."""
+    A ``pytorch_model.bin`` is never read (it is a pickle). ``fold_normalisation=False``
+    keeps the checkpoint's weights as they are (the model then takes timm's normalised
+    pixels): what ``attnlab export --format timm`` writes back."""
     directory = Path(directory)
     values = read_config_json(directory)  # read once, size-capped
     if not _is_timm_vit_config(values):
@@ -193,8 +196,9 @@ def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu") -> tuple
         source=str(config_path))
     model = _load_timm_state(config, source, str(weights_path), final_prefix="norm" if pool == "token" else "fc_norm")
     pretrained = values.get("pretrained_cfg") or {}
-    _fold_normalisation(model, pretrained.get("mean", (0.5,) * channels), pretrained.get("std", (0.5,) * channels),
-                        str(config_path))
+    if fold_normalisation:
+        _fold_normalisation(model, pretrained.get("mean", (0.5,) * channels),
+                            pretrained.get("std", (0.5,) * channels), str(config_path))
     return model.to(device).eval(), _class_names(values, config.num_classes)
 
 

@@ -1,0 +1,102 @@
+"""Models leave attnlab: ``attnlab export --model DIR --format hf|timm -o OUT``.
+
+An exporter turns a loaded model directory (``attnlab.load``'s pipeline: the model, its
+tokenizer or class names, the directory it came from) into an :class:`Export`: the target
+library's ``config.json``, its ``model.safetensors`` (the other library's parameter names)
+and tokenizer files. It first checks the model's config field by field against what the
+target architecture computes and raises ValueError naming every difference it cannot
+express (pre-LN where the format is post-LN, relative or local attention, positions the
+format lacks, a tokenizer it cannot carry exactly...): an export never loads into something
+that computes another function. Nothing is written by an exporter; the verb writes the
+:class:`Export` into a fresh directory (:func:`attnlab.files.atomic_directory`).
+
+Exporters are registered per ``(format, config family)`` (:func:`register_exporter`): the
+built-in ones are in :data:`EXPORTERS`; a new model class (a BERT sequence classifier, say)
+adds one function ``export(pipeline) -> Export`` and one ``register_exporter("hf",
+"<its config family>", "module:function")`` call (in its family package's ``__init__``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch import Tensor
+
+__all__ = ["EXPORTERS", "FORMATS", "Export", "exporter_for", "json_bytes", "refuse_differences",
+           "register_exporter"]
+
+FORMATS = {"hf": "HuggingFace transformers", "timm": "timm"}
+
+# (format, config family) -> "module:function" taking the pipeline, returning an Export
+EXPORTERS: dict[tuple[str, str], str] = {
+    ("hf", "decoder_lm"): "attnlab.interop.export_hf:gpt2_export",
+    ("hf", "bert"): "attnlab.interop.export_hf:bert_export",
+    ("hf", "transformer"): "attnlab.interop.export_hf:marian_export",
+    ("hf", "vit"): "attnlab.interop.export_timm:hf_vit_export",
+    ("timm", "vit"): "attnlab.interop.export_timm:timm_export",
+}
+
+
+def register_exporter(format: str, config_family: str, target: str) -> None:
+    """Make ``attnlab export --format FORMAT`` cover models whose ``config.json`` says
+    ``"family": config_family``; ``target`` is ``"module:function"``, the function taking
+    the directory's pipeline and returning an :class:`Export` (ValueError for what it
+    cannot express). A pair registered twice with another target is an error."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown export format {format!r}; formats: {', '.join(FORMATS)}")
+    known = EXPORTERS.get((format, config_family))
+    if known is not None and known != target:
+        raise ValueError(f"--format {format} of {config_family!r} models is already exported by {known}")
+    EXPORTERS[(format, config_family)] = target
+
+
+def exporter_for(format: str, config_family: str) -> Callable:
+    """The exporter of ``config_family`` models to ``format`` (ValueError saying which
+    families the format covers when there is none)."""
+    from attnlab.families import resolve
+
+    if format not in FORMATS:
+        raise ValueError(f"--format {format}: unknown format; choose one of {', '.join(FORMATS)}")
+    target = EXPORTERS.get((format, config_family))
+    if target is None:
+        covered = sorted(family for fmt, family in EXPORTERS if fmt == format)
+        raise ValueError(f"--format {format}: {FORMATS[format]} has no layout for a {config_family!r} model; "
+                         f"it covers {', '.join(repr(f) for f in covered)}")
+    return resolve(target)
+
+
+@dataclass
+class Export:
+    """What an export writes: ``tensors`` (-> ``model.safetensors``, the target's names),
+    ``files`` (name -> bytes: ``config.json``, tokenizer files, ...), the class that opens
+    it (``opens_with``) and notes the verb prints (how pixels map, what was left out)."""
+
+    tensors: dict[str, Tensor]
+    files: dict[str, bytes]
+    opens_with: str
+    notes: list[str] = field(default_factory=list)
+
+    def write(self, directory: str | Path) -> list[str]:
+        """Write every file into ``directory`` (a fresh one: the verb's temporary directory)."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        tensors = {name: value.detach().contiguous() for name, value in self.tensors.items()}
+        save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        for name, data in self.files.items():
+            (directory / name).write_bytes(data)
+        return sorted(["model.safetensors", *self.files])
+
+
+def json_bytes(values: Mapping) -> bytes:
+    return (json.dumps(values, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def refuse_differences(problems: list[str], layout: str) -> None:
+    """Raise one ValueError naming every difference ``layout`` cannot express (none: return)."""
+    if problems:
+        raise ValueError(f"{layout} cannot express this model exactly, so nothing was exported: "
+                         + "; ".join(problems))
