@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 __all__ = ["EXPORTERS", "FORMATS", "Export", "exporter_for", "json_bytes", "refuse_differences",
@@ -84,7 +85,9 @@ class Export:
         from safetensors.torch import save_file
 
         directory = Path(directory)
-        tensors = {name: value.detach().contiguous() for name, value in self.tensors.items()}
+        # each tensor its own copy: slices of a fused projection and tables used twice share storage
+        tensors = {name: value.detach().clone(memory_format=torch.contiguous_format)
+                   for name, value in self.tensors.items()}
         save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
         for name, data in self.files.items():
             (directory / name).write_bytes(data)
