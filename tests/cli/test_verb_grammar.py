@@ -20,6 +20,7 @@ RUN_NO_MODEL = {
 # Verbs that run a model on the CPU only: --threads, but no --device.
 CPU_ONLY = {
     "export-onnx": "torch's exporter and the onnxruntime check run on the CPU",
+    "export": "renames and writes weights on the CPU; nothing is computed on a device",
     "complexity": "measures Table 1 on this machine's CPU (its report names the thread count)",
 }
 

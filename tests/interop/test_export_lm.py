@@ -184,3 +184,12 @@ def test_another_family_for_a_format_is_refused(exported, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "'decoder_lm'" in err and "'vit'" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_without_tokenizers_it_stops_before_reading(exported, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    assert _export(exported[0] / "model", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "needs tokenizers" in err and "Traceback" not in err and not (tmp_path / "out").exists()

@@ -36,15 +36,17 @@ def run(args) -> int:
     refuse_replacing_inputs(out, [source], flag="-o", verb="exporting")
     check_output_directory(out, force=args.force, flag="-o")
 
+    from attnlab.cli.options import require_packages
     from attnlab.families import family_for_directory
-    from attnlab.interop.export import exporter_for
+    from attnlab.interop.export import NEEDS, exporter_for
     from attnlab.models.registry import load_config
 
     family = family_for_directory(source)
     if family is None:
         load_config(source)  # says what is wrong with config.json
-        raise ValueError(f"--model {source}: not a model directory attnlab can export")
+        raise ValueError(f"--model {source}: not a model directory of a family attnlab knows")
     exporter = exporter_for(args.format, family.config_family)
+    require_packages("export", *NEEDS.get((args.format, family.config_family), ()))
     import attnlab
 
     export = exporter(attnlab.load(source))  # every check of the format; raises before anything is written

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["EXPORTERS", "FORMATS", "Export", "exporter_for", "json_bytes", "refuse_differences",
+__all__ = ["EXPORTERS", "FORMATS", "NEEDS", "Export", "exporter_for", "json_bytes", "refuse_differences",
            "register_exporter"]
 
 FORMATS = {"hf": "HuggingFace transformers", "timm": "timm"}
@@ -40,18 +40,23 @@ EXPORTERS: dict[tuple[str, str], str] = {
     ("timm", "vit"): "attnlab.interop.export_timm:timm_export",
 }
 
+# optional packages an exporter needs (checked before anything is read: options.require_packages)
+NEEDS: dict[tuple[str, str], tuple[str, ...]] = {("hf", "decoder_lm"): ("tokenizers",), ("hf", "bert"): ("tokenizers",)}
 
-def register_exporter(format: str, config_family: str, target: str) -> None:
+
+def register_exporter(format: str, config_family: str, target: str, *, needs: tuple[str, ...] = ()) -> None:
     """Make ``attnlab export --format FORMAT`` cover models whose ``config.json`` says
     ``"family": config_family``; ``target`` is ``"module:function"``, the function taking
     the directory's pipeline and returning an :class:`Export` (ValueError for what it
-    cannot express). A pair registered twice with another target is an error."""
+    cannot express); ``needs``: optional packages it imports. A pair registered twice with
+    another target is an error."""
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; formats: {', '.join(FORMATS)}")
     known = EXPORTERS.get((format, config_family))
     if known is not None and known != target:
         raise ValueError(f"--format {format} of {config_family!r} models is already exported by {known}")
     EXPORTERS[(format, config_family)] = target
+    NEEDS[(format, config_family)] = tuple(needs)
 
 
 def exporter_for(format: str, config_family: str) -> Callable:
