@@ -84,13 +84,14 @@ GROUP_TIMEOUT = 900
 # What a group (its first line starts with the key) must have written: its lines did their work.
 OUTPUTS = {
     "attnlab train translation": ["sentences.en", "attention.png", "runs/m30k/averaged/config.json", "explorer.html"],
-    "attnlab train lm": ["runs/shakespeare/model/config.json", "runs/mine/model/config.json"],
-    "attnlab train vit": ["figures/vit"],
+    "attnlab train lm": ["runs/shakespeare/model/config.json", "runs/mine/model/config.json",
+                         "runs/shakespeare/hf/tokenizer.json"],
+    "attnlab train vit": ["figures/vit", "runs/vit-mnist/timm/model.safetensors"],
     "attnlab train image": ["samples.png"],
     "attnlab data get jsb": ["chorale.mid", "phrase.mid"],
     "attnlab train caption": ["runs/caption/model/config.json", "imagined.png"],
     "attnlab positions": ["figures/positions", "figures/complexity"],
-    "pip install -e": ["minilm.onnx"],
+    "pip install -e": ["minilm.onnx", "minilm-hf/model.safetensors"],
 }
 
 

@@ -73,6 +73,12 @@ def test_timm_opens_it_with_attnlabs_logits(tmp_path, fields):
         expected = theirs(_timm_pixels(theirs, pixels))
         got = model.double()(pixels.double() / 127.5 - 1)  # attnlab.data.images.normalize, in float64
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    if channels == 1:  # timm's own eval transform on a PIL image gives those pixels
+        from PIL import Image
+
+        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=theirs))
+        image = pixels[0, 0].to(torch.uint8).numpy()
+        torch.testing.assert_close(transform(Image.fromarray(image)).double(), _timm_pixels(theirs, pixels[:1])[0])
     back = attnlab.load(tmp_path / "timm")
     assert back.classes == classes
     ours, again = model.float().state_dict(), back.model.state_dict()
