@@ -57,10 +57,12 @@ def report(name: str, ours: list[list[int]], theirs: list[list[int]]) -> dict:
     same = sum(d is None for d in differences)
     first = [d for d in differences if d is not None]
     tokens = sum(len(a) for a in ours)
-    line = (f"{name}: {same}/{len(ours)} outputs identical ({tokens} attnlab tokens)"
+    lengths = sorted(len(a) for a in ours)
+    line = (f"{name}: {same}/{len(ours)} outputs identical ({tokens} attnlab tokens; lengths {lengths[0]}.."
+            f"{lengths[-1]}, median {lengths[len(lengths) // 2]})"
             + (f"; the others differ from token {min(first)} (median {sorted(first)[len(first) // 2]})" if first else ""))
     print(line, flush=True)
-    return {"case": name, "identical": same, "outputs": len(ours), "tokens": tokens,
+    return {"case": name, "identical": same, "outputs": len(ours), "tokens": tokens, "lengths": lengths,
             "first_differences": first}
 
 
@@ -168,7 +170,7 @@ def opus_case(root: Path, threads: int, sentences: list[str], train: list[str]) 
     with torch.no_grad():
         hf.model.shared.weight.normal_(0.0, 0.3)  # logits large enough to pick varied tokens
         hf.model.shared.weight[pad] = 0  # OPUS-MT: the start token's row is zero
-        hf.final_logits_bias[0, 0] = 2.0  # EOS likelier, so translations end
+        hf.final_logits_bias[0, 0] = 3.6  # EOS likelier, so translations end
     hf.generation_config = transformers.GenerationConfig(bad_words_ids=[[pad]], decoder_start_token_id=pad,
                                                          eos_token_id=0, pad_token_id=pad, num_beams=4)
     hf.save_pretrained(source)
