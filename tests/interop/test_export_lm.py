@@ -193,3 +193,14 @@ def test_without_tokenizers_it_stops_before_reading(exported, tmp_path, capsys, 
     assert _export(exported[0] / "model", tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert "needs tokenizers" in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_missing_or_foreign_model_directory_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    for model, needle in (("missing", "--model"), ("empty", "config.json"), ("other", "config.json")):
+        assert _export(tmp_path / model, tmp_path / "out") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()

@@ -287,4 +287,8 @@ def marian_export(pipeline) -> Export:
     files["config.json"] = json_bytes(config)
     notes = ["the model dimension is reordered (the paper's interleaved sinusoids -> Marian's halves): the same "
              "function, its weights in another basis"] if permute else []
+    if not marian_source:
+        notes.append("CTranslate2's TransformersConverter reads Marian directories in OPUS-MT's conventions only "
+                     "(<pad> the last vocabulary entry, decoding from a zero embedding); this vocabulary has <pad> at "
+                     f"id {c.pad_id} and decoding starts from id {c.bos_id}, so that converter refuses it")
     return Export(tensors, files, "transformers.MarianMTModel + MarianTokenizer", notes)
