@@ -73,12 +73,18 @@ def test_timm_opens_it_with_attnlabs_logits(tmp_path, fields):
         expected = theirs(_timm_pixels(theirs, pixels))
         got = model.double()(pixels.double() / 127.5 - 1)  # attnlab.data.images.normalize, in float64
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
-    if channels == 1:  # timm's own eval transform on a PIL image gives those pixels
-        from PIL import Image
+    # timm's own eval transform on an image file's PIL image (another size, not square) gives the
+    # pixels attnlab's reader gives (resized to the square, bicubic), normalised as above
+    import numpy as np
+    from PIL import Image
 
-        transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=theirs))
-        image = pixels[0, 0].to(torch.uint8).numpy()
-        torch.testing.assert_close(transform(Image.fromarray(image)).double(), _timm_pixels(theirs, pixels[:1])[0])
+    from attnlab.data.images import pil_to_tensor
+
+    transform = timm.data.create_transform(**timm.data.resolve_data_config({}, model=theirs))
+    array = np.random.default_rng(0).integers(0, 256, (3 * size, 2 * size, 3), dtype=np.uint8)
+    image = Image.fromarray(array if channels == 3 else array[..., 0])
+    ours = pil_to_tensor(image, image_size=size, channels=channels)[None]
+    torch.testing.assert_close(transform(image)[None].double(), _timm_pixels(theirs, ours), rtol=0, atol=1e-6)
     back = attnlab.load(tmp_path / "timm")
     assert back.classes == classes
     ours, again = model.float().state_dict(), back.model.state_dict()
@@ -121,6 +127,20 @@ def test_huggingface_vit_for_image_classification(tmp_path):
         expected = theirs(pixel_values=(pixels.double() / 255 - 0.5) / 0.5).logits
         got = model.double()(pixels.double() / 127.5 - 1)
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    # ViTImageProcessor gives attnlab's reader's pixels, normalised: exactly for an image of the
+    # model's size; resizing another size, its own bicubic path lands within one grey level
+    import numpy as np
+    from PIL import Image
+
+    from attnlab.data.images import pil_to_tensor
+
+    processor = transformers.ViTImageProcessor.from_pretrained(str(tmp_path / "hf"))
+    rng = np.random.default_rng(0)
+    for shape, tolerance in (((28, 28), 1e-6), ((60, 45), 1 / 127.5 + 1e-6)):
+        image = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8))
+        ours = pil_to_tensor(image, image_size=28, channels=1)[None].double() / 127.5 - 1
+        theirs = processor(image, return_tensors="pt")["pixel_values"].double()
+        torch.testing.assert_close(theirs, ours, rtol=0, atol=tolerance)
 
 
 @pytest.mark.parametrize("fmt, fields, named", [

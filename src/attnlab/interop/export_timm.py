@@ -4,9 +4,10 @@ read backwards.
 
 Pixels. attnlab's ViT reads a uint8 pixel x as ``x / 127.5 - 1``, which is timm's
 ``(x / 255 - mean) / std`` with ``mean = std = 0.5`` per channel: the export of an attnlab
-model says exactly that in ``pretrained_cfg`` (and ``crop_pct`` 1: no centre crop), so
-timm's own transforms (``timm.data.resolve_data_config`` + ``create_transform``) feed it
-the numbers attnlab feeds its model. A timm directory attnlab read has its ``mean``/``std``
+model says exactly that in ``pretrained_cfg``, with ``crop_mode`` "squash", ``crop_pct`` 1
+and bicubic interpolation (attnlab resizes an image to the square, bicubic, and crops
+nothing), so timm's own transforms (``timm.data.resolve_data_config`` +
+``create_transform``) feed it the numbers attnlab feeds its model. A timm directory attnlab read has its ``mean``/``std``
 folded into the patch embedding when it is loaded (``load_timm_vit``); the export reloads
 it unfolded (``fold_normalisation=False``) and writes its weights and ``pretrained_cfg``
 back as they were, so the round trip changes no weight.
@@ -112,7 +113,7 @@ def timm_export(pipeline) -> Export:
         model_args["init_values"] = c.layer_scale_init  # any value makes LayerScale; the weights set the gains
     cfg = pretrained if pretrained is not None else {
         "tag": "attnlab", "custom_load": False, "input_size": [c.in_channels, c.image_size, c.image_size],
-        "fixed_input_size": True, "interpolation": "bicubic", "crop_pct": 1.0, "crop_mode": "center",
+        "fixed_input_size": True, "interpolation": "bicubic", "crop_pct": 1.0, "crop_mode": "squash",
         "mean": mean, "std": std, "num_classes": c.num_classes, "pool_size": None,
         "first_conv": "patch_embed.proj", "classifier": "head"}
     config = {"architecture": architecture, "num_classes": c.num_classes, "num_features": c.d_model,
