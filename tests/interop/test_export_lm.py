@@ -204,3 +204,22 @@ def test_a_missing_or_foreign_model_directory_is_one_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_weights_the_layout_has_no_place_for_are_refused_not_dropped(tmp_path):
+    """A model holding more than the layout carries (a head a later change adds, an untied
+    output projection) is refused: dropping a weight would export another function."""
+    from types import SimpleNamespace
+
+    from attnlab.interop.export_hf import gpt2_export
+
+    model, tokenizer = _lm_dir(tmp_path / "model")
+    pipeline = SimpleNamespace(model=model, tokenizer=tokenizer, directory=tmp_path / "model")
+    assert gpt2_export(pipeline).tensors  # as it is: exported
+    model.extra_head = torch.nn.Linear(4, 2)
+    with pytest.raises(ValueError, match=r"no place for: extra_head.bias, extra_head.weight"):
+        gpt2_export(pipeline)
+    del model.extra_head
+    model.decoder.head.weight = torch.nn.Parameter(model.decoder.embed.weight.detach().clone())
+    with pytest.raises(ValueError, match="untied from the token embedding"):
+        gpt2_export(pipeline)

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["EXPORTERS", "FORMATS", "NEEDS", "Export", "exporter_for", "json_bytes", "refuse_differences",
+__all__ = ["EXPORTERS", "FORMATS", "NEEDS", "Export", "StateReader", "exporter_for", "json_bytes", "refuse_differences",
            "register_exporter"]
 
 FORMATS = {"hf": "HuggingFace transformers", "timm": "timm"}
@@ -101,6 +101,36 @@ class Export:
 
 def json_bytes(values: Mapping) -> bytes:
     return (json.dumps(values, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class StateReader:
+    """A model's state dict as an exporter reads it: every tensor it takes is marked, a tied
+    tensor is checked to be the very one it is tied to, and :meth:`check_all_read` refuses a
+    model holding weights the layout has no place for (a head added to a config family the
+    exporter predates must not be dropped silently: the export would compute something else)."""
+
+    def __init__(self, model):
+        self.state = model.state_dict()
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> Tensor:
+        self.read.add(name)
+        return self.state[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.state
+
+    def tied(self, name: str, to: str) -> bool:
+        """Whether ``name`` is the same tensor as ``to`` (then it counts as read)."""
+        same = name in self.state and self.state[name].data_ptr() == self.state[to].data_ptr()
+        if same:
+            self.read.add(name)
+        return same
+
+    def check_all_read(self, layout: str) -> None:
+        rest = sorted(set(self.state) - self.read)
+        shown = ", ".join(rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")
+        refuse_differences([f"weights the layout has no place for: {shown}"] if rest else [], layout)
 
 
 def refuse_differences(problems: list[str], layout: str) -> None:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from attnlab.attention.patterns import CausalAttention, FullAttention, build_pattern
-from attnlab.interop.export import Export, json_bytes, refuse_differences
+from attnlab.interop.export import Export, StateReader, json_bytes, refuse_differences
 
 __all__ = ["bert_export", "char_tokenizer_json", "gpt2_export", "marian_export"]
 
@@ -103,9 +103,12 @@ def gpt2_export(pipeline) -> Export:
         problems.append(f"its tokenizer ({type(tokenizer).__name__}: sentencepiece pieces per line, lines joined by "
                         "the EOS id) has no exact GPT-2 form (byte-level BPE or a tokenizer.json); character-level "
                         "models and GPT-2 directories export")
-    refuse_differences(problems, "the GPT-2 layout (transformers' GPT2LMHeadModel)")
+    state = StateReader(model)
+    if not state.tied("decoder.head.weight", "decoder.embed.weight"):
+        problems.append("an output projection untied from the token embedding: GPT-2 ties them")
+    layout = "the GPT-2 layout (transformers' GPT2LMHeadModel)"
+    refuse_differences(problems, layout)
 
-    state = {name: value for name, value in model.state_dict().items()}
     tensors = {"transformer.wte.weight": state["decoder.embed.weight"],
                "transformer.wpe.weight": state["decoder.positions.weight"],
                "transformer.ln_f.weight": state["decoder.stack.final_norm.weight"],
@@ -114,6 +117,7 @@ def gpt2_export(pipeline) -> Export:
         for theirs, ours in _LAYER_KEYS.items():
             value = state[f"decoder.stack.layers.{i}.{ours}"]
             tensors[f"transformer.h.{i}.{theirs}"] = value.t() if theirs in _TRANSPOSED else value
+    state.check_all_read(layout)
     config = {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c.vocab_size,
         "n_positions": c.max_positions, "n_ctx": c.max_positions, "n_embd": c.d_model, "n_layer": c.num_layers,
@@ -122,7 +126,7 @@ def gpt2_export(pipeline) -> Export:
         "layer_norm_epsilon": c.layer_norm_eps, "initializer_range": 0.02, "scale_attn_weights": True,
         "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, "tie_word_embeddings": True,
         "bos_token_id": c.bos_id, "eos_token_id": c.eos_id, "use_cache": True,
-        "dtype": str(state["decoder.embed.weight"].dtype).removeprefix("torch."),
+        "dtype": str(tensors["transformer.wte.weight"].dtype).removeprefix("torch."),
     }
     files["config.json"] = json_bytes(config)
     return Export(tensors, files, "transformers.AutoModelForCausalLM (GPT2LMHeadModel) + AutoTokenizer")
@@ -139,9 +143,10 @@ def bert_export(pipeline) -> Export:
     problems = _common_problems(model, "BERT")
     if not (source / "vocab.txt").is_file():
         problems.append(f"{source / 'vocab.txt'}: no WordPiece vocabulary to carry")
-    refuse_differences(problems, "the BERT layout (transformers' BertModel)")
+    layout = "the BERT layout (transformers' BertModel)"
+    refuse_differences(problems, layout)
 
-    state = model.state_dict()
+    state = StateReader(model)
     prefix = "bert." if c.mlm_head else ""  # BertForMaskedLM's names; a BertModel's own without the prefix
     tensors = {prefix + theirs: state[ours] for theirs, ours in _TOP_KEYS.items()}
     d = c.d_model
@@ -157,6 +162,7 @@ def bert_export(pipeline) -> Export:
         tensors.update({prefix + theirs: state[ours] for theirs, ours in _POOLER_KEYS.items()})
     if c.mlm_head:
         tensors.update({theirs: state[ours] for theirs, ours in _MLM_KEYS.items()})
+    state.check_all_read(layout)
     architecture = "BertForMaskedLM" if c.mlm_head else "BertModel"
     config = {
         "architectures": [architecture], "model_type": "bert", "vocab_size": c.vocab_size, "hidden_size": d,
@@ -165,7 +171,7 @@ def bert_export(pipeline) -> Export:
         "attention_probs_dropout_prob": c.attention_dropout, "max_position_embeddings": c.max_positions,
         "type_vocab_size": c.type_vocab_size, "layer_norm_eps": c.layer_norm_eps, "pad_token_id": c.pad_id,
         "position_embedding_type": "absolute", "initializer_range": 0.02, "tie_word_embeddings": True,
-        "dtype": str(state["embed.weight"].dtype).removeprefix("torch."),
+        "dtype": str(tensors[prefix + "embeddings.word_embeddings.weight"].dtype).removeprefix("torch."),
     }
     files = _copy_files(source, ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"))
     if "tokenizer_config.json" not in files:  # what attnlab read: do_lower_case true when the file is absent
@@ -216,9 +222,14 @@ def marian_export(pipeline) -> Export:
     marian_source = is_hf_marian_directory(source)
     if not marian_source and not (source / "tokenizer.model").is_file():
         problems.append(f"{source / 'tokenizer.model'}: no sentencepiece model to carry as source.spm/target.spm")
-    refuse_differences(problems, "the MarianMT layout (transformers' MarianMTModel)")
+    state = StateReader(model)
+    tied = state.tied("decoder.embed.weight", "encoder.embed.weight") & state.tied("decoder.head.weight",
+                                                                                 "encoder.embed.weight")
+    if not tied and c.share_embeddings and c.tie_output_projection:
+        problems.append("embeddings or output projection not one shared table: Marian ties all three")
+    layout = "the MarianMT layout (transformers' MarianMTModel)"
+    refuse_differences(problems, layout)
 
-    state = model.state_dict()
     d = c.d_model
     permute = c.positional == "sinusoidal"  # interleaved: carried in Marian's basis
     order = _halves_permutation(d)
@@ -255,6 +266,7 @@ def marian_export(pipeline) -> Export:
                 else:  # a LayerNorm
                     weight, bias = rows(weight), rows(bias)
                 tensors[f"{theirs}{hf_name}.weight"], tensors[f"{theirs}{hf_name}.bias"] = weight, bias
+    state.check_all_read(layout)
     suppress = c.suppress_ids or []
     config = {
         "architectures": ["MarianMTModel"], "model_type": "marian", "vocab_size": c.vocab_size, "d_model": d,

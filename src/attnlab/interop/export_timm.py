@@ -26,7 +26,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnlab.interop.export import Export, json_bytes, refuse_differences
+from attnlab.interop.export import Export, StateReader, json_bytes, refuse_differences
 
 __all__ = ["hf_vit_export", "timm_export"]
 
@@ -67,10 +67,6 @@ def _source_weights(pipeline):
     return pipeline.model, [0.5] * channels, [0.5] * channels, list(pipeline.classes), None
 
 
-def _state(model) -> dict[str, Tensor]:
-    return dict(model.state_dict())
-
-
 def timm_export(pipeline) -> Export:
     """A Vision Transformer as a timm checkpoint directory (see the module docstring)."""
     from attnlab.interop.timm_vit import _BLOCK_KEYS
@@ -86,7 +82,7 @@ def timm_export(pipeline) -> Export:
     refuse_differences(problems, "timm's VisionTransformer")
 
     model, mean, std, classes, pretrained = _source_weights(pipeline)
-    state = _state(model)
+    state = StateReader(model)
     final = "norm" if c.pool == "token" else "fc_norm"
     tensors = {"patch_embed.proj.weight": state["patch_embed.proj.weight"],
                "patch_embed.proj.bias": state["patch_embed.proj.bias"],
@@ -103,6 +99,7 @@ def timm_export(pipeline) -> Export:
                 key = f"encoder.layers.{i}.{mine}{suffix}"
                 if key in state:
                     tensors[f"blocks.{i}.{theirs}{suffix}"] = state[key]
+    state.check_all_read("timm's VisionTransformer")
     size = _WIDTHS.get(c.d_model, "base")
     architecture = f"vit_{size}_patch16_224"
     model_args = {"img_size": c.image_size, "patch_size": c.patch_size, "in_chans": c.in_channels,
@@ -143,7 +140,7 @@ def hf_vit_export(pipeline) -> Export:
     refuse_differences(problems, "HuggingFace's ViTForImageClassification")
 
     model, mean, std, classes, _ = _source_weights(pipeline)
-    state = _state(model)
+    state = StateReader(model)
     d = c.d_model
     tensors = {"vit.embeddings.cls_token": state["class_token"],
                "vit.embeddings.position_embeddings": state["position_embedding"],
@@ -161,6 +158,7 @@ def hf_vit_export(pipeline) -> Export:
                 tensors[f"{theirs}attention.attention.{name}.{part}"] = qkv[index * d:(index + 1) * d]
             for mine, hf_name in names.items():
                 tensors[f"{theirs}{hf_name}.{part}"] = state[f"{ours}{mine}.{part}"]
+    state.check_all_read("HuggingFace's ViTForImageClassification")
     config = {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": d,
               "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads, "intermediate_size": c.d_ff,
               "hidden_act": "gelu", "hidden_dropout_prob": c.dropout,
@@ -169,7 +167,7 @@ def hf_vit_export(pipeline) -> Export:
               "qkv_bias": True, "encoder_stride": c.patch_size, "initializer_range": 0.02,
               "id2label": {str(i): name for i, name in enumerate(classes)},
               "label2id": {name: i for i, name in enumerate(classes)},
-              "dtype": str(state["norm.weight"].dtype).removeprefix("torch.")}
+              "dtype": str(tensors["vit.layernorm.weight"].dtype).removeprefix("torch.")}
     processor = {"image_processor_type": "ViTImageProcessor", "do_resize": True,
                  "size": {"height": c.image_size, "width": c.image_size}, "resample": 3, "do_rescale": True,
                  "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": mean, "image_std": std}
