@@ -138,15 +138,51 @@ def test_what_gpt2_cannot_express_is_refused_naming_it(tmp_path, capsys, overrid
     assert snapshot(tmp_path) == before
 
 
-def test_a_sentencepiece_line_tokenizer_is_refused(tmp_path, capsys):
-    tokenizer = LineTokenizer.train(TEXT * 4, vocab_size=60)
+def test_a_sentencepiece_bpe_line_tokenizer_travels_exactly_as_tokenizer_json(tmp_path):
+    """attnlab train lm --tokenizer bpe: sentencepiece BPE per line, lines joined by the EOS
+    id. The export's tokenizer.json gives the same ids on real text (Multi30k, the example
+    corpus, whitespace and unknown characters) and decodes any ids the same."""
+    import gzip
+    import random
+    from importlib.resources import files
+    from pathlib import Path
+
+    corpus = (Path(__file__).resolve().parents[2] / "examples" / "corpus.txt").read_text(encoding="utf-8")
+    tokenizer = LineTokenizer.train(corpus, vocab_size=400)
+    torch.manual_seed(0)
+    model = DecoderLM(lm_tiny().replace(vocab_size=tokenizer.vocab_size)).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save(tmp_path / "model")
+    assert _export(tmp_path / "model", tmp_path / "hf") == 0
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    back = attnlab.load(tmp_path / "hf")
+    with gzip.open(files("attnlab.data") / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as handle:
+        multi30k = [next(handle).strip() for _ in range(200)]
+    lines = corpus.splitlines()
+    texts = lines[:300] + multi30k + ["\n".join(lines[i:i + 4]) for i in range(0, 120, 4)] + [
+        "", " ", "a\n\nb", "  two  spaces \n\ttab ", "Zürich’s café — “quotes”", "日本語 and ﬁ ligatures", "\n\n"]
+    for text in texts:
+        ids = tokenizer.encode(text)
+        assert theirs(text)["input_ids"] == ids and back.tokenizer.encode(text) == ids, text
+    rng = random.Random(0)
+    for _ in range(500):  # any ids, special ones (pad, bos, the newline, unk) included
+        ids = [rng.randrange(tokenizer.vocab_size) for _ in range(rng.randrange(1, 12))]
+        assert theirs.decode(ids) == tokenizer.decode(ids) == back.tokenizer.decode(ids), ids
+    ids = torch.tensor([tokenizer.encode(corpus[:200])[:60]])
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval().double()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model.double()(ids), rtol=1e-10, atol=1e-10)
+
+
+def test_a_unigram_line_tokenizer_is_refused(tmp_path, capsys):
+    tokenizer = LineTokenizer.train(TEXT * 4, vocab_size=60, model_type="unigram")
     model = DecoderLM(lm_tiny().replace(vocab_size=tokenizer.vocab_size))
     model.save_pretrained(tmp_path / "model")
     tokenizer.save(tmp_path / "model")
     before = snapshot(tmp_path)
     assert _export(tmp_path / "model", tmp_path / "out") == 2
     err = capsys.readouterr().err
-    assert "LineTokenizer" in err and err.count("\n") == 1
+    assert "unigram" in err and "tokenizer.model" in err and err.count("\n") == 1
     assert snapshot(tmp_path) == before
 
 

@@ -70,6 +70,105 @@ def char_tokenizer_json(chars: list[str]) -> bytes:
     return tokenizer.to_str().encode("utf-8")
 
 
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(data):
+            raise ValueError("truncated")
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _proto_fields(data: bytes):
+    """``(field number, value)`` of a serialised protobuf message: varints as ints, fixed32 as 4
+    bytes, length-delimited fields as bytes (what a sentencepiece model is; no protobuf needed)."""
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, i = data[i:i + size], i + size
+        elif wire == 2:
+            size, i = _varint(data, i)
+            value, i = data[i:i + size], i + size
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        yield key >> 3, value
+
+
+def line_tokenizer_json(model_proto: bytes, newline_id: int, encode) -> bytes:
+    """A ``tokenizer.json`` that encodes as attnlab's sentencepiece line tokenizer does: each
+    line through sentencepiece's BPE (its precompiled ``nmt_nfkc`` normalisation, whitespace
+    stripped and collapsed, a ``▁`` prefix per line, merges ranked by the merged piece's
+    score, runs of unknown characters fused into one ``<unk>``) and the lines joined by
+    ``newline_id`` (the EOS id, which becomes the token ``"\\n"``); decoding joins the lines
+    back. ValueError when the model uses what this form does not carry (unigram, byte
+    fallback, user-defined pieces, other normalisation flags), or when the result does not
+    encode every piece of the vocabulary as ``encode`` (the line tokenizer's) does."""
+    import struct
+
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    pieces, trainer, normalizer = [], {}, {}
+    try:
+        for number, value in _proto_fields(model_proto):
+            if number == 1:
+                fields = dict(_proto_fields(value))
+                pieces.append((fields[1].decode("utf-8"), struct.unpack("<f", fields.get(2, b"\0" * 4))[0],
+                               fields.get(3, 1)))
+            elif number in (2, 3):
+                (trainer if number == 2 else normalizer).update(_proto_fields(value))
+    except (ValueError, KeyError, UnicodeDecodeError, struct.error) as error:
+        raise ValueError(f"tokenizer.model is not a readable sentencepiece model ({error})") from None
+    normal, unknown, control = 1, 2, 3
+    problems = []
+    if trainer.get(3, 1) != 2:
+        problems.append("a unigram sentencepiece model (only BPE is carried)")
+    if trainer.get(35, 0) or trainer.get(24, 0):
+        problems.append("byte fallback or whitespace as suffix")
+    if not (normalizer.get(3, 1) and normalizer.get(4, 1) and normalizer.get(5, 1)) or normalizer.get(6):
+        problems.append("normalisation flags other than sentencepiece's defaults")
+    if any(kind not in (normal, unknown, control) for _, _, kind in pieces):
+        problems.append("user-defined or unused pieces")
+    unknowns = [piece for piece, _, kind in pieces if kind == unknown]
+    if problems or len(unknowns) != 1 or not 0 <= newline_id < len(pieces) or pieces[newline_id][2] != control:
+        raise ValueError("its sentencepiece model has no exact tokenizer.json form here: "
+                         + (", ".join(problems) or "not attnlab's special pieces"))
+    vocab = {("\n" if i == newline_id else piece): i for i, (piece, _, _) in enumerate(pieces)}
+    known = {piece for piece, _, kind in pieces if kind == normal}
+    merges = []
+    for _, index, piece in sorted((-score, i, piece) for i, (piece, score, kind) in enumerate(pieces) if kind == normal):
+        splits = [(vocab[piece[:k]], vocab[piece[k:]], piece[:k], piece[k:]) for k in range(1, len(piece))
+                  if piece[:k] in known and piece[k:] in known]
+        merges += [(left, right) for _, _, left, right in sorted(splits)]
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unknowns[0], fuse_unk=True))
+    charsmap = normalizer.get(2, b"")
+    steps = [normalizers.Precompiled(charsmap)] if charsmap else []
+    tokenizer.normalizer = normalizers.Sequence(steps + [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")])
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tokenizer.add_tokens([AddedToken("\n", normalized=False, special=False)])  # split first: one line at a time
+    drop = [decoders.Replace(piece, "") for i, (piece, _, kind) in enumerate(pieces) if kind == control and i != newline_id]
+    # sentencepiece drops the whitespace a line's pieces start with (the dummy prefix and any "▁"
+    # pieces before the first text); <unk> decodes as " ⁇ ", kept out of the way (a noncharacter)
+    # until then, since its space stays
+    tokenizer.decoder = decoders.Sequence(drop + [decoders.Replace(unknowns[0], "\uffff"),
+                                                  decoders.Replace("\u2581", " "), decoders.Fuse(),
+                                                  decoders.Replace(Regex("\n +"), "\n"),
+                                                  decoders.Replace(Regex("^ +"), ""),
+                                                  decoders.Replace("\uffff", " \u2047 ")])
+    samples = [piece.replace("\u2581", " ") for piece, _, kind in pieces if kind == normal]
+    samples.append("\n".join(samples[:50]))
+    if [e.ids for e in tokenizer.encode_batch(samples, add_special_tokens=False)] != [encode(t) for t in samples]:
+        raise ValueError("its sentencepiece model has no exact tokenizer.json form here (a piece encodes differently)")
+    return tokenizer.to_str().encode("utf-8")
+
+
 def gpt2_export(pipeline) -> Export:
     """A decoder-only language model as a GPT-2 directory (see the module docstring)."""
     from attnlab.interop.hf_gpt2 import _LAYER_KEYS, _TRANSPOSED, is_hf_gpt2_directory
@@ -99,10 +198,18 @@ def gpt2_export(pipeline) -> Export:
         files["tokenizer_config.json"] = json_bytes({
             "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
             "model_max_length": c.max_positions})
+    elif getattr(tokenizer, "newline_id", None) is not None and (source / "tokenizer.model").is_file():
+        try:  # attnlab's line tokenizer: sentencepiece BPE per line, lines joined by the EOS id
+            files["tokenizer.json"] = line_tokenizer_json((source / "tokenizer.model").read_bytes(),
+                                                          tokenizer.newline_id, tokenizer.encode)
+        except ValueError as error:
+            problems.append(f"{source / 'tokenizer.model'}: {error}")
+        files["tokenizer_config.json"] = json_bytes({
+            "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+            "model_max_length": c.max_positions})
     else:
-        problems.append(f"its tokenizer ({type(tokenizer).__name__}: sentencepiece pieces per line, lines joined by "
-                        "the EOS id) has no exact GPT-2 form (byte-level BPE or a tokenizer.json); character-level "
-                        "models and GPT-2 directories export")
+        problems.append(f"its tokenizer ({type(tokenizer).__name__}) has no exact GPT-2 form (byte-level BPE or a "
+                        "tokenizer.json)")
     state = StateReader(model)
     if not state.tied("decoder.head.weight", "decoder.embed.weight"):
         problems.append("an output projection untied from the token embedding: GPT-2 ties them")
