@@ -88,3 +88,33 @@ def test_an_attnlab_bert_becomes_a_bert_for_masked_lm(bert_dir, tmp_path):
     original = attnlab.load(directory).model.state_dict()
     assert set(original) == set(back.model.state_dict())
     assert all(torch.equal(value, back.model.state_dict()[name]) for name, value in original.items())
+
+
+def test_a_head_is_one_function_over_bert_export(bert_dir, tmp_path):
+    """How a BERT sequence classifier joins: an exporter calling bert_export with its head;
+    here a linear head on the pooled output stands in for one, and transformers'
+    BertForSequenceClassification computes its logits (float64)."""
+    from types import SimpleNamespace
+
+    from attnlab.interop.export_hf import bert_export
+
+    directory, model = bert_dir
+    model.classifier = torch.nn.Linear(model.config.d_model, 3).double()
+    model = model.double()
+    labels = ["negative", "neutral", "positive"]
+
+    def head(state, config):
+        return ({"classifier.weight": state["classifier.weight"], "classifier.bias": state["classifier.bias"]},
+                "BertForSequenceClassification",
+                {"num_labels": 3, "id2label": dict(enumerate(labels)), "label2id": {n: i for i, n in enumerate(labels)}})
+
+    pipeline = SimpleNamespace(model=model, tokenizer=None, directory=directory)
+    with pytest.raises(ValueError, match="no place for: classifier.bias, classifier.weight"):
+        bert_export(pipeline)  # without its head the classifier would be dropped: refused
+    bert_export(pipeline, head=head).write(tmp_path)
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(tmp_path)).eval().double()
+    ids = torch.tensor([[2, 7, 9, 11, 3]])
+    with torch.no_grad():
+        expected = model.classifier(model(ids).pooled)
+        torch.testing.assert_close(hf(ids).logits, expected, rtol=1e-10, atol=1e-10)
+    assert hf.config.id2label[2] == "positive"

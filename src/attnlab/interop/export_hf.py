@@ -240,9 +240,17 @@ def gpt2_export(pipeline) -> Export:
 
 
 # ---------------------------------------------------------------------------- BERT
-def bert_export(pipeline) -> Export:
+def bert_export(pipeline, *, head=None) -> Export:
     """A BERT as ``BertModel`` (with the masked-LM head: ``BertForMaskedLM``, whose
-    ``bert`` part ``BertModel`` also opens) + its WordPiece files."""
+    ``bert`` part ``BertModel`` also opens) + its WordPiece files.
+
+    ``head`` exports a model that is a BERT plus a head of its own (a sequence classifier:
+    one exporter function calling this one): ``head(state, config) -> (tensors,
+    architecture, config fields)`` reads the head's weights from the
+    :class:`~attnlab.interop.export.StateReader` (so every weight is accounted for) and
+    names them as transformers does (``classifier.weight``, ...); the encoder's names then
+    carry the ``bert.`` prefix, and ``config.json`` gets the architecture and the fields
+    (``id2label``, ``num_labels``, ...)."""
     from attnlab.interop.hf_bert import _LAYER_KEYS, _MLM_KEYS, _POOLER_KEYS, _TOP_KEYS
 
     model, tokenizer, source = pipeline.model, pipeline.tokenizer, Path(pipeline.directory)
@@ -254,7 +262,9 @@ def bert_export(pipeline) -> Export:
     refuse_differences(problems, layout)
 
     state = StateReader(model)
-    prefix = "bert." if c.mlm_head else ""  # BertForMaskedLM's names; a BertModel's own without the prefix
+    head_tensors, head_architecture, head_fields = head(state, c) if head is not None else ({}, None, {})
+    # a model with a head: BertFor...'s names; a BertModel's own without the prefix
+    prefix = "bert." if c.mlm_head or head is not None else ""
     tensors = {prefix + theirs: state[ours] for theirs, ours in _TOP_KEYS.items()}
     d = c.d_model
     for i in range(c.num_layers):
@@ -269,8 +279,9 @@ def bert_export(pipeline) -> Export:
         tensors.update({prefix + theirs: state[ours] for theirs, ours in _POOLER_KEYS.items()})
     if c.mlm_head:
         tensors.update({theirs: state[ours] for theirs, ours in _MLM_KEYS.items()})
+    tensors.update(head_tensors)
     state.check_all_read(layout)
-    architecture = "BertForMaskedLM" if c.mlm_head else "BertModel"
+    architecture = head_architecture or ("BertForMaskedLM" if c.mlm_head else "BertModel")
     config = {
         "architectures": [architecture], "model_type": "bert", "vocab_size": c.vocab_size, "hidden_size": d,
         "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads, "intermediate_size": c.d_ff,
@@ -279,13 +290,14 @@ def bert_export(pipeline) -> Export:
         "type_vocab_size": c.type_vocab_size, "layer_norm_eps": c.layer_norm_eps, "pad_token_id": c.pad_id,
         "position_embedding_type": "absolute", "initializer_range": 0.02, "tie_word_embeddings": True,
         "dtype": str(tensors[prefix + "embeddings.word_embeddings.weight"].dtype).removeprefix("torch."),
+        **head_fields,
     }
     files = _copy_files(source, ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"))
     if "tokenizer_config.json" not in files:  # what attnlab read: do_lower_case true when the file is absent
         files["tokenizer_config.json"] = json_bytes({
             "tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": c.max_positions})
     files["config.json"] = json_bytes(config)
-    notes = [] if c.pooler or c.mlm_head else ["no pooler: BertModel(add_pooling_layer=False) opens it"]
+    notes = [] if c.pooler or c.mlm_head or head else ["no pooler: BertModel(add_pooling_layer=False) opens it"]
     return Export(tensors, files, f"transformers.{architecture} (AutoModel) + AutoTokenizer (BertTokenizer)", notes)
 
 
