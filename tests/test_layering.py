@@ -17,7 +17,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 LAYERS = [
-    {"linear", "files", "quantize", "families"},  # families: the registry (attnlab/families/__init__.py) only
+    {"linear", "files", "limits", "quantize", "families"},  # families: the registry (attnlab/families/__init__.py) only
     {"attention"},
     {"layers"},
     {"models"},

@@ -152,7 +152,7 @@ def test_tiny_directory_round_trip(tmp_path):
     ("no_config", r"config\.json: no such file"),
     ("no_weights", r"model\.safetensors: no such file"),
     ("no_vocab", r"vocab\.txt: no such file"),
-    ("bad_json", r"config\.json: not a readable JSON"),
+    ("bad_json", r"config\.json: not valid JSON"),
     ("gpt2_config", "is not a BERT model"),
     ("truncated_weights", "not a readable safetensors"),
     ("wrong_size", "shape"),
@@ -185,3 +185,90 @@ def test_bad_directories(tmp_path, damage, message):
         load_hf_bert(directory)
     if before is not None:
         assert sorted(p.name for p in directory.iterdir()) == before  # nothing written or removed
+
+
+# -- the directory is checked as attnlab's own are (issue 39) -----------------------------------
+@pytest.mark.parametrize("kind, message", [("int", "has dtype int64; weights must be floating point"),
+                                           ("nan", "holds NaN or infinity")])
+def test_integer_or_non_finite_weights_are_refused(tmp_path, capsys, kind, message):
+    """embed returned NaNs (and integer weights loaded silently); now refused by every entry point."""
+    import attnlab
+    from attnlab.cli.main import main
+    from reference.damaged import damage_weights
+
+    directory = _tiny_dir(tmp_path)
+    name = damage_weights(directory, kind)
+    pattern = rf"model\.safetensors: tensor '{name}' {message}"
+    with pytest.raises(ValueError, match=pattern):
+        load_hf_bert(directory)
+    with pytest.raises(ValueError, match=pattern):
+        attnlab.load(directory)
+    assert main(["embed", "--model", str(directory), "w1 w2"]) == 2
+    err = capsys.readouterr().err
+    assert name in err and "Traceback" not in err
+
+
+def test_an_unused_integer_buffer_is_not_a_weight(tmp_path):
+    """Older BERT files carry embeddings.position_ids (int64), which no converter reads: still loads."""
+    from safetensors.torch import load_file, save_file
+
+    directory = _tiny_dir(tmp_path)
+    tensors = load_file(str(directory / "model.safetensors"))
+    tensors["embeddings.position_ids"] = torch.arange(40).unsqueeze(0)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    model, _ = load_hf_bert(directory)
+    assert model.config.num_layers == 3
+
+
+def test_only_a_pickle_is_refused_saying_how_to_convert(tmp_path, capsys):
+    """A BERT directory with only pytorch_model.bin said "model.safetensors: no such file"."""
+    from attnlab.cli.main import main
+
+    directory = _tiny_dir(tmp_path)
+    (directory / "model.safetensors").unlink()
+    (directory / "pytorch_model.bin").write_bytes(b"never read")
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin is a pickle, which attnlab never loads.*Convert it once"):
+        load_hf_bert(directory)
+    assert main(["embed", "--model", str(directory), "w1"]) == 2
+    assert "never loads" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "config.json"])
+def test_deeply_nested_json_is_one_line_naming_the_file(tmp_path, capsys, name):
+    """A tokenizer_config.json nested 100k deep raised RecursionError from attnlab.load."""
+    import attnlab
+    from attnlab.cli.main import main
+    from reference.damaged import nested_json
+
+    directory = _tiny_dir(tmp_path)
+    (directory / name).write_text(nested_json())
+    with pytest.raises(ValueError, match=rf"{name}: .*nested too deeply"):
+        attnlab.load(directory)
+    assert main(["embed", "--model", str(directory), "w1"]) == 2
+    err = capsys.readouterr().err
+    assert name in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"do_lower_case": "false"}, r"tokenizer_config\.json: do_lower_case='false' is not true or false"),
+])
+def test_tokenizer_config_values_are_checked(tmp_path, values, message):
+    directory = _tiny_dir(tmp_path)
+    (directory / "tokenizer_config.json").write_text(json.dumps(values))
+    with pytest.raises(ValueError, match=message):
+        load_hf_bert(directory)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("hidden_size", "48", "hidden_size='48' is not an integer"),
+    ("num_hidden_layers", 5000, "num_hidden_layers=5000 exceeds the cap"),
+    ("vocab_size", float("nan"), "vocab_size=nan is not an integer"),
+    ("hidden_act", ["gelu"], "unsupported hidden_act"),
+])
+def test_config_errors_name_berts_own_fields(tmp_path, field, value, message):
+    directory = _tiny_dir(tmp_path)
+    config = directory / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), field: value}))
+    with pytest.raises(ValueError, match=message) as error:
+        load_hf_bert(directory)
+    assert str(error.value).startswith(str(config)) and "BertConfig" not in str(error.value)

@@ -5,6 +5,7 @@ GPT2TokenizerFast; `attnlab.load` and `attnlab generate` open it; what it refuse
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -104,3 +105,72 @@ def test_the_explorer_and_export_onnx_open_it(gpt2_dir, tmp_path, capsys):
     assert main(["export-onnx", "--model", str(directory), "-o", str(out)]) in (0,)
     printed = capsys.readouterr().out
     assert out.is_file() and "inputs ids" in printed
+
+
+# -- the directory is checked as attnlab's own are (issue 39) -----------------------------------
+def _copy(directory, tmp_path, name="copy"):
+    import shutil
+
+    target = tmp_path / name
+    shutil.copytree(directory, target)
+    return target
+
+
+@pytest.mark.parametrize("kind, message", [("int", "has dtype int64; weights must be floating point"),
+                                           ("nan", "holds NaN or infinity"), ("inf", "holds NaN or infinity")])
+def test_integer_or_non_finite_weights_are_refused_everywhere(gpt2_dir, tmp_path, capsys, kind, message):
+    """Integer tensors or a NaN in model.safetensors loaded and generated garbage (exit 0);
+    now every entry point refuses them, naming the file and the tensor as the file names it."""
+    import attnlab
+    from attnlab.cli.main import main
+    from attnlab.interop.hf_gpt2 import load_hf_gpt2
+    from reference.damaged import damage_weights
+
+    directory = _copy(gpt2_dir[0], tmp_path)
+    name = damage_weights(directory, kind)
+    pattern = rf"model\.safetensors: tensor '{name}' {message}"
+    with pytest.raises(ValueError, match=pattern):
+        load_hf_gpt2(directory)
+    with pytest.raises(ValueError, match=pattern):
+        attnlab.load(directory)
+    assert main(["generate", "--model", str(directory), "--prompt", "ROMEO", "--max-new-tokens", "3"]) == 2
+    captured = capsys.readouterr()
+    assert name in captured.err and "Traceback" not in captured.err and captured.out == ""
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("vocab_size", float("nan"), "vocab_size=nan is not an integer"),
+    ("n_head", "4", "n_head='4' is not an integer"),
+    ("n_embd", "32", "n_embd='32' is not an integer"),
+    ("n_layer", 5000, "n_layer=5000 exceeds the cap"),
+    ("n_layer", 0, "n_layer=0 must be >= 1"),
+    ("n_head", 5, "n_embd=32 is not divisible by n_head=5"),
+    ("layer_norm_epsilon", -1.0, "layer_norm_epsilon=-1.0 must be positive"),
+    ("resid_pdrop", 1.5, r"resid_pdrop=1.5 must be in \[0, 1\)"),
+    ("bos_token_id", "0", "bos_token_id='0' is not an integer"),
+    ("activation_function", ["gelu"], "unsupported activation_function"),
+])
+def test_config_errors_name_gpt2s_own_fields(gpt2_dir, tmp_path, field, value, message):
+    """vocab_size NaN said "pad_id=0 is outside the vocabulary [0, nan)", n_head "4" a
+    Python TypeError, and errors named attnlab's DecoderLMConfig.num_layers: now each names
+    config.json and the field as the file spells it."""
+    from attnlab.interop.hf_gpt2 import load_hf_gpt2
+
+    directory = _copy(gpt2_dir[0], tmp_path)
+    values = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**values, field: value}))
+    with pytest.raises(ValueError) as error:
+        load_hf_gpt2(directory)
+    text = str(error.value)
+    assert text.startswith(f"{directory / 'config.json'}: ") and re.search(message, text), text
+    assert "DecoderLMConfig" not in text and "num_layers" not in text and "num_heads" not in text
+
+
+def test_only_a_pickle_says_how_to_convert(gpt2_dir, tmp_path):
+    from attnlab.interop.hf_gpt2 import load_hf_gpt2
+
+    directory = _copy(gpt2_dir[0], tmp_path)
+    (directory / "model.safetensors").unlink()
+    (directory / "pytorch_model.bin").write_bytes(b"never read")
+    with pytest.raises(ValueError, match=r"never loads.*Convert it once.*save_file"):
+        load_hf_gpt2(directory)

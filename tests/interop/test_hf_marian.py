@@ -417,3 +417,76 @@ def test_unsupported_configs_are_refused():
         config_from_hf_marian(_hf_config(activation_function="tanh"))
     with pytest.raises(ValueError, match="bad_words_ids"):
         config_from_hf_marian(_hf_config(), generation={"bad_words_ids": [[3, 4]]})
+
+
+# -- every value read from a sidecar is bounded and named with its file (issue 39) --------------
+def _marian_copy(marian_dir, tmp_path):
+    import shutil
+
+    directory = tmp_path / "opus-mt-copy"
+    shutil.copytree(marian_dir, directory)
+    return directory
+
+
+@pytest.mark.parametrize("file, values, message", [
+    ("generation_config.json", {"num_beams": 1_000_000_000},
+     r"generation_config\.json: num_beams=1000000000 exceeds the largest beam attnlab searches \(64\)"),
+    ("generation_config.json", {"num_beams": 0}, r"generation_config\.json: num_beams=0 must be at least 1"),
+    ("generation_config.json", {"num_beams": "4"}, r"generation_config\.json: num_beams='4' is not an integer"),
+    ("generation_config.json", {"num_beams": 2.5}, r"generation_config\.json: num_beams=2\.5 is not an integer"),
+    ("generation_config.json", {"max_length": 10**12}, r"generation_config\.json: max_length=1000000000000 exceeds"),
+    ("generation_config.json", {"length_penalty": float("nan")},
+     r"generation_config\.json: length_penalty=nan is not a finite number"),
+    ("generation_config.json", {"decoder_start_token_id": -3},
+     r"generation_config\.json: decoder_start_token_id=-3 must be at least 0"),
+    ("config.json", {"num_beams": 10**9}, r"config\.json: num_beams=1000000000 exceeds"),
+    ("config.json", {"encoder_layers": "6", "decoder_layers": "6"}, r"config\.json: encoder_layers='6' is not an"),
+    ("config.json", {"d_model": float("nan")}, r"config\.json: d_model=nan is not an integer"),
+    ("config.json", {"scale_embedding": "false"}, r"config\.json: scale_embedding='false' is not true or false"),
+])
+def test_sidecar_values_are_bounded_and_named(marian_dir, tmp_path, capsys, file, values, message):
+    """num_beams 1e9 in generation_config.json ran 135 s, then failed allocating 264 GB."""
+    import attnlab
+
+    directory = _marian_copy(marian_dir, tmp_path)
+    if file == "config.json" and "num_beams" in values:
+        (directory / "generation_config.json").unlink()  # the config's own field is then the one used
+    path = directory / file
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+    with pytest.raises(ValueError, match=message):
+        load_hf_marian(directory)
+    with pytest.raises(ValueError, match=message):
+        attnlab.load(directory)
+    assert main(["translate", "--model", str(directory), "--input", str(directory / "tokenizer_config.json")]) == 2
+    err = capsys.readouterr().err
+    assert file in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["generation_config.json", "tokenizer_config.json", "config.json"])
+def test_deeply_nested_sidecars_name_the_file(marian_dir, tmp_path, name):
+    from reference.damaged import nested_json
+
+    directory = _marian_copy(marian_dir, tmp_path)
+    (directory / name).write_text(nested_json())
+    with pytest.raises(ValueError, match=rf"{name}: .*nested too deeply"):
+        load_hf_marian(directory)
+
+
+@pytest.mark.parametrize("kind, message", [("int", "has dtype int64"), ("nan", "holds NaN or infinity")])
+def test_weights_are_checked_by_the_shared_check(marian_dir, tmp_path, kind, message):
+    """The MarianMT loader had its own finiteness loop naming attnlab's keys; now the one
+    check every loader runs names the file and its tensor."""
+    from reference.damaged import damage_weights
+
+    directory = _marian_copy(marian_dir, tmp_path)
+    name = damage_weights(directory, kind)
+    with pytest.raises(ValueError, match=rf"model\.safetensors: tensor '{name}' {message}"):
+        load_hf_marian(directory)
+
+
+def test_a_real_sized_vocab_json_is_not_capped_as_a_config(marian_dir, tmp_path):
+    """opus-mt's vocab.json (58k pieces) is about 1.3 MB: larger than a config's 1 MiB cap."""
+    directory = _marian_copy(marian_dir, tmp_path)
+    path = directory / "vocab.json"
+    path.write_text(path.read_text(encoding="utf-8") + " " * (3 << 19), encoding="utf-8")
+    load_hf_marian(directory)

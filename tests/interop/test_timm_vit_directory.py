@@ -92,3 +92,34 @@ def test_attnlab_load_and_classify_open_it(tmp_path, capsys):
     assert best[0] == str(int(expected.argmax())) and best[1] == pytest.approx(float(expected.max()), abs=1e-4)
     assert main(["classify", "--model", str(directory), str(image), "--top-k", "1"]) == 0
     assert f"{best[0]}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind, message", [("int", "has dtype int64; weights must be floating point"),
+                                           ("nan", "holds NaN or infinity")])
+def test_integer_or_non_finite_weights_are_refused(tmp_path, capsys, kind, message):
+    """classify answered ('2', nan) on a NaN in model.safetensors; now refused, naming the tensor."""
+    import attnlab
+    from attnlab.cli.main import main
+    from PIL import Image
+    from reference.damaged import damage_weights
+
+    _, directory = _saved(tmp_path, *CASES[0][1:])
+    name = damage_weights(directory, kind)
+    pattern = rf"model\.safetensors: tensor '{name}' {message}"
+    with pytest.raises(ValueError, match=pattern):
+        load_timm_vit(directory)
+    with pytest.raises(ValueError, match=pattern):
+        attnlab.load(directory)
+    image = tmp_path / "x.png"
+    Image.new("RGB", (32, 32), (10, 200, 30)).save(image)
+    assert main(["classify", "--model", str(directory), str(image)]) == 2
+    assert name in capsys.readouterr().err
+
+
+def test_non_finite_normalisation_is_refused(tmp_path):
+    _, directory = _saved(tmp_path, *CASES[0][1:])
+    values = json.loads((directory / "config.json").read_text())
+    values["pretrained_cfg"]["mean"] = [float("nan"), 0.5, 0.5]
+    (directory / "config.json").write_text(json.dumps(values))
+    with pytest.raises(ValueError, match=r"config\.json: pretrained_cfg mean/std need 3 finite values"):
+        load_timm_vit(directory)

@@ -63,8 +63,11 @@ def bounded_float(low: float, high: float | None = None, *, include_low: bool = 
     return convert
 
 
-SEED = bounded_int(0, 2**63 - 1)  # torch.manual_seed takes a 64-bit integer
-TEMPERATURE = bounded_float(0.0, 100.0)  # sampling temperature: above 0; past 100 every draw is uniform
+from attnlab.limits import MAX_BEAM, MAX_SEED, MAX_TEMPERATURE  # noqa: E402  (the bounds pipelines check too)
+
+SEED = bounded_int(0, MAX_SEED)  # torch.manual_seed takes a 64-bit integer
+TEMPERATURE = bounded_float(0.0, MAX_TEMPERATURE)  # sampling temperature: above 0; past 100 every draw is uniform
+BEAM = bounded_int(1, MAX_BEAM)  # beam size: 1 (greedy) to MAX_BEAM
 
 
 def add_threads_argument(parser) -> None:

@@ -28,7 +28,6 @@ cls.predictions.bias                            mlm_bias
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,7 +36,8 @@ import torch
 from torch import Tensor
 
 from attnlab.files import read_config_json
-from attnlab.interop.weights import copy_converted_weights, read_safetensors
+from attnlab.interop.weights import copy_converted_weights, foreign_config, foreign_flag, read_safetensors
+from attnlab.interop.weights import read_foreign_json as _read_json
 from attnlab.models.bert import BertConfig, BertEncoder
 
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -77,7 +77,7 @@ def config_from_hf_bert(hf_config: Mapping | object, *, source: str = "config") 
                          f"(only 'absolute')")
     if get("is_decoder", False) or get("add_cross_attention", False):
         raise ValueError(f"{source}: BERT decoders (is_decoder / add_cross_attention) are not supported")
-    activation = _ACTIVATIONS.get(get("hidden_act", "gelu"))
+    activation = _ACTIVATIONS.get(get("hidden_act", "gelu")) if isinstance(get("hidden_act", "gelu"), str) else None
     if activation is None:
         raise ValueError(f"{source}: unsupported hidden_act={get('hidden_act')!r}; supported: {sorted(_ACTIVATIONS)}")
     values = dict(vocab_size=get("vocab_size"), d_model=get("hidden_size"), num_heads=get("num_attention_heads"),
@@ -90,10 +90,7 @@ def config_from_hf_bert(hf_config: Mapping | object, *, source: str = "config") 
     missing = sorted(_HF_NAMES.get(name, name) for name, value in values.items() if value is None)
     if missing:
         raise ValueError(f"{source}: missing BERT config field(s) {missing}")
-    try:
-        return BertConfig.from_dict(values, source=source)
-    except ValueError as error:  # name the fields as config.json spells them, not attnlab's
-        raise ValueError(_hf_field_names(str(error))) from None
+    return foreign_config(BertConfig, values, source, _HF_NAMES)  # errors name config.json's fields
 
 
 # attnlab's BertConfig field -> the HuggingFace config.json field it comes from
@@ -101,13 +98,6 @@ _HF_NAMES = {"d_model": "hidden_size", "num_heads": "num_attention_heads", "d_ff
              "num_layers": "num_hidden_layers", "max_positions": "max_position_embeddings",
              "dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
              "pad_id": "pad_token_id", "activation": "hidden_act"}
-
-
-def _hf_field_names(message: str) -> str:
-    import re
-
-    message = message.replace("BertConfig.", "")
-    return re.sub(r"\b(" + "|".join(_HF_NAMES) + r")\b", lambda m: _HF_NAMES[m.group(1)], message)
 
 
 def bert_state_dict_to_attnlab(state_dict: Mapping[str, Tensor], num_layers: int, *,
@@ -209,16 +199,6 @@ class WordPieceTokenizer:
         return {"ids": ids, "attention_mask": mask, "token_type_ids": types}, [list(e.tokens) for e in encodings]
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not a readable JSON file ({error})") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return values
-
-
 def is_hf_bert_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace BERT ``config.json`` (``model_type: bert``)."""
     values = read_config_json(directory)
@@ -243,11 +223,12 @@ def load_hf_bert(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
                 if "model_type" in values else "no BERT config and no vocab.txt")
         raise ValueError(f"{directory}: not a HuggingFace BERT directory ({what}); give a directory with a BERT "
                          "config.json (model_type \"bert\"), model.safetensors and vocab.txt")
-    for path in (config_path, weights_path, vocab_path):
+    for path in (config_path, vocab_path):
         if not path.is_file():
             raise ValueError(f"{path}: no such file; a HuggingFace BERT directory holds config.json, "
                              f"model.safetensors and vocab.txt")
     config = config_from_hf_bert(values, source=str(config_path))
+    # missing weights: read_safetensors says so (and how to convert a pickled pytorch_model.bin)
     model = _load_into(config, read_safetensors(directory, "BERT"), str(weights_path))
     return model.to(device), load_wordpiece(directory, config)
 
@@ -262,7 +243,8 @@ def load_wordpiece(directory: str | os.PathLike, config: BertConfig) -> WordPiec
         raise ValueError(f"{vocab_path}: no such file; a BERT directory holds its WordPiece vocabulary there")
     tokenizer_config = directory / "tokenizer_config.json"
     lowercase = _read_json(tokenizer_config).get("do_lower_case", True) if tokenizer_config.is_file() else True
-    tokenizer = WordPieceTokenizer(vocab_path, lowercase=bool(lowercase), max_length=config.max_positions)
+    lowercase = foreign_flag(lowercase, "do_lower_case", str(tokenizer_config))
+    tokenizer = WordPieceTokenizer(vocab_path, lowercase=lowercase, max_length=config.max_positions)
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(f"{vocab_path}: {tokenizer.vocab_size} tokens but config.json has vocab_size="
                          f"{config.vocab_size}")

@@ -21,7 +21,6 @@ ln_f                                           decoder.stack.final_norm
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +29,7 @@ import torch
 from torch import Tensor
 
 from attnlab.files import read_config_json
-from attnlab.interop.weights import copy_converted_weights, read_safetensors
+from attnlab.interop.weights import copy_converted_weights, foreign_config, read_safetensors
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 
 _TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -44,27 +43,47 @@ _LAYER_KEYS = {
 }
 
 
-def config_from_hf_gpt2(hf_config) -> DecoderLMConfig:
+# attnlab's DecoderLMConfig field -> the GPT-2 config.json field it comes from (errors name the file's)
+_HF_NAMES = {"vocab_size": "vocab_size", "d_model": "n_embd", "num_heads": "n_head", "d_ff": "n_inner",
+             "num_layers": "n_layer", "max_positions": "n_positions", "dropout": "resid_pdrop",
+             "attention_dropout": "attn_pdrop", "layer_norm_eps": "layer_norm_epsilon", "bos_id": "bos_token_id",
+             "eos_id": "eos_token_id", "activation": "activation_function"}
+
+
+def config_from_hf_gpt2(hf_config, *, source: str = "from_hf_gpt2") -> DecoderLMConfig:
     """The :class:`DecoderLMConfig` of a ``transformers.GPT2Config`` (or of its
-    ``config.json`` as a dict: the same fields, GPT2Config's defaults where one is absent)."""
+    ``config.json`` as a dict: the same fields, GPT2Config's defaults where one is absent).
+    Types, caps and ranges are checked as for attnlab's own configs; errors name ``source``
+    and GPT-2's own fields (``n_layer``, not ``num_layers``)."""
     if isinstance(hf_config, Mapping):
         hf_config = _Gpt2Fields(hf_config)
     activation = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
-                  "relu": "relu"}.get(hf_config.activation_function)
+                  "relu": "relu"}.get(hf_config.activation_function) if isinstance(
+                      hf_config.activation_function, str) else None
     if activation is None:
-        raise ValueError(f"from_hf_gpt2: unsupported activation_function={hf_config.activation_function!r}")
-    if not getattr(hf_config, "scale_attn_weights", True) or getattr(hf_config, "scale_attn_by_inverse_layer_idx",
-                                                                     False):
-        raise ValueError("from_hf_gpt2: only the standard 1/sqrt(head_dim) attention scaling is supported")
-    return DecoderLMConfig(
-        vocab_size=hf_config.vocab_size, d_model=hf_config.n_embd, num_heads=hf_config.n_head,
-        d_ff=hf_config.n_inner or 4 * hf_config.n_embd, num_layers=hf_config.n_layer,
-        max_positions=hf_config.n_positions, positional="learned", norm_first=True, activation=activation,
-        dropout=hf_config.resid_pdrop, attention_dropout=hf_config.attn_pdrop,
-        layer_norm_eps=hf_config.layer_norm_epsilon, scale_embeddings=False,
-        bos_id=hf_config.bos_token_id if hf_config.bos_token_id is not None and hf_config.bos_token_id < hf_config.vocab_size else None,
-        eos_id=hf_config.eos_token_id if hf_config.eos_token_id is not None and hf_config.eos_token_id < hf_config.vocab_size else None,
-    )
+        raise ValueError(f"{source}: unsupported activation_function={hf_config.activation_function!r}")
+    if getattr(hf_config, "scale_attn_weights", True) is not True or getattr(
+            hf_config, "scale_attn_by_inverse_layer_idx", False) is not False:
+        raise ValueError(f"{source}: only the standard 1/sqrt(head_dim) attention scaling is supported "
+                         "(scale_attn_weights true, scale_attn_by_inverse_layer_idx false)")
+    vocab, width = hf_config.vocab_size, hf_config.n_embd
+
+    def special(value):  # an id outside the vocabulary (GPT-2's 50256 in a smaller model) is no token
+        if value is None or isinstance(value, bool) or not isinstance(value, int):
+            return value  # None, or a wrong type from_dict names
+        return value if isinstance(vocab, int) and not isinstance(vocab, bool) and 0 <= value < vocab else None
+
+    inner = hf_config.n_inner
+    if inner is None:
+        inner = 4 * width if isinstance(width, int) and not isinstance(width, bool) else width
+    values = dict(vocab_size=vocab, d_model=width, num_heads=hf_config.n_head, d_ff=inner,
+                  num_layers=hf_config.n_layer, max_positions=hf_config.n_positions, positional="learned",
+                  norm_first=True, activation=activation, dropout=hf_config.resid_pdrop,
+                  attention_dropout=hf_config.attn_pdrop, layer_norm_eps=hf_config.layer_norm_epsilon,
+                  scale_embeddings=False, bos_id=special(hf_config.bos_token_id),
+                  eos_id=special(hf_config.eos_token_id))
+    # the caps every loaded config meets (no million-layer model from a hostile file)
+    return foreign_config(DecoderLMConfig, values, source, _HF_NAMES)
 
 
 def gpt2_state_dict_to_attnlab(state_dict: Mapping[str, Tensor], num_layers: int) -> dict[str, Tensor]:
@@ -201,13 +220,7 @@ def load_hf_gpt2(directory: str | os.PathLike, *,
         if not (directory / name).is_file():
             raise ValueError(f"{directory / name}: no such file; a GPT-2 directory holds its byte-level BPE in "
                              "vocab.json and merges.txt (or its tokenizer in tokenizer.json)")
-    try:  # the config first: its caps are checked before any weight is read
-        config = config_from_hf_gpt2(values)
-        # through from_dict: the caps every loaded config meets (no million-layer model from a hostile file)
-        config = DecoderLMConfig.from_dict(dataclasses.asdict(config), source=str(config_path))
-    except (TypeError, ValueError) as error:
-        message = str(error)  # from_dict's messages name the file already
-        raise ValueError(message if message.startswith(str(config_path)) else f"{config_path}: {message}") from None
+    config = config_from_hf_gpt2(values, source=str(config_path))  # before any weight is read
     state_dict = read_safetensors(directory, "GPT-2")
     try:
         weights = gpt2_state_dict_to_attnlab(state_dict, config.num_layers)

@@ -37,7 +37,7 @@ decoder.layers.i.encoder_attn_layer_norm         decoder.stack.layers.i.cross_at
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,7 +46,11 @@ import torch
 from torch import Tensor
 
 from attnlab.files import read_config_json
-from attnlab.interop.weights import copy_converted_weights, read_safetensors
+from attnlab.interop.weights import (FOREIGN_BUFFERS, copy_converted_weights, foreign_config, foreign_flag,
+                                     foreign_int, read_safetensors)
+from attnlab.interop.weights import read_foreign_json as _read_json
+from attnlab.limits import MAX_BEAM
+from attnlab.models.base import MAX_SIZE, check_weights
 from attnlab.layers.positional import sinusoidal_table
 from attnlab.models.transformer import Transformer, TransformerConfig
 
@@ -55,6 +59,7 @@ _ACTIVATIONS = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu",
 _LAYER_KEYS = {"self_attn.out_proj": "self_attn.out_proj", "self_attn_layer_norm": "self_attn_norm",
                "fc1": "ffn.linear1", "fc2": "ffn.linear2", "final_layer_norm": "ffn_norm"}
 _CROSS_KEYS = {"encoder_attn.out_proj": "cross_attn.out_proj", "encoder_attn_layer_norm": "cross_attn_norm"}
+MAX_VOCAB_BYTES = 64 << 20  # vocab.json: opus-mt's 58k pieces take about 1.3 MB
 GENERATION_FIELDS = ("num_beams", "max_length", "bad_words_ids", "decoder_start_token_id", "length_penalty")
 
 
@@ -83,10 +88,14 @@ def config_from_hf_marian(hf_config: Mapping | object, *, generation: Mapping | 
     model_type = get("model_type")
     if model_type not in ("marian", None):
         raise ValueError(f"{source}: model_type={model_type!r} is not a MarianMT model")
+    for flag, default in (("share_encoder_decoder_embeddings", True), ("tie_word_embeddings", True),
+                          ("scale_embedding", False), ("normalize_before", False), ("add_final_layer_norm", False)):
+        foreign_flag(get(flag, default), flag, source)
     if not get("share_encoder_decoder_embeddings", True):
         raise ValueError(f"{source}: share_encoder_decoder_embeddings=false (separate source and target "
                          "vocabularies) is not supported; attnlab reads joint-vocabulary Marian models")
-    activation = _ACTIVATIONS.get(get("activation_function", "swish"))
+    activation = _ACTIVATIONS.get(get("activation_function", "swish")) if isinstance(
+        get("activation_function", "swish"), str) else None
     if activation is None:
         raise ValueError(f"{source}: unsupported activation_function={get('activation_function')!r}; "
                          f"supported: {sorted(_ACTIVATIONS)}")
@@ -112,10 +121,18 @@ def config_from_hf_marian(hf_config: Mapping | object, *, generation: Mapping | 
                   scale_embeddings=bool(get("scale_embedding", False)), output_bias=True,
                   pad_id=pad, bos_id=generation.get("decoder_start_token_id", get("decoder_start_token_id", pad)),
                   eos_id=get("eos_token_id"), suppress_ids=_suppress_ids(bad_words, source))
-    missing = sorted(name for name, value in values.items() if value is None and name != "suppress_ids")
+    missing = sorted(_HF_NAMES.get(name, name) for name, value in values.items()
+                     if value is None and name != "suppress_ids")
     if missing:
-        raise ValueError(f"{source}: missing MarianMT config field(s) for {missing}")
-    return TransformerConfig.from_dict(values, source=source)
+        raise ValueError(f"{source}: missing MarianMT config field(s) {missing}")
+    return foreign_config(TransformerConfig, values, source, _HF_NAMES)  # errors name config.json's fields
+
+
+# attnlab's TransformerConfig field -> the MarianMT config.json field it comes from
+_HF_NAMES = {"num_heads": "encoder_attention_heads", "d_ff": "encoder_ffn_dim", "num_encoder_layers": "encoder_layers",
+             "num_decoder_layers": "decoder_layers", "max_positions": "max_position_embeddings",
+             "attention_dropout": "attention_dropout", "pad_id": "pad_token_id", "bos_id": "decoder_start_token_id",
+             "eos_id": "eos_token_id", "suppress_ids": "bad_words_ids", "activation": "activation_function"}
 
 
 def marian_state_dict_to_attnlab(state_dict: Mapping[str, Tensor], config: TransformerConfig, *,
@@ -236,10 +253,14 @@ class MarianTokenizer:
                                  "target.spm and vocab.json")
         settings = _read_json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() \
             else {}
-        if settings.get("separate_vocabs"):
+        source_lang = settings.get("source_lang")
+        if source_lang is not None and not isinstance(source_lang, str):
+            raise ValueError(f"{directory / 'tokenizer_config.json'}: source_lang={source_lang!r} is not a string")
+        if foreign_flag(settings.get("separate_vocabs", False), "separate_vocabs",
+                        str(directory / "tokenizer_config.json")):
             raise ValueError(f"{directory / 'tokenizer_config.json'}: separate_vocabs=true is not supported "
                              "(attnlab reads joint-vocabulary Marian models)")
-        vocab = _read_json(directory / "vocab.json")
+        vocab = _read_json(directory / "vocab.json", max_bytes=MAX_VOCAB_BYTES)
         if not all(isinstance(index, int) and not isinstance(index, bool) for index in vocab.values()):
             raise ValueError(f"{directory / 'vocab.json'}: expected an object of piece -> integer id")
         try:
@@ -282,16 +303,6 @@ def _punctuation_normalizer(source_lang: str | None):
     return MosesPunctNormalizer(source_lang).normalize
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as error:
-        raise ValueError(f"{path}: not a readable JSON file ({error})") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return values
-
-
 def is_hf_marian_directory(directory: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a HuggingFace ``config.json`` with ``model_type: marian``."""
     values = read_config_json(directory)  # None: not ours to judge, the model loader names the problem
@@ -312,19 +323,47 @@ def _load_weights(directory: Path) -> dict[str, Tensor]:
                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
         if not isinstance(state_dict, dict) or not all(isinstance(v, Tensor) for v in state_dict.values()):
             raise ValueError(f"{bin_path}: expected a state dict of tensors")
+        check_weights(state_dict, str(bin_path), buffers=FOREIGN_BUFFERS)
         return state_dict
     raise ValueError(f"{directory}: holds neither model.safetensors nor pytorch_model.bin")
 
 
 def read_generation_defaults(directory: str | os.PathLike) -> dict:
     """The decoding settings a MarianMT directory declares (``num_beams``, ``max_length``, ...):
-    ``generation_config.json`` where present, else the same fields of ``config.json``."""
+    ``generation_config.json`` where present, else the same fields of ``config.json``. Each
+    value is checked (type and range: ``num_beams`` 1 to :data:`attnlab.limits.MAX_BEAM`)
+    and an error names the file it came from and its field."""
     directory = Path(directory)
     config = _read_json(directory / "config.json")
     path = directory / "generation_config.json"
     generation = _read_json(path) if path.is_file() else {}
-    return {name: generation.get(name, config.get(name)) for name in GENERATION_FIELDS
-            if generation.get(name, config.get(name)) is not None}
+    values = {}
+    for name in GENERATION_FIELDS:
+        source = path if name in generation else directory / "config.json"
+        value = generation.get(name, config.get(name))
+        if value is not None:
+            values[name] = _generation_value(name, value, str(source))
+    return values
+
+
+def _generation_value(name: str, value, source: str):
+    """One decoding setting of a MarianMT file, checked; ValueError naming ``source`` and ``name``."""
+    if name == "num_beams":
+        value = foreign_int(value, name, source, minimum=1)
+        if value > MAX_BEAM:
+            raise ValueError(f"{source}: num_beams={value} exceeds the largest beam attnlab searches ({MAX_BEAM})")
+    elif name == "max_length":
+        value = foreign_int(value, name, source, minimum=1)
+        if value > MAX_SIZE:
+            raise ValueError(f"{source}: max_length={value} exceeds the cap of {MAX_SIZE:,d} a loaded file may ask for")
+    elif name == "decoder_start_token_id":
+        value = foreign_int(value, name, source)
+    elif name == "length_penalty":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{source}: length_penalty={value!r} is not a finite number")
+    elif name == "bad_words_ids":
+        _suppress_ids(value, source)
+    return value
 
 
 def load_hf_marian(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[Transformer, MarianTokenizer, dict]:
@@ -340,10 +379,8 @@ def load_hf_marian(directory: str | os.PathLike, *, device: str = "cpu") -> tupl
         raise ValueError(f"{config_path}: no such file")
     generation = read_generation_defaults(directory)
     config = config_from_hf_marian(_read_json(config_path), generation=generation, source=str(config_path))
+    # the weights are checked as every loader's are (floating point, finite: check_weights)
     weights = marian_state_dict_to_attnlab(_load_weights(directory), config, source=str(directory))
-    for name, value in weights.items():
-        if not value.is_floating_point() or not torch.isfinite(value).all():
-            raise ValueError(f"{directory}: weight {name} is not finite floating point")
     model = copy_converted_weights(Transformer, config, weights, str(directory), "the MarianMT weights")
     tokenizer = MarianTokenizer.load(directory)
     if tokenizer.vocab_size != config.vocab_size:

@@ -17,6 +17,7 @@ from torch import nn
 
 from attnlab.files import read_config_json
 from attnlab.interop.weights import read_safetensors
+from attnlab.models.base import check_weights
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 
 _BLOCK_KEYS = {
@@ -108,6 +109,7 @@ def _load_timm_state(config: VisionTransformerConfig, source, origin: str, *, fi
                 key = f"blocks.{index}.{theirs}{suffix}"
                 if key in source and (suffix or theirs.endswith("gamma")):
                     state[f"encoder.layers.{index}.{mine}{suffix}"] = source[key]
+    check_weights(state, origin)  # the check every loader runs (floating point, finite)
     with torch.no_grad():
         missing, unexpected = ours.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=False)
     if missing or unexpected:
@@ -212,8 +214,9 @@ def _fold_normalisation(model: VisionTransformer, mean, std, source: str) -> Non
         mean, std = (torch.tensor([float(v) for v in values], dtype=torch.float64) for values in (mean, std))
     except (TypeError, ValueError):
         raise ValueError(f"{source}: pretrained_cfg mean/std must be lists of numbers") from None
-    if mean.numel() != channels or std.numel() != channels or not bool((std > 0).all()):
-        raise ValueError(f"{source}: pretrained_cfg mean/std need {channels} values (std > 0)")
+    if mean.numel() != channels or std.numel() != channels or not bool((std > 0).all()) \
+            or not bool(torch.isfinite(mean).all() & torch.isfinite(std).all()):
+        raise ValueError(f"{source}: pretrained_cfg mean/std need {channels} finite values (std > 0)")
     proj = model.patch_embed.proj
     weight = proj.weight.double()
     shift = ((0.5 - mean) / std).view(1, channels, 1, 1)

@@ -206,6 +206,24 @@ def check_token_ids(ids, vocab_size: int, name: str) -> None:
             raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
 
 
+def check_weights(tensors, source: str, *, buffers: tuple[str, ...] = ()) -> None:
+    """The one check every loader runs on the weights it reads, before they reach a model
+    (attnlab's own directories, checkpoints, and every converter of another library's
+    files): each tensor floating point and finite. ``tensors``: ``{name: tensor}`` as the
+    file names them; ``source`` names the file in the ValueError. ``buffers``: name endings
+    of integer bookkeeping tensors a foreign file may carry and the loader never uses
+    (BERT's ``position_ids``); their dtype is not judged."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            if name.endswith(buffers) and buffers:
+                continue
+            raise ValueError(f"{source}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; "
+                             "weights must be floating point (float16, bfloat16, float32 or float64)")
+        if tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{source}: tensor {name!r} holds NaN or infinity; the model is unusable "
+                             "(a diverged training run, or a damaged file?)")
+
+
 def check_images(images, channels: int, size: int) -> None:
     """Raise ValueError unless ``images`` is a float ``(batch, channels, size, size)`` tensor
     (pixels scaled to [-1, 1], the input of the image models)."""

@@ -17,7 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model as _load_safetensors
 
 from attnlab.files import MAX_CONFIG_BYTES, read_json_object, recover_directory
-from attnlab.models.base import CONFIG_NAME, WEIGHTS_NAME, AttnlabModel, ModelConfig
+from attnlab.models.base import CONFIG_NAME, WEIGHTS_NAME, AttnlabModel, ModelConfig, check_weights
 
 _FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
 _FAMILIES: dict[str, type[AttnlabModel]] = {}
@@ -142,8 +142,5 @@ def load_model(directory: str | os.PathLike, *, device: str = "cpu") -> AttnlabM
     if missing or unexpected:
         raise ValueError(f"{weights}: weights do not fit the model in {CONFIG_NAME}: "
                          f"missing {sorted(missing)}, unexpected {sorted(unexpected)}")
-    for name, parameter in model.named_parameters():
-        if not bool(torch.isfinite(parameter).all()):
-            raise ValueError(f"{weights}: tensor {name!r} holds NaN or infinity; the model is unusable "
-                             "(a diverged training run?)")
+    check_weights(dict(model.named_parameters()), str(weights))  # the check every loader runs
     return model.to(device).eval()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 HELP = "caption image files with a trained captioner (and draw where each word looked)"
 
-MAX_BEAM = 64  # beam search keeps 2 x beam hypotheses per image on the device
+from attnlab.limits import MAX_BEAM  # noqa: E402,F401  (beam search keeps 2 x beam hypotheses per image)
 
 
 def add_arguments(parser) -> None:
