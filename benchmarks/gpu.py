@@ -213,12 +213,12 @@ def translate(model_dir: str, repeats: int, batch_sizes=(100, 500, 1000)) -> Non
     translator = Translator.load(model_dir, device="cuda")
     sources = [src for src, _ in get_parallel_dataset("multi30k", "test", "de", "en").pairs]
     for batch_size in batch_sizes:
-        eager = translator.translate(sources, batch_size=batch_size, beam_size=4)
-        graphed = translator.translate(sources, batch_size=batch_size, beam_size=4, cuda_graph=True)
+        eager = translator.translate(sources, batch_size=batch_size, beam=4)
+        graphed = translator.translate(sources, batch_size=batch_size, beam=4, cuda_graph=True)
         same = sum(a == b for a, b in zip(eager, graphed))
         seconds = interleaved({
-            "eager": lambda: translator.translate(sources, batch_size=batch_size, beam_size=4),
-            "graph": lambda: translator.translate(sources, batch_size=batch_size, beam_size=4, cuda_graph=True),
+            "eager": lambda: translator.translate(sources, batch_size=batch_size, beam=4),
+            "graph": lambda: translator.translate(sources, batch_size=batch_size, beam=4, cuda_graph=True),
         }, repeats)
         print(f"translate multi30k test ({len(sources)} sentences) beam 4, batch {batch_size}: "
               f"eager {len(sources) / seconds['eager']:7.1f} sentences/s ({seconds['eager']:.2f} s), "

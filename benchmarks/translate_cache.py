@@ -50,7 +50,7 @@ def main() -> None:
 
     def run(use_cache: bool):
         def translate():
-            outputs[use_cache] = translator.translate(sentences, beam_size=args.beam, alpha=args.alpha,
+            outputs[use_cache] = translator.translate(sentences, beam=args.beam, alpha=args.alpha,
                                                       batch_size=args.batch_size, use_cache=use_cache)
         return translate
 

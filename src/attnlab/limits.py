@@ -6,5 +6,6 @@ the CLI's argument types (:mod:`attnlab.cli.options`), the pipelines' argument c
 MAX_BEAM = 64  # beam search keeps 2 x beam hypotheses per input on the device
 MAX_TEMPERATURE = 100.0  # sampling temperature: above 0; past 100 every draw is uniform
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
+MAX_IMAGES = 4096  # the images one command or call draws (imagine, sample-images)
 
-__all__ = ["MAX_BEAM", "MAX_SEED", "MAX_TEMPERATURE"]
+__all__ = ["MAX_BEAM", "MAX_IMAGES", "MAX_SEED", "MAX_TEMPERATURE"]

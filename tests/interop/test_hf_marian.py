@@ -286,7 +286,7 @@ def test_directory_loads_and_translates_like_transformers(marian_dir):
     with torch.no_grad():
         generated = hf.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=20, forced_eos_token_id=None)
     expected = tokenizer.batch_decode(generated, skip_special_tokens=True)
-    assert translator.translate(sentences, beam_size=1, max_len_a=0, max_len_b=20) == expected
+    assert translator.translate(sentences, beam=1, max_len_a=0, max_len_b=20) == expected
     assert any(expected)
 
 
@@ -295,7 +295,7 @@ def test_attnlab_load_reads_a_marian_directory(marian_dir):
 
     pipeline = attnlab.load(marian_dir)
     assert pipeline.family == "transformer"
-    expected = Translator.load(marian_dir).translate(SOURCE_TEXT[:2], beam_size=1, max_len_a=0, max_len_b=20)
+    expected = Translator.load(marian_dir).translate(SOURCE_TEXT[:2], beam=1, max_len_a=0, max_len_b=20)
     assert pipeline.translate(SOURCE_TEXT[:2], beam=1, max_len_a=0, max_len_b=20) == expected
 
 
@@ -305,7 +305,7 @@ def test_the_explorer_opens_a_marian_directory(marian_dir, tmp_path, capsys):
     source = load_source(marian_dir)
     analysis = source.analyse(SOURCE_TEXT[0])
     assert [group.name for group in analysis.groups] == ["encoder self", "decoder self", "cross"]
-    assert analysis.output == Translator.load(marian_dir).translate([SOURCE_TEXT[0]], beam_size=1, max_len_a=1.5,
+    assert analysis.output == Translator.load(marian_dir).translate([SOURCE_TEXT[0]], beam=1, max_len_a=1.5,
                                                                     max_len_b=10)[0]
     page = tmp_path / "marian.html"
     assert main(["explore", "--model", str(marian_dir), "--html", str(page), SOURCE_TEXT[0]]) == 0
@@ -317,7 +317,7 @@ def test_cli_translate_runs_on_a_marian_directory(marian_dir, monkeypatch, capsy
     assert main(["translate", "--model", str(marian_dir), "--beam", "1", "--max-len-a", "0",
                  "--max-len-b", "20"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == Translator.load(marian_dir).translate(SOURCE_TEXT[:3], beam_size=1, max_len_a=0, max_len_b=20)
+    assert lines == Translator.load(marian_dir).translate(SOURCE_TEXT[:3], beam=1, max_len_a=0, max_len_b=20)
     monkeypatch.setattr("sys.stdin", io.StringIO(SOURCE_TEXT[0] + "\n"))
     assert main(["translate", "--model", str(marian_dir)]) == 0  # the directory's num_beams
     assert len(capsys.readouterr().out.splitlines()) == 1
@@ -330,7 +330,7 @@ def test_cli_evaluate_scores_a_marian_directory(marian_dir, tmp_path, capsys):
     assert main(["evaluate", "--model", str(marian_dir), "--src-file", str(sources), "--ref-file", str(references),
                  "--beam", "1", "-o", str(hypotheses)]) == 0
     assert "BLEU" in capsys.readouterr().out
-    expected = Translator.load(marian_dir).translate(SOURCE_TEXT[:6], beam_size=1)
+    expected = Translator.load(marian_dir).translate(SOURCE_TEXT[:6], beam=1)
     assert hypotheses.read_text(encoding="utf-8").splitlines() == expected
 
 
@@ -341,7 +341,7 @@ def test_attention_verb_on_a_marian_directory(marian_dir, tmp_path, capsys):
     assert main(["attention", "--model", str(marian_dir), SOURCE_TEXT[1], "-o", str(out), "--beam", "2"]) == 0
     assert out.stat().st_size > 0
     printed = capsys.readouterr().out.splitlines()
-    example = Translator.load(marian_dir).attention(SOURCE_TEXT[1], beam_size=2)
+    example = Translator.load(marian_dir).attention(SOURCE_TEXT[1], beam=2)
     assert printed[0] == example.translation
     layers, heads, rows, columns = example.cross.shape
     assert (layers, heads) == (2, 4) and (rows, columns) == (len(example.target_pieces), len(example.source_pieces))
@@ -355,7 +355,7 @@ def test_cli_translate_quantized(marian_dir, monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     translator = Translator.load(marian_dir)
     translator.model.quantize("int8")
-    assert lines == translator.translate(SOURCE_TEXT[:4], beam_size=2, max_len_a=0, max_len_b=20)
+    assert lines == translator.translate(SOURCE_TEXT[:4], beam=2, max_len_a=0, max_len_b=20)
     with pytest.raises(SystemExit) as exit_info:
         main(args + ["--quantize", "fp4"])
     assert exit_info.value.code == 2 and "--quantize" in capsys.readouterr().err

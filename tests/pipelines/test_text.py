@@ -24,7 +24,7 @@ def test_translate_equals_the_translator_and_the_cli(translation_dir, tmp_path, 
 
     pipeline = attnlab.load(translation_dir)
     got = pipeline.translate(SENTENCES, beam=beam)
-    assert got == Translator.load(translation_dir).translate(SENTENCES, beam_size=beam)
+    assert got == Translator.load(translation_dir).translate(SENTENCES, beam=beam)
     source = tmp_path / "source.txt"
     source.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
     cli = _stdout(["translate", "--model", str(translation_dir), "--input", str(source), "--beam", str(beam),
@@ -40,7 +40,7 @@ def test_translation_attention_equals_the_translators_cross_attention(translatio
 
     groups = attnlab.load(translation_dir).attention(SENTENCES[0])
     assert sorted(groups) == ["cross", "decoder self", "encoder self"]
-    expected = Translator.load(translation_dir).attention(SENTENCES[0], beam_size=1)  # greedy, as the explorer
+    expected = Translator.load(translation_dir).attention(SENTENCES[0], beam=1)  # greedy, as the explorer
     torch.testing.assert_close(groups["cross"], expected.cross)
     layers, heads, source, _ = groups["encoder self"].shape
     assert source == len(expected.source_pieces)

@@ -228,6 +228,6 @@ def test_sampling_temperatures_are_checked(image_dir, text_to_image_dir, tempera
         attnlab.load(image_dir).sample(1, temperature=temperature)
     with pytest.raises(ValueError, match="temperature="):
         attnlab.load(text_to_image_dir).imagine("a red circle", temperature=temperature)
-    with pytest.raises(ValueError, match="temperature=0 must be a finite number > 0"):
+    with pytest.raises(ValueError, match="temperature=0 must be a finite number > 0 and at most 100"):
         attnlab.load(text_to_image_dir).imagine("a red circle", temperature=0)
     assert attnlab.load(image_dir).sample(1, temperature=0).shape == (1, 4, 4, 1)  # 0: greedy

@@ -166,8 +166,9 @@ class LineTokenizer:
 
 
 def load_lm_tokenizer(directory: str | os.PathLike) -> CharTokenizer | LineTokenizer:
-    """The tokenizer saved in a language model's directory: ``char_tokenizer.json`` or
-    ``tokenizer.model`` (FileNotFoundError when it holds neither)."""
+    """The tokenizer saved in a language model's directory: ``char_tokenizer.json``,
+    ``tokenizer.model``, or GPT-2's byte-level BPE (``vocab.json`` + ``merges.txt``, a GPT-2
+    pipeline's ``save_pretrained``); FileNotFoundError when it holds none."""
     from attnlab.data.tokenizer import TOKENIZER_FILE
 
     directory = Path(directory)
@@ -175,7 +176,12 @@ def load_lm_tokenizer(directory: str | os.PathLike) -> CharTokenizer | LineToken
         return CharTokenizer.load(directory)
     if (directory / TOKENIZER_FILE).is_file():
         return LineTokenizer.load(directory)
-    raise FileNotFoundError(f"no tokenizer in {directory} (expected {CHAR_TOKENIZER_FILE} or {TOKENIZER_FILE})")
+    from attnlab.interop.hf_gpt2 import BPE_FILES, ByteLevelBPETokenizer
+
+    if all((directory / name).is_file() for name in BPE_FILES):  # a GPT-2 model saved by attnlab
+        return ByteLevelBPETokenizer.load(directory)
+    raise FileNotFoundError(f"no tokenizer in {directory} (expected {CHAR_TOKENIZER_FILE} or {TOKENIZER_FILE}, "
+                            "or GPT-2's vocab.json and merges.txt)")
 
 
 def read_text_files(paths: Sequence[str | os.PathLike]) -> str:

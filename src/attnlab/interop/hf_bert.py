@@ -160,7 +160,7 @@ class WordPieceTokenizer:
         from tokenizers import BertWordPieceTokenizer
 
         self.vocab_file = str(vocab_file)
-        self.max_length = max_length
+        self.max_length, self.lowercase = max_length, lowercase
         try:
             self.tokenizer = BertWordPieceTokenizer(self.vocab_file, lowercase=lowercase)
         except Exception as error:  # the Rust side raises its own exception types
@@ -174,6 +174,15 @@ class WordPieceTokenizer:
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``vocab.txt`` (the pieces in id order) and ``tokenizer_config.json``
+        (``do_lower_case``) into ``directory``: what :func:`load_wordpiece` reads."""
+        from attnlab.files import atomic_write_bytes, atomic_write_json
+
+        pieces = sorted(self.tokenizer.get_vocab().items(), key=lambda item: item[1])
+        atomic_write_bytes(Path(directory) / "vocab.txt", "".join(piece + "\n" for piece, _ in pieces).encode("utf-8"))
+        atomic_write_json(Path(directory) / "tokenizer_config.json", {"do_lower_case": self.lowercase})
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """How many tokens each text has with ``[CLS]`` and ``[SEP]``, before the
@@ -223,12 +232,13 @@ def load_hf_bert(directory: str | os.PathLike, *, device: str = "cpu") -> tuple[
                 if "model_type" in values else "no BERT config and no vocab.txt")
         raise ValueError(f"{directory}: not a HuggingFace BERT directory ({what}); give a directory with a BERT "
                          "config.json (model_type \"bert\"), model.safetensors and vocab.txt")
-    for path in (config_path, vocab_path):
+    for path in (config_path, weights_path, vocab_path):
+        if path == weights_path and not path.is_file():
+            read_safetensors(directory, "BERT")  # says so (and how to convert a pickled pytorch_model.bin)
         if not path.is_file():
             raise ValueError(f"{path}: no such file; a HuggingFace BERT directory holds config.json, "
                              f"model.safetensors and vocab.txt")
     config = config_from_hf_bert(values, source=str(config_path))
-    # missing weights: read_safetensors says so (and how to convert a pickled pytorch_model.bin)
     model = _load_into(config, read_safetensors(directory, "BERT"), str(weights_path))
     return model.to(device), load_wordpiece(directory, config)
 

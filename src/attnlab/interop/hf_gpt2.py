@@ -143,6 +143,9 @@ def from_hf_gpt2(hf_model_or_state_dict, config: DecoderLMConfig | None = None) 
     # the tied lm_head appears once, as decoder.embed.weight
     return copy_converted_weights(DecoderLM, config, weights, "from_hf_gpt2", "the GPT-2 weights")
 
+BPE_FILES = ("vocab.json", "merges.txt")
+
+
 class ByteLevelBPETokenizer:
     """GPT-2's byte-level BPE from a directory's ``vocab.json`` + ``merges.txt`` (through the
     ``tokenizers`` library): ``encode(text) -> ids`` and ``decode(ids) -> text`` as the
@@ -159,6 +162,19 @@ class ByteLevelBPETokenizer:
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``vocab.json`` and ``merges.txt`` into ``directory`` (what :meth:`load` reads)."""
+        self.tokenizer.save_model(str(directory))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> ByteLevelBPETokenizer:
+        """The byte-level BPE of ``directory/vocab.json`` + ``merges.txt`` (FileNotFoundError when absent)."""
+        directory = Path(directory)
+        for name in BPE_FILES:
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"no byte-level BPE in {directory} ({name} is missing)")
+        return cls(directory / "vocab.json", directory / "merges.txt")
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -241,7 +241,20 @@ class MarianTokenizer:
             raise ValueError("vocab.json: ids must be 0..N-1, each once")
         self.unk_id, self.eos_id, self.pad_id = (self.vocab[t] for t in ("<unk>", "</s>", "<pad>"))
         self.special_ids = {self.vocab[t] for t in self.special_tokens}
+        self.source_lang = source_lang
         self.normalize = _punctuation_normalizer(source_lang)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``source.spm``, ``target.spm``, ``vocab.json`` and ``tokenizer_config.json``
+        into ``directory``: what :meth:`load` reads."""
+        from attnlab.files import atomic_write_bytes, atomic_write_json
+
+        directory = Path(directory)
+        for name, processor in (("source.spm", self.source), ("target.spm", self.target)):
+            atomic_write_bytes(directory / name, processor.serialized_model_proto())
+        atomic_write_json(directory / "vocab.json", self.vocab, indent=None)
+        atomic_write_json(directory / "tokenizer_config.json",
+                          {"source_lang": self.source_lang, "separate_vocabs": False})
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> MarianTokenizer:
@@ -346,6 +359,14 @@ def read_generation_defaults(directory: str | os.PathLike) -> dict:
     return values
 
 
+def check_generation_defaults(values: Mapping, source: str) -> None:
+    """Check decoding settings as :func:`read_generation_defaults` does (``translation.json``'s
+    ``generation`` of a MarianMT model attnlab saved); ValueError naming ``source`` and the field."""
+    for name, value in values.items():
+        if name in GENERATION_FIELDS:
+            _generation_value(name, value, source)
+
+
 def _generation_value(name: str, value, source: str):
     """One decoding setting of a MarianMT file, checked; ValueError naming ``source`` and ``name``."""
     if name == "num_beams":
@@ -393,4 +414,4 @@ def load_hf_marian(directory: str | os.PathLike, *, device: str = "cpu") -> tupl
 
 
 __all__ = ["MarianTokenizer", "config_from_hf_marian", "from_hf_marian", "is_hf_marian_directory", "load_hf_marian",
-           "marian_state_dict_to_attnlab", "read_generation_defaults"]
+           "marian_state_dict_to_attnlab", "read_generation_defaults", "check_generation_defaults"]

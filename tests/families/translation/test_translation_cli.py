@@ -38,7 +38,7 @@ def test_translate_keeps_order_count_and_empty_lines(trained_model, small_corpus
     assert lines[2] == ""
     # Batched by length and restored == translated one at a time, in input order.
     translator = Translator.load(trained_model)
-    one_by_one = [translator.translate([s], beam_size=1)[0] for s in sentences]
+    one_by_one = [translator.translate([s], beam=1)[0] for s in sentences]
     assert lines[:-1] == one_by_one
 
 
@@ -77,7 +77,7 @@ def test_evaluate_quantize_int8_scores_the_int8_translations(trained_model, smal
     translator = Translator.load(trained_model)
     translator.model.quantize("int8")
     sources = small_corpus["test.de"].read_text(encoding="utf-8").splitlines()
-    assert hypotheses.read_text(encoding="utf-8").splitlines() == translator.translate(sources, beam_size=2)
+    assert hypotheses.read_text(encoding="utf-8").splitlines() == translator.translate(sources, beam=2)
 
 
 def test_evaluate_named_dataset(trained_model, multi30k_root, capsys):

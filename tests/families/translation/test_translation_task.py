@@ -118,9 +118,9 @@ def test_translate_restores_order_and_keeps_empty_lines(tokenizer):
     model = attnlab.create_model("transformer_tiny", vocab_size=tokenizer.vocab_size)
     translator = Translator(model, tokenizer)
     sentences = ["Ein Hund.", "", "Zwei Katzen schlafen im Haus, und ein Mann fährt Rad.", "Kinder."]
-    batched = translator.translate(sentences, beam_size=2, batch_size=2, max_len_a=0.5, max_len_b=3)
+    batched = translator.translate(sentences, beam=2, batch_size=2, max_len_a=0.5, max_len_b=3)
     assert len(batched) == 4 and batched[1] == ""
-    single = [translator.translate([s], beam_size=2, max_len_a=0.5, max_len_b=3)[0] for s in sentences]
+    single = [translator.translate([s], beam=2, max_len_a=0.5, max_len_b=3)[0] for s in sentences]
     assert batched == single
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, attention_groups, check_int, check_texts
+from attnlab.pipelines.base import Pipeline, attention_groups, check_int, check_nonempty_texts
 
 __all__ = ["BertPipeline"]
 
@@ -40,9 +40,7 @@ class BertPipeline(Pipeline):
         float32 for a list of N texts, ``(d,)`` for one string."""
         from attnlab.models.bert import sentence_embeddings
 
-        items, single = check_texts(texts)
-        if not items:
-            raise ValueError("texts: an empty list; give at least one text")
+        items, single = check_nonempty_texts(texts)  # "" has nothing to embed: refused, not a vector
         check_int(batch_size, "batch_size")
         parts = []
         for start in range(0, len(items), batch_size):
@@ -56,7 +54,14 @@ class BertPipeline(Pipeline):
         [SEP] included (the explorer's :class:`BertSource`)."""
         from attnlab.families.bert.explore import BertSource
 
-        check_texts(text, "text")
+        _, single = check_nonempty_texts(text, "text")
+        if not single:
+            raise TypeError("text: attention() takes one text")
         return attention_groups(BertSource(self.model, self.tokenizer).analyse(text))
+
+    def save_parts(self, directory: Path) -> None:
+        """``vocab.txt`` and ``tokenizer_config.json`` (a HuggingFace BERT directory is written
+        as an attnlab ``bert`` directory that keeps its WordPiece vocabulary)."""
+        self.tokenizer.save(directory)
 
 

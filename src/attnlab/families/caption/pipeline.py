@@ -6,7 +6,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_texts
+from attnlab.pipelines.base import Pipeline, check_beam, check_nonempty_texts, check_number
 from attnlab.pipelines.images import ImageSpec, to_pixels
 
 __all__ = ["CaptionPipeline"]
@@ -36,7 +36,8 @@ class CaptionPipeline(Pipeline):
         """A caption per image by beam search (``beam=1``: greedy), as ``attnlab caption``."""
         from attnlab.families.caption.task import generate_captions
 
-        check_int(beam, "beam")
+        check_beam(beam)
+        check_number(alpha, "alpha", low=0.0)
         pixels, single = to_pixels(images, self.image_spec)
         captions = [c.text for c in generate_captions(self.model, self.tokenizer, pixels, beam_size=beam, alpha=alpha)]
         return captions[0] if single else captions
@@ -51,9 +52,18 @@ class CaptionPipeline(Pipeline):
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
-        check_int(beam, "beam")
+        check_beam(beam)
         tokens = None
         if caption is not None:
-            check_texts(caption, "caption")
+            check_nonempty_texts(caption, "caption")
             tokens = self.tokenizer.encode(caption)
         return attention_groups(CaptionSource(self).analyse_pixels(pixels, tokens, beam=beam))
+
+    def save_parts(self, directory: Path) -> None:
+        """``tokenizer.model`` and ``caption.json`` (what it was trained on)."""
+        from attnlab.files import atomic_write_json
+        from attnlab.tasks.captioning import CAPTION_FILE
+
+        self.tokenizer.save(directory)
+        if self.info:
+            atomic_write_json(directory / CAPTION_FILE, self.info)

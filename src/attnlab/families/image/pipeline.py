@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_sampling
+from attnlab.pipelines.base import MAX_IMAGES, Pipeline, check_int, check_sampling, check_seed
 from attnlab.pipelines.images import ImageSpec, to_arrays, to_pixels
 
 __all__ = ["ImageTransformerPipeline"]
@@ -37,7 +38,7 @@ class ImageTransformerPipeline(Pipeline):
 
     def _options(self, temperature, top_k, seed) -> dict:
         check_sampling(temperature, top_k, greedy_allowed=True, top_k_max=256)
-        check_int(seed, "seed", minimum=0)
+        check_seed(seed)
         return {"temperature": temperature, "top_k": top_k,
                 "generator": torch.Generator(device=self.device).manual_seed(seed)}
 
@@ -72,7 +73,7 @@ class ImageTransformerPipeline(Pipeline):
 
         if self.super_resolution:
             raise ValueError(f"{self.directory or 'this model'} is a super-resolution model: use super_resolve(images)")
-        check_int(n, "n", maximum=4096)
+        check_int(n, "n", maximum=MAX_IMAGES)
         options = self._options(temperature, top_k, seed)
         return to_arrays(sample_images(self.model, n, labels=self._labels(label, n), **options))
 
@@ -120,3 +121,16 @@ class ImageTransformerPipeline(Pipeline):
             raise ValueError("low_res: this is not a super-resolution model")
         self._labels(label, 1)  # a class-conditional model needs its label here
         return attention_groups(ImageTransformerSource(self).analyse_pixels(pixels, label=label, low_res=low))
+
+    def save_parts(self, directory: Path) -> None:
+        """``image.json``: its class names (and, kept from the directory it came from, its data)."""
+        from attnlab.families.image.train import IMAGE_FILE
+        from attnlab.files import atomic_write_json
+
+        self.copy_records(directory, IMAGE_FILE)
+        path = directory / IMAGE_FILE
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        if self.model.config.num_classes:
+            record["classes"] = self.classes
+        if record:
+            atomic_write_json(path, record)

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, attention_groups, check_int, check_texts
+from attnlab.pipelines.base import (Pipeline, attention_groups, check_bool, check_int, check_sampling, check_seed,
+                                    check_texts)
 
 __all__ = ["LanguageModelPipeline"]
 
@@ -38,8 +39,20 @@ class LanguageModelPipeline(Pipeline):
         from attnlab.generation import generate
 
         prompts, single = check_texts(prompt, "prompt")
-        check_int(max_new_tokens, "max_new_tokens")
-        stops, _ = check_texts(stop, "stop") if stop else ([], False)
+        if not prompts:
+            raise ValueError("prompt: an empty list; give at least one prompt")
+        for index, text in enumerate(prompts):
+            if not text:
+                raise ValueError(f"{'prompt' if single else f'prompt[{index}]'}: an empty string; a language model "
+                                 "continues a text (the default prompt is a newline)")
+        check_int(max_new_tokens, "max_new_tokens", maximum=1_000_000)
+        check_bool(greedy, "greedy")
+        check_bool(sliding_window, "sliding_window")
+        check_sampling(temperature, top_k, greedy_allowed=False, top_p=top_p)
+        check_seed(seed, optional=True)
+        stops, _ = check_texts(list(stop) if isinstance(stop, tuple) else stop, "stop") if stop else ([], False)
+        if any(not text for text in stops):
+            raise ValueError("stop: an empty string would stop before the first token")
         encoded = [self.tokenizer.encode(p) for p in prompts]
         outputs = generate(self.model, encoded, max_new_tokens=max_new_tokens, greedy=greedy,
                            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop_strings=stops,
@@ -75,6 +88,11 @@ class LanguageModelPipeline(Pipeline):
                                    pad_id=getattr(self.model.config, "pad_id", 0) or 0, device=self.device)
             scores.append(result["nll"])
         return scores[0] if single else scores
+
+    def save_parts(self, directory: Path) -> None:
+        """The tokenizer (``char_tokenizer.json``, ``tokenizer.model``, or a GPT-2 model's
+        ``vocab.json`` + ``merges.txt``)."""
+        self.tokenizer.save(directory)
 
     def attention(self, text: str, *, generate: int = 0) -> dict[str, Tensor]:
         """The causal self-attention over ``text`` (and ``generate`` greedy tokens after it):

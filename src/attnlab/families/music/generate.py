@@ -32,10 +32,13 @@ def add_arguments(parser) -> None:
                                        "model's training data was, else $ATTNLAB_DATA)")
     parser.add_argument("--length", type=bounded_int(1, 2**24), default=512, metavar="N",
                         help="tokens to generate (default: 512)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="(default: 1.0)")
-    parser.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
-    parser.add_argument("--top-p", type=float, help="nucleus sampling")
-    parser.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    from attnlab.cli.options import SEED, TEMPERATURE, bounded_float
+
+    parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T",
+                        help="above 0, at most 100 (default: 1.0)")
+    parser.add_argument("--top-k", type=bounded_int(1), metavar="K", help="sample among the k most probable tokens")
+    parser.add_argument("--top-p", type=bounded_float(0.0, 1.0), metavar="P", help="nucleus sampling, in (0, 1]")
+    parser.add_argument("--seed", type=SEED, help="seed for reproducible sampling")
     parser.add_argument("--out", required=True, help="output MIDI file (.mid); the PNG and WAV go beside it")
     parser.add_argument("--no-audio", action="store_true", help="do not render a WAV")
     parser.add_argument("--sample-rate", type=int, default=44100, help="WAV sample rate in Hz (default: 44100)")
@@ -56,12 +59,6 @@ def run(args) -> int:
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     if not 8000 <= args.sample_rate <= 192000:
         raise ValueError(f"--sample-rate={args.sample_rate} must be within 8000..192000 Hz")
-    if args.temperature <= 0:
-        raise ValueError(f"--temperature={args.temperature} must be > 0")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise ValueError(f"--top-p={args.top_p} must be in (0, 1]")
-    if args.top_k is not None and args.top_k < 1:
-        raise ValueError(f"--top-k={args.top_k} must be at least 1")
     out = check_output_file(args.out, force=args.force, flag="--out", suffixes=(".mid", ".midi"))
     for beside in [out.with_suffix(".png")] + ([] if args.no_audio else [out.with_suffix(".wav")]):
         check_output_file(beside, force=args.force, flag="--out (the file beside it)")

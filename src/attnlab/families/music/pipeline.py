@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, attention_groups, check_int
+from attnlab.pipelines.base import Pipeline, attention_groups, check_int, check_sampling, check_seed
 
 __all__ = ["MusicPipeline", "MusicContinuation"]
 
@@ -67,6 +67,8 @@ class MusicPipeline(Pipeline):
             if any(isinstance(t, bool) or not isinstance(t, int) for t in values):
                 raise TypeError("primer: token ids must be whole numbers")
             tokens = values
+            if not tokens:
+                raise ValueError("primer: an empty list of token ids; give None to start from nothing")
             vocab = self.model.config.vocab_size
             bad = [t for t in tokens if not 0 <= t < vocab]
             if bad:
@@ -94,6 +96,8 @@ class MusicPipeline(Pipeline):
         from attnlab.generation import generate
 
         check_int(steps, "steps")
+        check_sampling(temperature, top_k, greedy_allowed=False, top_p=top_p)
+        check_seed(seed, optional=True)
         prompt = self.prompt(primer, data_dir=data_dir, primer_steps=primer_steps, primer_tokens=primer_tokens)
         limit = self.model.config.max_positions
         if len(prompt) + steps > limit:
@@ -101,6 +105,12 @@ class MusicPipeline(Pipeline):
         new = generate(self.model, [prompt], max_new_tokens=steps, temperature=temperature, top_k=top_k, top_p=top_p,
                        seed=seed, stop_ids=[END])[0]
         return MusicContinuation(self.encoding, prompt, new)
+
+    def save_parts(self, directory: Path) -> None:
+        """``music.json`` (where its training data was), from the directory it came from."""
+        from attnlab.families.music.task import MUSIC_FILE
+
+        self.copy_records(directory, MUSIC_FILE)
 
     def attention(self, primer=None, **options) -> dict[str, Tensor]:
         """``{"self": (layers, heads, L, L)}`` over the prompt of ``primer`` (see :meth:`prompt`;

@@ -15,7 +15,7 @@ from __future__ import annotations
 HELP = "draw images for text prompts with a trained text-to-image model"
 
 
-MAX_IMAGES = 4096  # images drawn in one command (prompts x --n x --candidates), as sample-images' --n
+from attnlab.limits import MAX_IMAGES  # noqa: E402  (images drawn in one command: prompts x --n x --candidates)
 MAX_CANDIDATES = 64
 MAX_SCALE = 16  # as the image verbs' --scale
 MAX_GRID_PIXELS = 1 << 26  # 64 Mpixels: a 200 MB canvas

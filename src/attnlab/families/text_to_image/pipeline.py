@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, check_int, check_sampling, check_texts
+from attnlab.pipelines.base import MAX_IMAGES, Pipeline, check_int, check_sampling, check_seed, check_texts
 from attnlab.pipelines.images import ImageSpec, to_arrays, to_pixels
 
 __all__ = ["TextToImagePipeline"]
@@ -42,9 +42,11 @@ class TextToImagePipeline(Pipeline):
         items, _ = check_texts(prompts, "prompts")
         if not items:
             raise ValueError("prompts: an empty list; give at least one prompt")
-        check_int(n, "n")
+        check_int(n, "n", maximum=MAX_IMAGES)
+        if len(items) * n > MAX_IMAGES:  # as attnlab imagine: the images one call draws
+            raise ValueError(f"{len(items)} prompts x n={n} is {len(items) * n:,d} images; at most {MAX_IMAGES:,d}")
         check_sampling(temperature, top_k, greedy_allowed=False)
-        check_int(seed, "seed", minimum=0)
+        check_seed(seed)
         images = imagine(self.model, self.vqvae, self.tokenizer, items, n=n, temperature=temperature, top_k=top_k,
                          seed=seed)
         return to_arrays(images)
@@ -61,9 +63,19 @@ class TextToImagePipeline(Pipeline):
         from attnlab.families.text_to_image.explore import TextToImageSource
         from attnlab.pipelines.base import attention_groups
 
-        check_texts(prompt, "prompt")
+        _, one = check_texts(prompt, "prompt")
+        if not one:
+            raise TypeError("prompt: attention() takes one prompt")
         pixels, single = to_pixels(image, self.image_spec, "image")
         if not single:
             raise ValueError("image: attention() takes one image")
         codes = self.vqvae.encode(normalize(pixels).to(next(self.vqvae.parameters()).device))
         return attention_groups(TextToImageSource(self).analyse_codes(prompt, codes))
+
+    def save_parts(self, directory: Path) -> None:
+        """``tokenizer.model``, the VQ-VAE (``vqvae/``) and ``text_to_image.json``."""
+        from attnlab.families.text_to_image.task import TASK_FILE, VQVAE_SUBDIR
+
+        self.tokenizer.save(directory)
+        self.vqvae.save_pretrained(directory / VQVAE_SUBDIR)
+        self.copy_records(directory, TASK_FILE)

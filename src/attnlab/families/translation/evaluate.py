@@ -82,12 +82,13 @@ def run(args) -> int:
         print(f"The first {shown} sentences of {description} (in file order, not chosen):\n")
     for source, hypothesis, reference in list(zip(sources, hypotheses, references))[: args.show]:
         print(f"  source:      {source}\n  translation: {hypothesis}\n  reference:   {reference}\n")
+    beam = translator.default_beam_size if args.beam is None else args.beam  # what was searched, not None
     print(f"{description}: {scores.sentences} sentences translated in {seconds:.1f} s on "
-          f"{describe_device(device)} (beam {args.beam}, alpha {args.alpha})")
+          f"{describe_device(device)} (beam {beam}, alpha {args.alpha})")
     print(scores.report())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({**scores.to_dict(), "data": description, "beam": args.beam, "alpha": args.alpha,
+            json.dump({**scores.to_dict(), "data": description, "beam": beam, "alpha": args.alpha,
                        "seconds": seconds}, out, indent=1)
             out.write("\n")
     return 0

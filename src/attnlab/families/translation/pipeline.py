@@ -6,7 +6,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from attnlab.pipelines.base import Pipeline, attention_groups, check_int, check_texts
+from attnlab.pipelines.base import Pipeline, attention_groups, check_texts
 
 __all__ = ["TranslationPipeline"]
 
@@ -34,15 +34,18 @@ class TranslationPipeline(Pipeline):
     def translate(self, texts: str | list[str], *, beam: int | None = None, alpha: float = 0.6,
                   max_len_a: float = 1.5, max_len_b: float = 10, batch_size: int = 32) -> str | list[str]:
         """Translations of ``texts`` (one string, or a list: same order and number); beam
-        search with the GNMT length penalty ``alpha`` (``beam=1``: greedy; None: the model's
-        default, 4 for attnlab models), as ``attnlab translate``."""
+        search with the GNMT length penalty ``alpha`` (``beam=1``: greedy, at most 64; None:
+        the model's default, a MarianMT directory's ``num_beams``, else 4), as ``attnlab
+        translate``; every argument is checked as that verb's flags are."""
         items, single = check_texts(texts)
-        beam = getattr(self.translator, "default_beam_size", 4) if beam is None else beam
-        check_int(beam, "beam")
-        check_int(batch_size, "batch_size")
-        out = self.translator.translate(items, beam_size=beam, alpha=alpha, batch_size=batch_size,
+        out = self.translator.translate(items, beam=beam, alpha=alpha, batch_size=batch_size,
                                         max_len_a=max_len_a, max_len_b=max_len_b)
         return out[0] if single else out
+
+    def save_parts(self, directory: Path) -> None:
+        """The tokenizer (sentencepiece ``tokenizer.model``, or a MarianMT model's
+        ``source.spm``/``target.spm``/``vocab.json``) and ``translation.json``."""
+        self.translator.save(directory)
 
     def attention(self, text: str) -> dict[str, Tensor]:
         """Greedy-translate ``text``, then the encoder self, decoder self and cross attention

@@ -8,12 +8,16 @@ def add_decoding_arguments(parser) -> None:
     parser.add_argument("--model", required=True,
                         help="model directory (e.g. OUT/model from attnlab train, or a HuggingFace MarianMT "
                              "directory such as Helsinki-NLP/opus-mt-de-en)")
-    parser.add_argument("--beam", type=int, default=None,
-                        help="beam size; 1 = greedy (default: a MarianMT model's num_beams, else 4)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty alpha (default: 0.6)")
-    parser.add_argument("--max-len-a", type=float, default=1.5,
+    from attnlab.cli.options import BEAM, MAX_BEAM, bounded_float
+
+    parser.add_argument("--beam", type=BEAM, default=None, metavar="K",
+                        help=f"beam size, 1 to {MAX_BEAM}; 1 = greedy (default: a MarianMT model's num_beams, else 4)")
+    parser.add_argument("--alpha", type=bounded_float(0.0, include_low=True), default=0.6,
+                        help="GNMT length penalty alpha, >= 0 (default: 0.6)")
+    parser.add_argument("--max-len-a", type=bounded_float(0.0, include_low=True), default=1.5,
                         help="output tokens <= a * source tokens + b (default a: 1.5)")
-    parser.add_argument("--max-len-b", type=float, default=10, help="(default b: 10)")
+    parser.add_argument("--max-len-b", type=bounded_float(0.0, include_low=True), default=10,
+                        help="(default b: 10)")
     from attnlab.cli.options import add_runtime_arguments
 
     add_runtime_arguments(parser)
@@ -50,7 +54,7 @@ def add_batch_arguments(parser) -> None:
 
 
 def decoding_options(args) -> dict:
-    return dict(beam_size=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+    return dict(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
 
 
 def batch_options(args, device: str) -> dict:

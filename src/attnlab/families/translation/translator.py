@@ -7,8 +7,8 @@ beam search, restore the input order, detokenise.
 
 from __future__ import annotations
 
-import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,8 @@ from attnlab.data import Tokenizer
 from attnlab.generation import beam_search, greedy_search
 from attnlab.models.registry import load_model
 from attnlab.families.translation.task import TASK_FILE
+from attnlab.interop.hf_marian import check_generation_defaults
+from attnlab.pipelines.base import check_beam, check_int, check_number
 
 __all__ = ["AttentionExample", "Translator"]
 
@@ -60,8 +62,11 @@ class Translator:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.info = dict(info or {})
-        beams = self.info.get("generation", {}).get("num_beams")
-        self.default_beam_size = beams if isinstance(beams, int) and not isinstance(beams, bool) and beams >= 1 else 4
+        generation = self.info.get("generation") or {}
+        if not isinstance(generation, dict):
+            raise ValueError(f"{TASK_FILE}: \"generation\" must be an object of decoding settings")
+        check_generation_defaults(generation, TASK_FILE)  # num_beams 1..MAX_BEAM, ...: as from a MarianMT file
+        self.default_beam_size = generation.get("num_beams", 4)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, device: str = "cpu") -> Translator:
@@ -69,6 +74,10 @@ class Translator:
         or a HuggingFace MarianMT directory (``config.json`` with ``model_type: marian``; see
         :func:`attnlab.interop.hf_marian.load_hf_marian`)."""
         from attnlab.interop.hf_marian import is_hf_marian_directory, load_hf_marian
+
+        from attnlab.files import read_json_object
+        from attnlab.interop.hf_marian import MarianTokenizer
+        from attnlab.tasks import MAX_TASK_FILE_BYTES
 
         directory = Path(directory)
         if is_hf_marian_directory(directory):
@@ -79,21 +88,27 @@ class Translator:
         if family != "transformer":
             raise ValueError(f"{directory}: holds a {family!r} model; translation needs an encoder-decoder "
                              "'transformer' model (a language model is used with attnlab generate)")
+        info_path = directory / TASK_FILE
+        info = read_json_object(info_path, max_bytes=MAX_TASK_FILE_BYTES) if info_path.is_file() else {}
         try:
-            tokenizer = Tokenizer.load(directory)
+            # a MarianMT model saved by attnlab (TranslationPipeline.save_pretrained) keeps Marian's tokenizer
+            tokenizer = MarianTokenizer.load(directory) if info.get("format") == "marian" else Tokenizer.load(directory)
         except FileNotFoundError as error:
             raise ValueError(f"{directory}: holds no tokenizer ({error})") from None
-        info_path = directory / TASK_FILE
-        try:
-            info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-        except (ValueError, RecursionError) as error:
-            raise ValueError(f"{info_path}: not valid JSON ({error})") from None
-        if not isinstance(info, dict):
-            raise ValueError(f"{info_path}: expected a JSON object")
         try:
             return cls(model, tokenizer, info)
         except ValueError as error:
-            raise ValueError(f"{directory}: {error}") from None
+            raise ValueError(f"{info_path if str(error).startswith(TASK_FILE) else directory}: "
+                             f"{str(error).removeprefix(TASK_FILE + ': ')}") from None
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write the tokenizer and ``translation.json`` into ``directory`` (beside a model's
+        ``save_pretrained``): what :meth:`load` reads."""
+        from attnlab.files import atomic_write_json
+
+        self.tokenizer.save(directory)
+        if self.info:
+            atomic_write_json(Path(directory) / TASK_FILE, self.info)
 
     @property
     def device(self) -> torch.device:
@@ -135,27 +150,41 @@ class Translator:
                                                           use_cache=use_cache, cuda_graph=cuda_graph)]
         return [h.tokens for h in hypotheses]
 
+    def _decoding(self, beam, beam_size, alpha, max_len_a, max_len_b) -> int:
+        """The beam size to search with, every decoding argument checked as the CLI's flags
+        are: ``beam`` 1..MAX_BEAM (None: :attr:`default_beam_size`; ``beam_size``, the old
+        name, still accepted with a DeprecationWarning), ``alpha``, ``max_len_a`` and
+        ``max_len_b`` finite and >= 0."""
+        if beam_size is not None:
+            if beam is not None and beam != beam_size:
+                raise ValueError(f"beam={beam} and beam_size={beam_size}: give only beam")
+            warnings.warn("translate(beam_size=...) is the old name of beam=...", DeprecationWarning, stacklevel=4)
+            beam = beam_size
+        beam = self.default_beam_size if beam is None else beam
+        check_beam(beam)
+        for name, value in (("alpha", alpha), ("max_len_a", max_len_a), ("max_len_b", max_len_b)):
+            check_number(value, name, low=0.0)
+        return beam
+
     # -- text -------------------------------------------------------------------------
     @torch.no_grad()
-    def translate(self, sentences: Sequence[str], *, beam_size: int | None = None, alpha: float = 0.6,
+    def translate(self, sentences: Sequence[str], *, beam: int | None = None, alpha: float = 0.6,
                   batch_size: int = 32, max_len_a: float = 1.5, max_len_b: float = 10,
-                  use_cache: bool = True, cuda_graph: bool = False) -> list[str]:
+                  use_cache: bool = True, cuda_graph: bool = False, beam_size: int | None = None) -> list[str]:
         """Translations of ``sentences``, in the same order and number.
 
         Sentences are sorted by length and decoded ``batch_size`` at a time (similar lengths
         share a batch, so little work is spent on padding); an empty sentence translates to
-        an empty string. ``beam_size=1`` is greedy search; None: the model's default
-        (:attr:`default_beam_size`: a MarianMT directory's ``num_beams``, else 4). The output may have at most
+        an empty string. ``beam`` (as ``--beam`` and the pipelines' ``beam=``; ``beam_size`` is
+        its deprecated old name): 1 is greedy search, at most :data:`attnlab.limits.MAX_BEAM`; None: the model's
+        default (:attr:`default_beam_size`: a MarianMT directory's ``num_beams``, else 4). The output may have at most
         ``max_len_a * source_tokens + max_len_b`` tokens (subword tokens, EOS included).
         ``use_cache=False`` decodes naively, recomputing every prefix (same output, slower).
         ``cuda_graph=True`` (a model on a CUDA device): every batch's search replays one
         captured CUDA graph per token (:func:`~attnlab.generation.search.beam_search`).
         """
-        beam_size = self.default_beam_size if beam_size is None else beam_size
-        if beam_size < 1:
-            raise ValueError(f"beam_size={beam_size} must be >= 1")
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        beam_size = self._decoding(beam, beam_size, alpha, max_len_a, max_len_b)
+        check_int(batch_size, "batch_size")
         sentences = [s.strip() for s in sentences]
         source_ids = self._source_ids(sentences)
         outputs = [""] * len(sentences)
@@ -169,13 +198,13 @@ class Translator:
         return outputs
 
     @torch.no_grad()
-    def attention(self, sentence: str, *, beam_size: int | None = None, alpha: float = 0.6, max_len_a: float = 1.5,
-                  max_len_b: float = 10) -> AttentionExample:
+    def attention(self, sentence: str, *, beam: int | None = None, alpha: float = 0.6, max_len_a: float = 1.5,
+                  max_len_b: float = 10, beam_size: int | None = None) -> AttentionExample:
         """Translate one sentence and return the encoder–decoder attention of every layer and head."""
         sentence = sentence.strip()
         if not sentence:
             raise ValueError("the sentence to translate is empty")
-        beam_size = self.default_beam_size if beam_size is None else beam_size
+        beam_size = self._decoding(beam, beam_size, alpha, max_len_a, max_len_b)
         src_ids = self._source_ids([sentence])[0]
         src = self._pad([src_ids])
         output = self._search(src, beam_size, alpha, max_len_a, max_len_b)[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from torch import Tensor
@@ -60,3 +61,14 @@ class ClassifierPipeline(Pipeline):
         if not single:
             raise ValueError("image: attention() takes one image")
         return attention_groups(VitSource(self).analyse_pixels(pixels))
+
+    def save_parts(self, directory: Path) -> None:
+        """``classes.json`` (a timm directory's label names become it), keeping what else the
+        directory it came from recorded there."""
+        from attnlab.families.vit.task import CLASSES_FILE
+        from attnlab.files import atomic_write_json
+
+        self.copy_records(directory, CLASSES_FILE)
+        path = directory / CLASSES_FILE
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        atomic_write_json(path, {**record, "classes": self.classes})
