@@ -50,4 +50,22 @@ def test_cli_exports_a_vit_directory(tmp_path, capsys):
     create_model("vit_tiny_patch4_28", num_classes=10).save_pretrained(tmp_path / "vit")
     out = tmp_path / "vit.onnx"
     assert main(["export-onnx", "--model", str(tmp_path / "vit"), "-o", str(out)]) == 0
-    assert "-> OK" in capsys.readouterr().out and out.exists()
+    printed = capsys.readouterr().out
+    assert "-> OK" in printed and out.exists()
+    # issue 39, point 21: a ViT takes images of patches, not a token length ("batch 3, length 11")
+    assert "inputs images; batch dynamic (images of 1x28x28, 49 patches each)" in printed
+    assert "other shapes (3 images of 49 patches each)" in printed and "length" not in printed
+
+
+@pytest.mark.parametrize("preset, overrides, expected", [
+    ("captioner_tiny", {"vocab_size": 40}, ("batch and token length dynamic (images of 3x32x32)",
+                                            "3 images, 11 tokens")),
+    ("imagetransformer_mnist_small", {"num_layers": 2}, ("batch dynamic (images of 1x28x28)", "3 images")),
+    ("text_to_image_tiny", {}, ("batch dynamic", "batch 3")),
+    ("music_tiny", {}, ("batch and token length dynamic", "batch 3, 11 tokens")),
+])
+def test_shapes_are_said_in_each_models_words(preset, overrides, expected):
+    from attnlab.interop.onnx_export import describe_shapes
+
+    model = create_model(preset, **overrides)
+    assert (describe_shapes(model), describe_shapes(model, 3, 11)) == expected

@@ -39,7 +39,7 @@ def run(args) -> int:
     require_packages("export-onnx", "onnx")  # torch's exporter needs it; onnxruntime only checks (optional)
 
     from attnlab.families import family_for_directory
-    from attnlab.interop.onnx_export import export_onnx, onnx_parity
+    from attnlab.interop.onnx_export import PARITY_BATCH, PARITY_LENGTH, describe_shapes, export_onnx, onnx_parity
     from attnlab.models.base import _atomic_write
     from attnlab.models.registry import load_model
     from attnlab.models.transformer import Transformer
@@ -56,7 +56,7 @@ def run(args) -> int:
             raise ValueError(f"{path}: the file exists; pass --force to replace it")
     inputs = []
     _atomic_write(out, lambda path: inputs.extend(export_onnx(model, path, opset=args.opset)))
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): inputs {', '.join(inputs)}; batch and length dynamic")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): inputs {', '.join(inputs)}; {describe_shapes(model)}")
     if parts:
         _write_parts(model, parts, args.opset)
     if args.no_check:
@@ -68,7 +68,8 @@ def run(args) -> int:
         return 0
     error = onnx_parity(model, out)
     ok = error < 1e-4
-    print(f"onnxruntime vs torch on other shapes (batch 3, length 11): max |difference| {error:.2e} "
+    shapes = describe_shapes(model, PARITY_BATCH, PARITY_LENGTH)
+    print(f"onnxruntime vs torch on other shapes ({shapes}): max |difference| {error:.2e} "
           f"-> {'OK' if ok else 'MISMATCH'}")
     if parts:
         from attnlab.interop.onnx_export import parts_parity

@@ -264,7 +264,35 @@ def export_onnx(model, path: str | os.PathLike, *, opset: int = 17) -> list[str]
     return graph.inputs
 
 
-def onnx_parity(model, path: str | os.PathLike, *, batch: int = 3, length: int = 11, seed: int = 1) -> float:
+PARITY_BATCH, PARITY_LENGTH = 3, 11  # onnx_parity's other shapes than the export's example (2, 7)
+
+
+def describe_shapes(model, batch: int | None = None, length: int | None = None) -> str:
+    """How the command line says ``model``'s graph shapes in the words of its inputs: with no
+    ``batch``, what is dynamic ("batch and token length dynamic"; an image model: "batch
+    dynamic (images of 1x28x28, 16 patches each)"); with ``batch`` and ``length``, the
+    shapes :func:`onnx_parity` checks ("3 images of 16 patches each", "batch 3, 11 tokens")
+    — never a token length for a model that takes no tokens."""
+    graph = _graph(model)
+    c = model.config
+    tokens = [name for name in graph.inputs if name not in graph.fixed]
+    images = "images" in graph.inputs
+    patches = (c.image_size // c.patch_size) ** 2 if getattr(c, "family", "") == "vit" else None
+    if batch is None:
+        text = "batch and token length dynamic" if tokens else "batch dynamic"
+        if images:
+            channels = getattr(c, "in_channels", getattr(c, "channels", None))
+            side = getattr(c, "image_size", None) or getattr(c, "height", None)
+            text += f" (images of {channels}x{side}x{side}" + (f", {patches} patches each)" if patches else ")")
+        return text
+    text = f"{batch} images" if images else f"batch {batch}"
+    if patches:
+        text += f" of {patches} patches each"
+    return text + (f", {length} tokens" if tokens else "")
+
+
+def onnx_parity(model, path: str | os.PathLike, *, batch: int = PARITY_BATCH, length: int = PARITY_LENGTH,
+                seed: int = 1) -> float:
     """Max |onnxruntime - torch| on fresh random inputs of another batch size and length
     than the export's example (so the dynamic axes are exercised)."""
     import onnxruntime

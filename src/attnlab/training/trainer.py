@@ -148,6 +148,10 @@ class TrainConfig:
 
     ``tune_malloc`` keeps freed memory in the process on glibc (about 20 %
     faster steps on CPU; see :mod:`attnlab.training.allocator`).
+
+    ``progress_unit``: what the loss counts, as the progress bar shows its rate
+    (``"tok"`` -> ``tok/s``; a ViT's one target per image: ``"images"``; an Image
+    Transformer's sub-pixels: ``"sub-pixels"``).
     """
 
     out_dir: str
@@ -172,6 +176,7 @@ class TrainConfig:
     keep_last: int | None = 5
     seed: int = 0
     progress_bar: bool = True
+    progress_unit: str = "tok"
     tensorboard: bool = True
     max_minutes: float | None = None
     tune_malloc: bool = True
@@ -201,6 +206,8 @@ class TrainConfig:
             raise TrainConfigError("peak_lr", "peak_lr is required by schedule='cosine'")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise TrainConfigError("betas", f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not isinstance(self.progress_unit, str) or not self.progress_unit:
+            raise TrainConfigError("progress_unit", f"progress_unit must be a name, got {self.progress_unit!r}")
         for name in ("max_minutes", "checkpoint_every_minutes", "clip_grad_norm"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -894,7 +901,7 @@ class Trainer:
         self.step = int(state["step"])
 
     # Settings that may change on resume without changing what is trained.
-    _RESUME_FREE = {"max_steps", "max_minutes", "progress_bar", "tensorboard", "out_dir", "log_every",
+    _RESUME_FREE = {"max_steps", "max_minutes", "progress_bar", "progress_unit", "tensorboard", "out_dir", "log_every",
                     "validate_every", "checkpoint_every", "keep_last", "tune_malloc", "max_nonfinite_updates",
                     "checkpoint_every_minutes"}
 
@@ -1054,7 +1061,7 @@ class _Progress:
             postfix["loss"] = f"{summary['loss']:.4f}"
         postfix["lr"] = f"{lr:.3g}"
         if "tokens_per_s" in summary:
-            postfix["tok/s"] = f"{summary['tokens_per_s']:.0f}"
+            postfix[f"{self.config.progress_unit}/s"] = f"{summary['tokens_per_s']:.0f}"
         done = self.bar.n - self.initial
         left = (self.config.max_steps - self.bar.n) * elapsed / done if done else float("inf")
         if self.budget is not None and self.budget.limited:

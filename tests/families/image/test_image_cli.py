@@ -213,3 +213,19 @@ def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, fol
         assert message in err and "Traceback" not in err, (argv, err)
     assert mine.read_bytes() == b"not attnlab's"
     assert not (tmp_path / "a.png").exists() and not (tmp_path / "run").exists()
+
+
+def test_the_progress_bar_counts_sub_pixels_not_tokens(folder, tmp_path, monkeypatch):
+    """train image's bar said tok/s; its loss counts sub-pixels."""
+    from attnlab.training import trainer as module
+
+    units, original = [], module._Progress.__init__
+
+    def spy(self, config, **kwargs):
+        units.append(config.progress_unit)
+        original(self, config, **kwargs)
+
+    monkeypatch.setattr(module._Progress, "__init__", spy)
+    tiny = [flag for flag in TINY if flag not in ("--no-progress",)]
+    assert main(["train", "image", "--data", str(folder), "--out", str(tmp_path / "run"), *tiny]) == 0
+    assert units == ["sub-pixels"]

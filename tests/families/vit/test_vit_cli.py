@@ -134,3 +134,19 @@ def test_resume_into_another_kind_of_run_writes_nothing_there(folder, trained, t
                  *TINY]) == 2
     assert "not a Vision Transformer run" in capsys.readouterr().err
     assert sorted(p.relative_to(other) for p in other.rglob("*")) == before
+
+
+def test_the_progress_bar_counts_images_not_tokens(folder, tmp_path, monkeypatch):
+    """train vit's bar said tok/s; its loss counts one target per image."""
+    from attnlab.training import trainer as module
+
+    units, original = [], module._Progress.__init__
+
+    def spy(self, config, **kwargs):
+        units.append(config.progress_unit)
+        original(self, config, **kwargs)
+
+    monkeypatch.setattr(module._Progress, "__init__", spy)
+    tiny = [flag for flag in TINY if flag != "--no-progress"]
+    assert main(["train", "vit", "--data", str(folder), "--max-steps", "1", "--out", str(tmp_path / "run"), *tiny]) == 0
+    assert units == ["images"]

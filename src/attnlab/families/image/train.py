@@ -139,7 +139,7 @@ def run(args) -> int:
                          optimizer="adam", clip_grad_norm=1.0, log_every=50,
                          validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
                          seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
-                         checkpoint_every_minutes=checkpoint_minutes(args))
+                         checkpoint_every_minutes=checkpoint_minutes(args), progress_unit="sub-pixels")
     valid_batches = list(ImageBatches(valid, args.batch_size, shuffle=False, drop_last=False, raw=True))
     valid_batches = _first_images(valid_batches, args.val_images)
     trainer = Trainer(model, image_loss, ImageBatches(train, args.batch_size, seed=args.seed, raw=True), config,

@@ -128,7 +128,7 @@ def run(args) -> int:
                          optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
                          validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
                          seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
-                         bf16=bf16, compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args))
+                         bf16=bf16, compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args), progress_unit="images")
     smoothing = args.label_smoothing
     trainer = Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
                       ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift,
