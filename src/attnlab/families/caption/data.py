@@ -67,6 +67,8 @@ def read_coco_captions(path: str | Path) -> dict[str, list[str]]:
             captions[names[note["image_id"]]].append(str(note["caption"]).strip())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not a valid JSON file ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a valid JSON file (nested too deeply)") from None
     except (KeyError, TypeError) as error:
         raise ValueError(f"{path}: not a COCO captions file (expected 'images' with id/file_name and "
                          f"'annotations' with image_id/caption; missing {error})") from None

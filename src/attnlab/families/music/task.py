@@ -73,15 +73,15 @@ def data_record(source: str, data_dir: str | os.PathLike | None) -> bytes:
 def recorded_data(directory: str | os.PathLike) -> dict:
     """What ``directory/music.json`` says (``{}`` for a model saved before it was written);
     ValueError naming the file when it is not such a record."""
-    import json
-
     path = os.path.join(directory, MUSIC_FILE)
     if not os.path.isfile(path):
         return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            record = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    from attnlab.files import read_json_object
+    from attnlab.tasks import MAX_TASK_FILE_BYTES
+
+    try:  # size-capped, depth-safe (a music.json nested 100k deep is one line naming it)
+        record = read_json_object(path, max_bytes=MAX_TASK_FILE_BYTES, what="a record of the training data")
+    except OSError as error:
         raise ValueError(f"{path}: not a readable record of the training data ({error})") from None
     if not isinstance(record, dict) or not all(isinstance(record.get(key), (str, type(None)))
                                                for key in ("data", "data_dir")):

@@ -71,7 +71,6 @@ def evaluate_classifier(model, data: ImageSet, *, batch_size: int = 500) -> Eval
 def load_classifier(directory: str, device):
     """A saved ViT and its class names (``classes.json``), or a timm ViT checkpoint directory
     (:func:`attnlab.interop.timm_vit.load_timm_vit`: its label names); ValueError for anything else."""
-    import json
     import sys
 
     import attnlab
@@ -88,9 +87,12 @@ def load_classifier(directory: str, device):
         print(f"note: {directory} has no {CLASSES_FILE}; its {model.config.num_classes} classes are shown as "
               f"'class 0' .. 'class {model.config.num_classes - 1}'", file=sys.stderr)
         return model, [f"class {i}" for i in range(model.config.num_classes)]
-    try:
-        classes = json.loads(path.read_text(encoding="utf-8"))["classes"]
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+    from attnlab.files import read_json_object
+    from attnlab.tasks import MAX_TASK_FILE_BYTES
+
+    try:  # size-capped, depth-safe: one line naming the file
+        classes = read_json_object(path, max_bytes=MAX_TASK_FILE_BYTES, what="a class list")["classes"]
+    except (OSError, KeyError) as error:
         raise ValueError(f"{path}: not a valid class list ({error})") from None
     if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes):
         raise ValueError(f"{path}: not a valid class list (\"classes\" must be a list of names)")
