@@ -80,3 +80,34 @@ def test_the_good_arguments_still_run(lm_char_dir, music_dir, bert_dir):
                       str)
     assert len(attnlab.load(music_dir).continue_music([1, 2], steps=2, seed=0).primer) >= 2
     assert attnlab.load(bert_dir).embed("a man").shape == (attnlab.load(bert_dir).model.config.d_model,)
+
+
+def test_to_checks_the_device_as_load_does(lm_char_dir):
+    import torch
+
+    pipeline = attnlab.load(lm_char_dir)
+    with pytest.raises(ValueError, match="device='gpu': not a torch device"):
+        pipeline.to("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            pipeline.to("cuda")
+    assert pipeline.to("cpu") is pipeline
+
+
+def test_the_translator_takes_a_list_not_a_string(translation_dir):
+    """Translator.translate("Ein Hund") translated it character by character."""
+    from attnlab.translation import Translator
+
+    translator = Translator.load(translation_dir)
+    with pytest.raises(TypeError, match="sentences: a list of strings"):
+        translator.translate("ein hund")
+    with pytest.raises(TypeError, match=r"sentences\[1\]"):
+        translator.translate(["ein hund", 3])
+
+
+@pytest.mark.parametrize("sentence, message", [("", "sentence 2 is empty"), ("  ", "sentence 2 is only white space")])
+def test_the_embed_verb_refuses_an_empty_sentence_as_embed_does(hf_bert_dir, capsys, sentence, message):
+    from attnlab.cli.main import main
+
+    assert main(["embed", "--model", str(hf_bert_dir), "a man", sentence]) == 2
+    assert message in capsys.readouterr().err

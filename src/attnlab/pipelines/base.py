@@ -65,7 +65,11 @@ class Pipeline:
         return next(self.model.parameters()).device
 
     def to(self, device: str | torch.device) -> Pipeline:
-        """Move every module of the pipeline to ``device``; returns the pipeline."""
+        """Move every module of the pipeline to ``device`` (checked as :func:`attnlab.load`'s
+        ``device``: a torch device this machine has); returns the pipeline."""
+        from attnlab.pipelines import _check_device
+
+        device = _check_device(device)
         for module in self.modules():
             module.to(device)
         return self

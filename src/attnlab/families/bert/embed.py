@@ -30,6 +30,10 @@ def run(args) -> int:
 
     if not 0 <= args.decimals <= 10:
         raise ValueError(f"--decimals {args.decimals}: choose 0 to 10")
+    for number, sentence in enumerate(args.sentences, 1):  # as embed(""): nothing to embed is refused
+        if not sentence.strip():
+            raise ValueError(f"sentence {number} is {'empty' if not sentence else 'only white space'}; "
+                             "there is nothing in it to embed")
     require_packages("embed", "tokenizers")
     device = resolve_device(args.device)
     model, tokenizer = load_hf_bert(args.model, device=device)

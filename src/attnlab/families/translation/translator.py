@@ -21,7 +21,7 @@ from attnlab.generation import beam_search, greedy_search
 from attnlab.models.registry import load_model
 from attnlab.families.translation.task import TASK_FILE
 from attnlab.interop.hf_marian import check_generation_defaults
-from attnlab.pipelines.base import check_beam, check_int, check_number
+from attnlab.pipelines.base import check_beam, check_int, check_number, check_texts
 
 __all__ = ["AttentionExample", "Translator"]
 
@@ -183,6 +183,10 @@ class Translator:
         ``cuda_graph=True`` (a model on a CUDA device): every batch's search replays one
         captured CUDA graph per token (:func:`~attnlab.generation.search.beam_search`).
         """
+        sentences, single = check_texts(sentences, "sentences")
+        if single:  # a str would be translated character by character
+            raise TypeError("sentences: a list of strings; for one sentence pass [sentence] (attnlab.load(...)"
+                            ".translate(text) takes one string)")
         beam_size = self._decoding(beam, beam_size, alpha, max_len_a, max_len_b)
         check_int(batch_size, "batch_size")
         sentences = [s.strip() for s in sentences]
