@@ -174,3 +174,13 @@ def test_only_a_pickle_says_how_to_convert(gpt2_dir, tmp_path):
     (directory / "pytorch_model.bin").write_bytes(b"never read")
     with pytest.raises(ValueError, match=r"never loads.*Convert it once.*save_file"):
         load_hf_gpt2(directory)
+
+
+def test_sharded_weights_are_named(gpt2_dir, tmp_path):
+    from attnlab.interop.hf_gpt2 import load_hf_gpt2
+
+    directory = _copy(gpt2_dir[0], tmp_path)
+    (directory / "model.safetensors").rename(directory / "model-00001-of-00001.safetensors")
+    (directory / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    with pytest.raises(ValueError, match=r"split into shards \(model\.safetensors\.index\.json\)"):
+        load_hf_gpt2(directory)

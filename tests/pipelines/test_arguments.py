@@ -44,6 +44,7 @@ CASES = [
     ("music_dir", lambda p: p.continue_music(None, steps=4, top_p=2.0), ValueError, "top_p=2.0"),
     ("music_dir", lambda p: p.continue_music(None, steps=4, top_k=0), ValueError, "top_k=0"),
     ("music_dir", lambda p: p.continue_music(None, steps=4, seed=-5), ValueError, "seed=-5"),
+    ("music_dir", lambda p: p.prompt("jsb-valid:abc"), ValueError, "jsb-valid:N with N a chorale number"),
     # translation: beam as --beam (1..64), alpha and lengths finite and >= 0
     ("translation_dir", lambda p: p.translate("ein hund", beam=0), ValueError, "beam=0"),
     ("translation_dir", lambda p: p.translate("ein hund", beam=1_000_000_000), ValueError, "beam=1000000000"),

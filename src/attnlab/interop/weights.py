@@ -42,6 +42,9 @@ def read_safetensors(directory: str | os.PathLike, what: str) -> dict[str, Tenso
     if not path.is_file():
         if (Path(directory) / "pytorch_model.bin").is_file():
             raise ValueError(pickle_refusal(directory, what))
+        if (Path(directory) / "model.safetensors.index.json").is_file():
+            raise ValueError(f"{path}: no such file; the {what} weights are split into shards "
+                             "(model.safetensors.index.json), and attnlab reads one model.safetensors")
         raise ValueError(f"{path}: no such file; attnlab reads {what} weights as safetensors")
     try:
         tensors = load_file(str(path))

@@ -45,7 +45,7 @@ class LanguageModelPipeline(Pipeline):
             if not text:
                 raise ValueError(f"{'prompt' if single else f'prompt[{index}]'}: an empty string; a language model "
                                  "continues a text (the default prompt is a newline)")
-        check_int(max_new_tokens, "max_new_tokens", maximum=1_000_000)
+        check_int(max_new_tokens, "max_new_tokens", maximum=1_000_000)  # --max-new-tokens bound (0: nothing to do)
         check_bool(greedy, "greedy")
         check_bool(sliding_window, "sliding_window")
         check_sampling(temperature, top_k, greedy_allowed=False, top_p=top_p)

@@ -221,9 +221,11 @@ def primer_tokens(encoding: str, primer: str | None, *, data_dir=None, primer_st
                              f"{encoding} (give a MIDI file)")
         if isinstance(primer_steps, bool) or not isinstance(primer_steps, int) or primer_steps < 1:
             raise ValueError(f"--primer-steps={primer_steps!r} must be a whole number of steps, at least 1")
-        chorales = music.load_jsb_chorales("valid", data_dir)
         text = primer.split(":", 1)[1].strip()
-        if not (text.isascii() and text.isdigit()) or int(text) >= len(chorales):  # no counting from the end
+        if not (text.isascii() and text.isdigit()):  # said before the data is looked for
+            raise ValueError(f"--primer {primer}: give jsb-valid:N with N a chorale number (0, 1, ...)")
+        chorales = music.load_jsb_chorales("valid", data_dir)
+        if int(text) >= len(chorales):  # no counting from the end
             raise ValueError(f"--primer {primer}: give jsb-valid:N with N in 0..{len(chorales) - 1}")
         return prompt + music.serialize_chorale(chorales[int(text)][:primer_steps])
     if encoding != "performance":
