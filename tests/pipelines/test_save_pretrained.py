@@ -123,3 +123,15 @@ def test_what_save_pretrained_refuses(lm_char_dir, tmp_path):
     with pytest.raises(ValueError, match="quantised"):
         pipeline.save_pretrained(tmp_path / "int8")
     assert not (tmp_path / "int8").exists() and not (tmp_path / "new").exists()
+
+
+def test_a_pipeline_that_does_not_say_what_its_directory_holds_is_refused(lm_char_dir, tmp_path):
+    from attnlab.pipelines import Pipeline
+
+    class Bare(Pipeline):
+        family = "bare"
+
+    bare = Bare(attnlab.load(lm_char_dir).model)
+    with pytest.raises(ValueError, match=r"'bare' pipeline \(Bare\) does not say what its directory holds"):
+        bare.save_pretrained(tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

@@ -88,6 +88,9 @@ class Pipeline:
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory: expected a path, got {type(directory).__name__}")
         check_bool(force, "force")
+        if type(self).save_parts is Pipeline.save_parts:
+            raise ValueError(f"a {self.family!r} pipeline ({type(self).__name__}) does not say what its directory "
+                             "holds beside the model (save_parts); save its model with pipeline.model.save_pretrained")
         for module in self.modules():
             if getattr(module, "quantized", None):
                 raise ValueError(f"a {module.quantized}-quantised model is for decoding only and cannot be saved; "
@@ -106,8 +109,9 @@ class Pipeline:
         return out
 
     def save_parts(self, directory: Path) -> None:  # pragma: no cover - every family overrides
-        """Write what the family's loader reads beside ``config.json`` and ``model.safetensors``."""
-        raise NotImplementedError(f"{type(self).__name__} does not say what its directory holds")
+        """Write what the family's loader reads beside ``config.json`` and ``model.safetensors``
+        (each family's pipeline overrides it; :meth:`save_pretrained` refuses a pipeline that does not)."""
+        raise NotImplementedError
 
     def copy_records(self, directory: Path, *names: str) -> None:
         """Copy the task records ``names`` (JSON files the pipeline does not hold in memory, such
