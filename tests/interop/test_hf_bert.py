@@ -264,6 +264,7 @@ def test_tokenizer_config_values_are_checked(tmp_path, values, message):
     ("num_hidden_layers", 5000, "num_hidden_layers=5000 exceeds the cap"),
     ("vocab_size", float("nan"), "vocab_size=nan is not an integer"),
     ("hidden_act", ["gelu"], "unsupported hidden_act"),
+    ("is_decoder", "false", "is_decoder='false' is not true or false"),
 ])
 def test_config_errors_name_berts_own_fields(tmp_path, field, value, message):
     directory = _tiny_dir(tmp_path)

@@ -123,3 +123,16 @@ def test_non_finite_normalisation_is_refused(tmp_path):
     (directory / "config.json").write_text(json.dumps(values))
     with pytest.raises(ValueError, match=r"config\.json: pretrained_cfg mean/std need 3 finite values"):
         load_timm_vit(directory)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("pretrained_cfg", [0.5], "pretrained_cfg must be an object"),
+    ("model_args", {"num_heads": True}, "model_args num_heads=True must be a whole number"),
+    ("model_args", {"num_heads": 7}, "model_args num_heads=7 must be a whole number that divides the width 192"),
+])
+def test_config_values_of_the_wrong_type_are_named(tmp_path, field, value, message):
+    _, directory = _saved(tmp_path, *CASES[0][1:])
+    values = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**values, field: value}))
+    with pytest.raises(ValueError, match=rf"config\.json: .*{message}"):
+        load_timm_vit(directory)

@@ -75,7 +75,8 @@ def config_from_hf_bert(hf_config: Mapping | object, *, source: str = "config") 
     if get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{source}: position_embedding_type={get('position_embedding_type')!r} is not supported "
                          f"(only 'absolute')")
-    if get("is_decoder", False) or get("add_cross_attention", False):
+    if foreign_flag(get("is_decoder", False), "is_decoder", source) or foreign_flag(
+            get("add_cross_attention", False), "add_cross_attention", source):
         raise ValueError(f"{source}: BERT decoders (is_decoder / add_cross_attention) are not supported")
     activation = _ACTIVATIONS.get(get("hidden_act", "gelu")) if isinstance(get("hidden_act", "gelu"), str) else None
     if activation is None:

@@ -160,6 +160,9 @@ def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu",
     if match is None:
         raise ValueError(f"{config_path}: architecture {architecture!r}: attnlab converts timm's plain ViTs "
                          "(vit_tiny|small|base|large|huge_patchP_S)")
+    for field in ("model_args", "pretrained_cfg"):
+        if not isinstance(values.get(field) or {}, dict):
+            raise ValueError(f"{config_path}: {field} must be an object, got {values[field]!r}")
     model_args = values.get("model_args") or {}
     unknown = sorted(set(model_args) - _TIMM_ARGS) if isinstance(model_args, dict) else ["(not an object)"]
     if unknown:
@@ -184,7 +187,11 @@ def load_timm_vit(directory: str | os.PathLike, *, device: str = "cpu",
         raise ValueError(f"{weights_path}: non-square patches or image grid ({patch}x{patch_w}, {grid} positions)")
     size, default_heads = match.group(1), _TIMM_SIZES[match.group(1)][1]
     heads = model_args.get("num_heads", default_heads if d_model == _TIMM_SIZES[size][0] else None)
-    if not isinstance(heads, int) or heads <= 0 or d_model % heads:
+    if "num_heads" in model_args and (isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0
+                                      or d_model % heads):
+        raise ValueError(f"{config_path}: model_args num_heads={heads!r} must be a whole number that divides the "
+                         f"width {d_model}")
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0 or d_model % heads:
         raise ValueError(f"{config_path}: width {d_model} is not {size}'s {_TIMM_SIZES[size][0]} and model_args gives "
                          "no num_heads that divides it")
     pool = "mean" if "fc_norm.weight" in source else "token"
