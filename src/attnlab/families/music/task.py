@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -222,10 +223,10 @@ def primer_tokens(encoding: str, primer: str | None, *, data_dir=None, primer_st
         if isinstance(primer_steps, bool) or not isinstance(primer_steps, int) or primer_steps < 1:
             raise ValueError(f"--primer-steps={primer_steps!r} must be a whole number of steps, at least 1")
         text = primer.split(":", 1)[1].strip()
-        if not (text.isascii() and text.isdigit()):  # said before the data is looked for
+        if not re.fullmatch(r"[+-]?[0-9]+", text):  # not a number at all: said before the data is looked for
             raise ValueError(f"--primer {primer}: give jsb-valid:N with N a chorale number (0, 1, ...)")
         chorales = music.load_jsb_chorales("valid", data_dir)
-        if int(text) >= len(chorales):  # no counting from the end
+        if not text.isdigit() or int(text) >= len(chorales):  # no counting from the end
             raise ValueError(f"--primer {primer}: give jsb-valid:N with N in 0..{len(chorales) - 1}")
         return prompt + music.serialize_chorale(chorales[int(text)][:primer_steps])
     if encoding != "performance":
