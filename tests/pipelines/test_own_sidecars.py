@@ -36,3 +36,20 @@ def test_a_coco_captions_file_nested_too_deeply_is_named(tmp_path):
     path.write_text(nested_json(50_000))
     with pytest.raises(ValueError, match=r"captions\.json: .*nested too deeply"):
         read_coco_captions(path)
+
+
+@pytest.mark.parametrize("generation, message", [
+    ({"num_beams": 10**9}, r"translation\.json: num_beams=1000000000 exceeds the largest beam"),
+    ({"num_beams": "4"}, r"translation\.json: num_beams='4' is not an integer"),
+    ([1, 2], r"translation\.json: \"generation\" must be an object"),
+])
+def test_translation_json_decoding_settings_are_bounded(translation_dir, tmp_path, generation, message):
+    """A saved MarianMT model keeps its decoding settings in translation.json: checked as the
+    MarianMT generation_config.json they came from (num_beams 1e9 tried to allocate 264 GB)."""
+    import json
+
+    directory = tmp_path / "model"
+    shutil.copytree(translation_dir, directory)
+    (directory / "translation.json").write_text(json.dumps({"generation": generation}))
+    with pytest.raises(ValueError, match=message):
+        attnlab.load(directory)

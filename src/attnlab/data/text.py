@@ -179,7 +179,11 @@ def load_lm_tokenizer(directory: str | os.PathLike) -> CharTokenizer | LineToken
     from attnlab.interop.hf_gpt2 import BPE_FILES, ByteLevelBPETokenizer
 
     if all((directory / name).is_file() for name in BPE_FILES):  # a GPT-2 model saved by attnlab
-        return ByteLevelBPETokenizer.load(directory)
+        try:
+            return ByteLevelBPETokenizer.load(directory)
+        except ImportError:
+            raise ValueError(f"{directory}: its byte-level BPE (vocab.json, merges.txt) needs the tokenizers "
+                             "package (pip install tokenizers)") from None
     raise FileNotFoundError(f"no tokenizer in {directory} (expected {CHAR_TOKENIZER_FILE} or {TOKENIZER_FILE}, "
                             "or GPT-2's vocab.json and merges.txt)")
 
