@@ -27,7 +27,8 @@ CALLS = {
     "music_transformer": lambda p: p.continue_music([1, 2, 3], steps=4, seed=0).tokens,
 }
 FIXTURES = ["translation_dir", "lm_char_dir", "lm_bpe_dir", "bert_dir", "hf_bert_dir", "vit_dir", "captioner_dir",
-            "text_to_image_dir", "image_dir", "class_image_dir", "music_dir", "gpt2_dir", "marian_dir", "timm_dir"]
+            "text_to_image_dir", "image_dir", "class_image_dir", "music_dir", "gpt2_dir", "marian_dir", "timm_dir",
+            "exported_gpt2_dir"]
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,18 @@ def gpt2_dir(tmp_path_factory):
     from reference.foreign_dirs import gpt2_directory
 
     return gpt2_directory(tmp_path_factory.mktemp("gpt2") / "model")
+
+
+@pytest.fixture(scope="module")
+def exported_gpt2_dir(lm_char_dir, tmp_path_factory):
+    """A GPT-2 directory `attnlab export` wrote from a character model: its tokenizer is a tokenizer.json."""
+    pytest.importorskip("tokenizers")
+    from attnlab.cli.main import main
+
+    out = tmp_path_factory.mktemp("exported") / "gpt2"
+    assert main(["export", "--model", str(lm_char_dir), "--format", "hf", "-o", str(out)]) == 0
+    assert (out / "tokenizer.json").is_file() and not (out / "vocab.json").exists()
+    return out
 
 
 @pytest.fixture(scope="module")

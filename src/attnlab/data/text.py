@@ -167,8 +167,9 @@ class LineTokenizer:
 
 def load_lm_tokenizer(directory: str | os.PathLike) -> CharTokenizer | LineTokenizer:
     """The tokenizer saved in a language model's directory: ``char_tokenizer.json``,
-    ``tokenizer.model``, or GPT-2's byte-level BPE (``vocab.json`` + ``merges.txt``, a GPT-2
-    pipeline's ``save_pretrained``); FileNotFoundError when it holds none."""
+    ``tokenizer.model``, or a GPT-2 model's tokenizer (byte-level BPE ``vocab.json`` +
+    ``merges.txt``, or ``tokenizer.json``: a GPT-2 pipeline's ``save_pretrained``);
+    FileNotFoundError when it holds none."""
     from attnlab.data.tokenizer import TOKENIZER_FILE
 
     directory = Path(directory)
@@ -176,16 +177,18 @@ def load_lm_tokenizer(directory: str | os.PathLike) -> CharTokenizer | LineToken
         return CharTokenizer.load(directory)
     if (directory / TOKENIZER_FILE).is_file():
         return LineTokenizer.load(directory)
-    from attnlab.interop.hf_gpt2 import BPE_FILES, ByteLevelBPETokenizer
+    from attnlab.interop.hf_gpt2 import BPE_FILES, TOKENIZER_JSON, ByteLevelBPETokenizer, TokenizerJson
 
-    if all((directory / name).is_file() for name in BPE_FILES):  # a GPT-2 model saved by attnlab
-        try:
+    try:  # a GPT-2 model's tokenizer, saved by attnlab (LanguageModelPipeline.save_pretrained)
+        if all((directory / name).is_file() for name in BPE_FILES):
             return ByteLevelBPETokenizer.load(directory)
-        except ImportError:
-            raise ValueError(f"{directory}: its byte-level BPE (vocab.json, merges.txt) needs the tokenizers "
-                             "package (pip install tokenizers)") from None
+        if (directory / TOKENIZER_JSON).is_file():
+            return TokenizerJson(directory / TOKENIZER_JSON)
+    except ImportError:
+        raise ValueError(f"{directory}: its GPT-2 tokenizer needs the tokenizers package (pip install tokenizers)"
+                         ) from None
     raise FileNotFoundError(f"no tokenizer in {directory} (expected {CHAR_TOKENIZER_FILE} or {TOKENIZER_FILE}, "
-                            "or GPT-2's vocab.json and merges.txt)")
+                            "or GPT-2's vocab.json and merges.txt, or tokenizer.json)")
 
 
 def read_text_files(paths: Sequence[str | os.PathLike], *, flag: str | None = None) -> str:

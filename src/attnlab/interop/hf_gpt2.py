@@ -201,11 +201,20 @@ class TokenizerJson:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``tokenizer.json`` into ``directory`` (what the constructor reads)."""
+        from attnlab.files import atomic_write_bytes
+
+        atomic_write_bytes(Path(directory) / TOKENIZER_JSON, self.tokenizer.to_str().encode("utf-8"))
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+TOKENIZER_JSON = "tokenizer.json"
 
 
 def is_hf_gpt2_directory(directory: str | os.PathLike) -> bool:

@@ -91,7 +91,7 @@ class LanguageModelPipeline(Pipeline):
 
     def save_parts(self, directory: Path) -> None:
         """The tokenizer (``char_tokenizer.json``, ``tokenizer.model``, or a GPT-2 model's
-        ``vocab.json`` + ``merges.txt``)."""
+        ``vocab.json`` + ``merges.txt`` or ``tokenizer.json``)."""
         self.tokenizer.save(directory)
 
     def attention(self, text: str, *, generate: int = 0) -> dict[str, Tensor]:
