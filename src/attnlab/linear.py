@@ -125,6 +125,26 @@ class Linear(DecodeCaches, nn.Linear):
         return out.view(*x.shape[:-1], weight.shape[0])
 
 
+def linear_rows(module: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
+    """``module(x)``'s output features ``start:stop`` only (cross-attention's query rows, or its
+    key/value rows, of the joint ``qkv_proj``): ``F.linear`` on the weight's row slice, or the
+    module's own ``forward_rows`` where it has one (a LoRA layer adds its low-rank term,
+    :mod:`attnlab.training.lora`)."""
+    own = getattr(module, "forward_rows", None)
+    if own is not None:
+        return own(x, start, stop)
+    bias = module.bias
+    return F.linear(x, module.weight[start:stop], None if bias is None else bias[start:stop])
+
+
+def step_weights(module: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """The ``(weight, bias)`` a decode step gathers from a linear ``module``: its own, or, where
+    it has ``merged_weights()`` (a LoRA layer not yet merged), the weight it effectively
+    multiplies by, computed when the step plan is made (every new decode cache)."""
+    own = getattr(module, "merged_weights", None)
+    return own() if own is not None else (module.weight, module.bias)
+
+
 def one_row_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)`` for the decode step, ``x`` ``(B, L, in)``: a single row
     (B = L = 1) as a matrix-vector product (``addmv``; MKL's gemv runs a one-row product

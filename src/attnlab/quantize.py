@@ -191,6 +191,8 @@ def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
                for child_name, child in parent.named_children() if isinstance(child, nn.Linear)]
     if not targets:
         raise ValueError(f"{type(model).__name__} has no linear layers to quantise")
+    if any(hasattr(child, "lora_A") for _, _, child in targets):  # its adapters would be dropped silently
+        raise ValueError("the model has unmerged LoRA adapters; merge them first (attnlab.training.lora.merge_lora)")
     swapped: dict[int, QuantizedLinear] = {}
     for parent, child_name, child in targets:
         if id(child) not in swapped:  # a module shared by two parents is quantised once

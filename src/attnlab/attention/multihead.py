@@ -7,14 +7,13 @@ head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), each head d_model/h wide.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 from attnlab.attention.cache import KVCache, MemoryKVCache
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.attention.varlen import Segments
-from attnlab.linear import DecodeCaches, Linear, derived_key, step_linear
+from attnlab.linear import DecodeCaches, Linear, derived_key, linear_rows, step_linear, step_weights
 
 _QUERY_ROWS = WeakIdKeyDictionary()
 """qkv weight -> (its derived_key, its query rows): the slice a cross-attention step multiplies,
@@ -139,7 +138,8 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
         weight, :func:`attnlab.linear.skinny_linear`) are kept per tensor object, and a
         fresh slice per step would reorder the weight again at every step. The slices carry no
         autograd history (the step path is inference only), so the module stays deep-copyable."""
-        weight, bias, d = self.qkv_proj.weight, self.qkv_proj.bias, self.d_model
+        (weight, bias), d = step_weights(self.qkv_proj), self.d_model
+        out_weight, out_bias = step_weights(self.out_proj)
         plain = type(weight) in (Tensor, nn.Parameter)
         key = derived_key(weight) if plain else None
         query_rows = _QUERY_ROWS.get(weight) if plain else None
@@ -149,9 +149,9 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
                 if plain:
                     _QUERY_ROWS[weight] = query_rows
             query_bias = None if bias is None else bias[:d]
-        self._step_plan = (weight, bias, query_rows[1], query_bias, self.out_proj.weight, self.out_proj.bias,
+        self._step_plan = (weight, bias, query_rows[1], query_bias, out_weight, out_bias,
                            self.num_heads, self.head_dim, self.pattern.forward, self.pattern.cache_window,
-                           step_linear(self.qkv_proj.weight))
+                           step_linear(weight))
         return self._step_plan
 
     def _project(self, x: Tensor, memory: Tensor | None, cache, mask: Tensor | None):
@@ -169,12 +169,11 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
                 if cache_mask is not None:
                     mask = cache_mask if mask is None else mask & cache_mask
             return q, k, v, query_offset, key_offset, mask
-        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
-        q = self._split_heads(F.linear(x, weight[:d], None if bias is None else bias[:d]), 1)[0]
+        q = self._split_heads(linear_rows(self.qkv_proj, x, 0, d), 1)[0]
         if isinstance(cache, MemoryKVCache) and cache.is_set:
             k, v = cache.k, cache.v
         else:
-            k, v = self._split_heads(F.linear(memory, weight[d:], None if bias is None else bias[d:]), 2).unbind(0)
+            k, v = self._split_heads(linear_rows(self.qkv_proj, memory, d, 3 * d), 2).unbind(0)
             if cache is not None:
                 cache.set(k, v)
         return q, k, v, query_offset, key_offset, mask

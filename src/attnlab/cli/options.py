@@ -8,11 +8,13 @@ from typing import Any
 __all__ = [
     "OPTIONAL_PACKAGES",
     "add_force_argument",
+    "add_lora_arguments",
     "add_runtime_arguments",
     "add_threads_argument",
     "apply_threads",
     "bounded_float",
     "bounded_int",
+    "lora_config_from_args",
     "parse_overrides",
     "require_packages",
 ]
@@ -92,6 +94,46 @@ def add_schedule_arguments(group, *, max_steps: int, warmup: int, lr: float | No
     if lr is not None:
         group.add_argument("--lr", type=float, default=lr, help=f"{lr_help} (default: {lr:g})")
     group.add_argument("--warmup", type=int, default=warmup, help=f"warm-up updates (default: {warmup})")
+
+
+LORA_FLAGS = ("--lora-alpha", "--lora-targets", "--lora-dropout", "--lora-keep")
+
+
+def add_lora_arguments(group) -> None:
+    """The LoRA options of a fine-tuning run (attnlab.training.lora): ``--lora R``,
+    ``--lora-alpha A`` (default 2R), ``--lora-targets attention|attention,ffn``,
+    ``--lora-dropout P``, ``--lora-keep``. Read them with :func:`lora_config_from_args`."""
+    group.add_argument("--lora", type=bounded_int(1), metavar="R",
+                       help="fine-tune low-rank adapters of rank R (LoRA, Hu et al. 2021) instead of every weight: "
+                            "the rest is frozen but a new head; the adapters are merged into the saved model")
+    group.add_argument("--lora-alpha", type=bounded_float(0.0), metavar="A",
+                       help="LoRA scale alpha (the update is alpha/R times B·A; default: 2R, a common choice)")
+    group.add_argument("--lora-targets", metavar="attention|attention,ffn",
+                       help="which linear layers get adapters: attention (the qkv and output projections of "
+                            "every attention, the default) and/or ffn (the feed-forward linears), comma-separated")
+    group.add_argument("--lora-dropout", type=bounded_float(0.0, 1.0, include_low=True), metavar="P",
+                       help="dropout on the adapters' input in training (default: 0)")
+    group.add_argument("--lora-keep", action="store_true",
+                       help="also save the adapters apart (lora.safetensors + lora.json), besides the merged model")
+
+
+def lora_config_from_args(args):
+    """The :class:`attnlab.training.lora.LoraConfig` the ``--lora*`` options ask for, or None
+    without ``--lora``; ValueError naming the flag for a bad value or a ``--lora-*`` option
+    given without ``--lora``."""
+    rank = getattr(args, "lora", None)
+    given = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in LORA_FLAGS}
+    if rank is None:
+        stray = [flag for flag, value in given.items() if value not in (None, False)]
+        if stray:
+            raise ValueError(f"{stray[0]} needs --lora R (the adapters' rank)")
+        return None
+    from attnlab.training.lora import LoraConfig
+
+    targets = given["--lora-targets"]
+    targets = ("attention",) if targets is None else tuple(part.strip() for part in targets.split(","))
+    return LoraConfig(rank=rank, alpha=given["--lora-alpha"], targets=targets,
+                      dropout=given["--lora-dropout"] or 0.0)
 
 
 def add_limit_argument(parser, unit: str, *, low: int = 1, help_default: str = "all of them") -> None:

@@ -20,7 +20,7 @@ from attnlab.attention.cache import LayerCache, StackCache, StaticKVCache
 from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.attention.patterns import AttentionPattern, FullAttention, build_pattern
 from attnlab.layers.feedforward import ACTIVATIONS, FeedForward
-from attnlab.linear import DecodeCaches, step_linear
+from attnlab.linear import DecodeCaches, step_linear, step_weights
 
 
 @dataclass
@@ -150,9 +150,10 @@ class TransformerLayer(DecodeCaches, nn.Module):
         if self.cross_attn is not None:
             self.cross_attn.prepare_step()
         ffn = self.ffn
+        (fc1_weight, fc1_bias), (fc2_weight, fc2_bias) = step_weights(ffn.linear1), step_weights(ffn.linear2)
         self._step_plan = (self.norm_first, self.ffn_norm.normalized_shape, self.ffn_norm.eps, norms, self.self_attn,
-                           self.cross_attn, (ffn.linear1.weight, ffn.linear1.bias, ACTIVATIONS[ffn.activation],
-                                             ffn.linear2.weight, ffn.linear2.bias, step_linear(ffn.linear1.weight)),
+                           self.cross_attn, (fc1_weight, fc1_bias, ACTIVATIONS[ffn.activation],
+                                             fc2_weight, fc2_bias, step_linear(fc1_weight)),
                            (self.self_attn_scale, self.cross_attn_scale, self.ffn_scale))
         return self._step_plan
 

@@ -23,7 +23,7 @@ from attnlab.attention.masks import key_padding_mask
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
-from attnlab.linear import DecodeCaches, Linear, derived_key, onednn_rows, skinny_linear
+from attnlab.linear import DecodeCaches, Linear, derived_key, linear_rows, onednn_rows, skinny_linear
 from attnlab.models.base import StackConfig
 
 
@@ -150,8 +150,7 @@ class TokenDecoder(DecodeCaches, _Embedder):
         for layer, layer_cache in zip(self.stack.layers, cache.layers):
             attention = layer.cross_attn
             d = attention.d_model
-            weight, bias = attention.qkv_proj.weight, attention.qkv_proj.bias
-            kv = F.linear(memory, weight[d:], None if bias is None else bias[d:])  # (B, S, 2·d)
+            kv = linear_rows(attention.qkv_proj, memory, d, 3 * d)  # (B, S, 2·d)
             k, v = attention._split_heads(kv, 2).unbind(0)  # (B, H, S, D) each
             layer_cache.cross_attn.set(k, v)
         return cache
