@@ -14,6 +14,7 @@ RUN_NO_MODEL = {
     "presets": "lists preset names and sizes; builds nothing",
     "average": "averages checkpoint tensors file by file; runs no forward pass",
     "positions": "draws the sinusoidal position table; no model",
+    "curves": "draws runs' metrics.jsonl; no model",
     "data list": "lists the named data sets and where they are; no model",
     "data get": "downloads, checks and converts data files; no model",
 }
@@ -119,7 +120,7 @@ def test_every_verb_reading_named_data_takes_data_dir(verb):
     assert "where named data sets live" in option.help
 
 
-@pytest.mark.parametrize("verb", ["translate", "evaluate", "attention", "average", "export-onnx"])
+@pytest.mark.parametrize("verb", ["translate", "evaluate", "attention", "average", "export-onnx", "curves"])
 def test_one_output_is_o_or_out(verb):
     """A verb with one output path takes it as ``-o`` and ``--out`` alike."""
     option = _option(LEAVES[verb], "-o")

@@ -32,6 +32,7 @@ SHARED_TOOLS = {
     "export-onnx": "attnlab.cli.export_onnx",
     "export": "attnlab.cli.export",
     "average": "attnlab.cli.average",
+    "curves": "attnlab.cli.curves",
     "positions": "attnlab.cli.positions",
     "complexity": "attnlab.cli.complexity",
 }
