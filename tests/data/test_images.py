@@ -119,3 +119,31 @@ def test_unknown_names_and_empty_folders_are_clear(tmp_path):
         load_images(str(tmp_path))
     with pytest.raises(ValueError, match="split must be one of"):
         load_images("mnist", "dev")
+
+
+def test_a_folder_to_score_is_read_whole_or_its_test_part(tmp_path):
+    # An evaluator given a folder reads all of it (issue 39, 5): not silently the held-out
+    # tenth, and a folder holding only test/ is accepted; origin says what was read.
+    rng = np.random.default_rng(2)
+    for name in ("cat", "dog"):
+        for i in range(10):
+            _png(tmp_path / "flat" / name / f"{i}.png", rng.integers(0, 256, (4, 4)))
+            _png(tmp_path / "only" / "test" / name / f"{i}.png", rng.integers(0, 256, (4, 4)))
+    flat = load_images(str(tmp_path / "flat"), "test", whole=True)
+    assert len(flat) == 20 and flat.labels.tolist() == [0] * 10 + [1] * 10
+    assert flat.origin.startswith("all 20 of 20 images of")
+    held = load_images(str(tmp_path / "flat"), "test")
+    assert len(held) == 2 and held.origin.startswith("2 of 20 images of") and "held out" in held.origin
+    only = load_images(str(tmp_path / "only"), "test", whole=True)
+    assert len(only) == 20 and only.origin.startswith("all 20 images of") and only.classes == ["cat", "dog"]
+    # A model's classes decide the label ids; a folder class it does not know is named.
+    mapped = load_images(str(tmp_path / "only"), "test", whole=True, classes=["ant", "cat", "dog"])
+    assert mapped.classes == ["ant", "cat", "dog"] and sorted(set(mapped.labels.tolist())) == [1, 2]
+    with pytest.raises(ValueError, match=r"\['dog'\]"):
+        load_images(str(tmp_path / "flat"), "test", whole=True, classes=["cat", "eel"])
+    # Training needs train/: a folder holding only test/ (or only train/) is refused, naming what is missing.
+    with pytest.raises(ValueError, match="test/ sub-folder but no train/"):
+        load_images(str(tmp_path / "only"), "train")
+    (tmp_path / "only" / "test").rename(tmp_path / "only" / "train")
+    with pytest.raises(ValueError, match="train/ sub-folder but no test/"):
+        load_images(str(tmp_path / "only"), "train")

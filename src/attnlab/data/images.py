@@ -14,6 +14,10 @@
 * a directory ``DIR/class_name/*.png|jpg|...`` (Pillow). With ``DIR/train`` and
   ``DIR/test`` (and optionally ``DIR/valid``) sub-folders those are the splits;
   otherwise every tenth image (in sorted order) is held out as both valid and test.
+  ``whole=True`` (an evaluator given a folder the model was not trained on): a folder
+  without split sub-folders is taken whole, and a folder holding only ``DIR/test``
+  (no ``train``) is read from it. :attr:`ImageSet.origin` says which part was read
+  ("50 of 500 images of DIR: every tenth, held out from training").
 
 Missing packages or files raise :class:`DataUnavailable` saying how to get them; a file
 Pillow cannot read raises ValueError naming it.
@@ -34,7 +38,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["IMAGE_SETS", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS",
-           "normalize", "PIXEL_INPUT"]
+           "normalize", "PIXEL_INPUT", "same_source"]
 
 SPLITS = ("train", "valid", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -56,6 +60,7 @@ class ImageSet:
     images: Tensor
     labels: Tensor
     classes: list[str]
+    origin: str = ""  # which part of its source these images are (folders: "N of M images of DIR ...")
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -70,12 +75,17 @@ class ImageSet:
 
 
 def load_images(source: str, split: str = "train", *, image_size: int | None = None,
-                channels: int | None = None, named: dict | None = None) -> ImageSet:
+                channels: int | None = None, named: dict | None = None, whole: bool = False,
+                classes: list[str] | None = None) -> ImageSet:
     """A named set (``mnist``, ``fashion-mnist``, ``digits``) or an image directory.
 
     ``image_size``/``channels`` apply to directories (images are resized to a square and
     converted to grey (1) or RGB (3)); by default a directory's first image decides.
     ``named``: more named sets, name -> ``loader(split)`` (a verb's own, e.g. emoji).
+    ``whole``: a directory is scored, not trained on: without split sub-folders every image
+    is read (not the held-out tenth), and ``DIR/test`` alone (no ``DIR/train``) is accepted.
+    ``classes``: a directory's label ids follow this list (a model's classes); its class
+    folders must be among them.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -84,7 +94,8 @@ def load_images(source: str, split: str = "train", *, image_size: int | None = N
         return sets[source](split)
     path = Path(source)
     if path.is_dir():
-        return _load_directory(path, split, image_size=image_size, channels=channels)
+        return _load_directory(path, split, image_size=image_size, channels=channels, whole=whole,
+                               classes=classes)
     raise ValueError(f"--data {source!r}: neither a named image set ({', '.join(sets)}) nor a directory "
                      "of class sub-folders")
 
@@ -230,22 +241,48 @@ def _class_files(root: Path) -> dict[str, list[Path]]:
     return classes
 
 
-def _load_directory(root: Path, split: str, *, image_size: int | None, channels: int | None) -> ImageSet:
+def _load_directory(root: Path, split: str, *, image_size: int | None, channels: int | None, whole: bool = False,
+                    classes: list[str] | None = None) -> ImageSet:
     split_dirs = {name: root / name for name in SPLITS if (root / name).is_dir()}
-    if "train" in split_dirs and "test" in split_dirs:
-        names = sorted(_class_files(split_dirs["train"]))  # the training classes define the label ids
+    labelled = _class_files(split_dirs["train"]) if "train" in split_dirs else None
+    if "train" in split_dirs and "test" not in split_dirs:
+        raise ValueError(f"{root}: has a train/ sub-folder but no test/ beside it; give DIR/train/CLASS/ and "
+                         "DIR/test/CLASS/, or put the class folders directly in DIR")
+    if "test" in split_dirs and "train" not in split_dirs and not whole:
+        raise ValueError(f"{root}: has a test/ sub-folder but no train/ beside it: a folder to train on needs "
+                         "DIR/train/CLASS/ (a folder holding only test/ can be scored by an evaluator)")
+    if "test" in split_dirs:
         folder = split_dirs.get(split, split_dirs["test"] if split == "valid" else None)
-        files = [(path, label) for label, (name, paths) in enumerate(
-            (n, _class_files(folder).get(n, [])) for n in names) for path in paths]
-        unknown = sorted(set(_class_files(folder)) - set(names))
+        if folder is None:  # split == "train" of a folder holding only test/ (whole)
+            raise ValueError(f"{root}: has no train/ sub-folder to read the train split from")
+        found = _class_files(folder)
+        names = list(classes) if classes is not None else sorted(labelled if labelled is not None else found)
+        unknown = sorted(set(found) - set(names))
         if unknown:
-            raise ValueError(f"{folder}: classes {unknown} do not occur in {split_dirs['train']}")
+            where = "the model's classes" if classes is not None else str(split_dirs["train"])
+            raise ValueError(f"{folder}: classes {unknown} do not occur in {where}")
+        files = [(path, names.index(name)) for name, paths in found.items() for path in paths]
+        files.sort(key=lambda item: item[1])
+        origin = f"all {len(files):,d} images of {folder}"
+        if folder.name != split:
+            origin += f" (no {split}/ sub-folder)"
     else:
-        classes = _class_files(root)
-        names = list(classes)
-        every = [(path, label) for label, name in enumerate(names) for path in classes[name]]
-        held = [item for i, item in enumerate(every) if i % 10 == 9]
-        files = held if split in ("valid", "test") else [item for i, item in enumerate(every) if i % 10 != 9]
+        found = _class_files(root)
+        names = list(classes) if classes is not None else list(found)
+        unknown = sorted(set(found) - set(names))
+        if unknown:
+            raise ValueError(f"{root}: classes {unknown} are not among the model's classes {names[:10]}")
+        every = [(path, names.index(name)) for name in sorted(found) for path in found[name]]
+        every.sort(key=lambda item: item[1])
+        if whole:
+            files = every
+            origin = f"all {len(files):,d} of {len(every):,d} images of {root} (no train/ or test/ sub-folders)"
+        else:
+            held = [item for i, item in enumerate(every) if i % 10 == 9]
+            files = held if split in ("valid", "test") else [item for i, item in enumerate(every) if i % 10 != 9]
+            part = ("every tenth, held out from training" if split in ("valid", "test")
+                    else "nine tenths: every tenth is held out")
+            origin = f"{len(files):,d} of {len(every):,d} images of {root} ({part})"
     if not files:
         raise ValueError(f"{root}: no images for the {split} split")
     if image_size is None or channels is None:
@@ -254,7 +291,19 @@ def _load_directory(root: Path, split: str, *, image_size: int | None, channels:
         channels = channels or first.shape[0]
     images = torch.stack([read_image(path, image_size=image_size, channels=channels) for path, _ in files])
     labels = torch.tensor([label for _, label in files], dtype=torch.int64)
-    return ImageSet(str(root), split, images, labels, names)
+    return ImageSet(str(root), split, images, labels, names, origin)
+
+
+def same_source(a: str | None, b: str | None) -> bool:
+    """Whether two ``--data`` values name the same set: equal names, or the same directory."""
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    try:
+        return Path(a).is_dir() and Path(b).is_dir() and Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------- model input

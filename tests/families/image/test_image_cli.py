@@ -127,6 +127,19 @@ def test_evaluate_image_reports_bits_per_dim(trained, tmp_path, capsys):
     assert saved["bits_per_dim"] == pytest.approx(expected, rel=1e-6)
 
 
+def test_evaluate_image_scores_another_folder_whole(trained, folder, tmp_path, capsys):
+    # Issue 39, 5: a folder the model was not trained on is scored whole, and the line says so.
+    import shutil
+
+    shutil.copytree(folder, tmp_path / "mine")
+    result = tmp_path / "result.json"
+    assert main(["evaluate-image", "--model", str(trained / "model"), "--data", str(tmp_path / "mine"),
+                 "--json", str(result), "--no-progress", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "scoring all 24 of 24 images of" in printed and "over 24 images" in printed
+    assert json.loads(result.read_text())["images"] == 24
+
+
 def test_super_resolve_writes_the_full_size_image(super_resolution, folder, tmp_path, capsys):
     small = tmp_path / "small.png"
     Image.fromarray(np.full((4, 4), 200, dtype=np.uint8)).save(small)

@@ -82,6 +82,24 @@ def test_evaluate_limit_scores_the_first_images(folder, trained, tmp_path, capsy
     assert json.loads((tmp_path / "three" / "results.json").read_text())["images"] == 3
 
 
+def test_evaluate_scores_a_folder_whole_and_says_what_it_scored(folder, trained, tmp_path, capsys):
+    # Issue 39, 5: a folder the model was not trained on is scored whole (or its test/ part),
+    # never silently its held-out tenth; the model's own folder, on the tenth, saying so.
+    import shutil
+
+    other, only = tmp_path / "mine", tmp_path / "only"
+    shutil.copytree(folder, other)
+    shutil.copytree(folder / "left", only / "test" / "left")
+    model = str(trained / "model")
+    for data, count, said in ((other, 48, "all 48 of 48 images of"), (only, 24, "all 24 images of"),
+                              (folder, 4, "4 of 48 images of")):
+        assert main(["evaluate", "--model", model, "--data", str(data), "--device", "cpu",
+                     "--out", str(tmp_path / data.name / "eval")]) == 0
+        out = capsys.readouterr().out
+        assert f"scoring {said}" in out and f"of {count})" in out, out
+        assert json.loads((tmp_path / data.name / "eval" / "results.json").read_text())["images"] == count
+
+
 def test_evaluate_routes_a_vit_model_to_its_evaluator(folder, trained, tmp_path, capsys):
     # `attnlab evaluate` reads the model's family and runs evaluate-vit with the same arguments
     assert main(["evaluate", "--model", str(trained / "model"), "--data", str(folder), "--split", "test",

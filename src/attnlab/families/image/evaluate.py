@@ -59,7 +59,10 @@ def run(args) -> int:
 
     from tqdm import tqdm
 
+    from pathlib import Path
+
     from attnlab.cli.options import apply_threads, resolve_device
+    from attnlab.data.images import load_images, same_source
     from attnlab.families.image.task import evaluate_bits_per_dim, evaluate_super_resolution
     from attnlab.families.image.train import (check_png, load_image_model, load_image_set, model_data,
                                               sampling_options, write_png)
@@ -93,9 +96,12 @@ def run(args) -> int:
     c = model.config
     # The model's own data is converted as its training converted it; other images are
     # scored only at the size and channels they have (complete-image's rule): no silent resize.
-    same = source == trained_on
-    data = load_image_set(source, args.split, image_size=c.height if same else None,
-                          channels=c.channels if same else None, data_dir=args.data_dir)
+    same = same_source(source, trained_on)
+    if not same and Path(source).is_dir():  # a folder it was not trained on: scored whole (or its test/ part)
+        data = load_images(source, args.split, whole=True)
+    else:
+        data = load_image_set(source, args.split, image_size=c.height if same else None,
+                              channels=c.channels if same else None, data_dir=args.data_dir)
     if tuple(data.images.shape[1:]) != (c.channels, c.height, c.width):
         _, channels, height, width = data.images.shape
         raise ValueError(f"--data {source}: its images are {width}×{height} with {channels} channel(s), but the model "
@@ -103,6 +109,8 @@ def run(args) -> int:
     if c.num_classes and len(data.classes) != c.num_classes:
         raise ValueError(f"--data {source}: {len(data.classes)} classes, the model was trained with {c.num_classes}")
     count = len(data) if args.limit is None else min(args.limit, len(data))
+    if data.origin:
+        print(f"scoring {f'the first {count:,d} of ' if count < len(data) else ''}{data.origin}")
     bar = None
     if not args.no_progress:
         bar = tqdm(total=count, desc="scoring", unit="image", file=sys.stderr, leave=False)

@@ -23,7 +23,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnlab.cli.options import apply_threads
-    from attnlab.data.images import load_images
+    from attnlab.data.images import load_images, same_source
     from attnlab.families.vit.task import CLASSES_FILE, evaluate_classifier, load_classifier
     from attnlab.families.vit.train import EVALUATION_FILES, resolve_device, write_evaluation
     from attnlab.files import check_output_directory, check_output_file
@@ -45,9 +45,11 @@ def run(args) -> int:
     # The model's own data is converted as training converted it; other images are scored
     # only at the size and channels they have (as evaluate-image): no silent resize.
     c = model.config
-    same = data_name == trained_on
+    same = same_source(data_name, trained_on)
+    # A folder the model was not trained on is scored whole (or its test/ part); its own
+    # folder, on the part training held out.
     data = load_images(data_name, args.split, image_size=c.image_size if same else None,
-                       channels=c.in_channels if same else None)
+                       channels=c.in_channels if same else None, whole=not same, classes=classes)
     if tuple(data.images.shape[1:]) != (c.in_channels, c.image_size, c.image_size):
         _, channels, height, width = data.images.shape
         raise ValueError(f"--data {data_name}: its images are {width}×{height} with {channels} channel(s), but the "
@@ -60,8 +62,11 @@ def run(args) -> int:
 
         from attnlab.training.phases import take
 
-        print(f"scoring the first {args.limit:,d} of the {len(data):,d} images of {data_name} {args.split} (--limit)")
+        print(f"scoring the first {args.limit:,d} of the {len(data):,d} images of {data_name} {args.split} (--limit)"
+              + (f": {data.origin}" if data.origin else ""))
         data = take(data, torch.arange(args.limit))
+    elif data.origin:
+        print(f"scoring {data.origin}")
     evaluation = evaluate_classifier(model, data)
     print(evaluation.summary())
     if args.out:
