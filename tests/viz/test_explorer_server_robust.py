@@ -97,3 +97,84 @@ def test_a_half_sent_request_line_is_dropped_after_the_read_timeout(server):
         client.close()
     assert reply == b"" or reply.startswith(b"HTTP/1.0 408"), reply[:80]
     assert elapsed < 4
+
+
+def _ask(server, request: bytes, timeout: float = 30) -> bytes:
+    """Send one raw request and read the whole answer (b"" if the connection ends without one)."""
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=timeout) as client:
+            client.sendall(request)
+            return _read_all(client)
+    except OSError as error:
+        return f"no answer: {error!r}".encode()
+
+
+def _post(body: bytes) -> bytes:
+    return (b"POST /api/analyse HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def test_a_deeply_nested_body_under_the_size_limit_is_a_400(server, capsys):
+    # Issue 39, 16: json.loads raised RecursionError -> 500 with a traceback-like log line.
+    body = b"[" * 30_000 + b"]" * 30_000  # 60,000 bytes: under MAX_BODY
+    reply = _ask(server, _post(body))
+    assert reply.startswith(b"HTTP/1.0 400"), reply[:80]
+    assert b"nested too deeply" in reply
+    assert "internal error" not in capsys.readouterr().err
+
+
+class _SlowSource(_Source):
+    """Each analysis waits for ``gate`` (at most 20 s) and then refuses the text (a 400)."""
+
+    def __init__(self):
+        self.gate = threading.Event()
+
+    def analyse(self, text, **options):
+        self.gate.wait(20)
+        raise ValueError("this test source analyses nothing")
+
+
+def test_every_one_of_200_concurrent_requests_gets_an_answer_from_a_bounded_pool():
+    # Issue 39, 16: of 200 concurrent requests 21 got no HTTP answer (a thread per connection,
+    # a listen queue of 5). Now: a fixed pool answers, the connections past its queue get 503
+    # with Retry-After at once, and every connection gets a status line.
+    from attnlab.viz.explorer.server import PENDING, WORKERS
+
+    source = _SlowSource()
+    server = make_server(source, "127.0.0.1", 0, quiet=True, read_timeout=5)
+    server.daemon_threads = False
+    serving = threading.Thread(target=server.serve_forever, name="serving", daemon=True)
+    serving.start()
+    count, replies = 200, {}
+    start = threading.Barrier(count)
+
+    def client(i):
+        start.wait(30)
+        replies[i] = _ask(server, _post(b'{"text": "hello"}'))
+
+    baseline = {t.ident for t in threading.enumerate()}
+    clients = [threading.Thread(target=client, args=(i,), name=f"client-{i}", daemon=True) for i in range(count)]
+    try:
+        for thread in clients:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while len(replies) < count - WORKERS - PENDING and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The model is still busy: the server has not started a thread per waiting connection.
+        server_threads = [t for t in threading.enumerate() if t.ident not in baseline
+                          and not t.name.startswith("client-")]
+        early = dict(replies)
+    finally:
+        source.gate.set()
+        for thread in clients:
+            thread.join(60)
+        server.shutdown()
+        server.server_close()
+        serving.join(10)
+    assert len(server_threads) <= WORKERS, [t.name for t in server_threads]
+    assert len(early) >= count - WORKERS - PENDING
+    assert all(reply.startswith(b"HTTP/1.0 503") and b"\r\nRetry-After: 1\r\n" in reply for reply in early.values())
+    assert len(replies) == count
+    statuses = sorted({reply[:12] for reply in replies.values()})
+    assert statuses == [b"HTTP/1.0 400", b"HTTP/1.0 503"], statuses
+    assert sum(reply.startswith(b"HTTP/1.0 400") for reply in replies.values()) >= WORKERS

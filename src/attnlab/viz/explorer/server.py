@@ -3,9 +3,13 @@
 Safe by default: it binds 127.0.0.1; the model directory is fixed when it starts (no
 request names a file: the page and its script are served from memory); texts, bodies and
 query strings are size-limited; every bad request gets a 4xx JSON error and every failure
-a 500 JSON error, never a traceback page. A client that stops sending for ``READ_TIMEOUT``
-seconds gets 408 and is disconnected (a half-sent request does not hold a thread), and a
-client that goes away mid-request is dropped quietly (no traceback in the terminal).
+a 500 JSON error, never a traceback page; a body nested too deeply for the JSON reader is a
+400. A client that stops sending for ``READ_TIMEOUT`` seconds gets 408 and is disconnected
+(a half-sent request does not hold a thread), and a client that goes away mid-request is
+dropped quietly (no traceback in the terminal). Every connection gets an HTTP answer: the
+listening socket queues up to ``BACKLOG`` connections, ``WORKERS`` threads answer them from a
+queue of at most ``PENDING``, and a connection past that is answered at once with 503 and
+``Retry-After`` (no thread per connection, so a flood cannot exhaust the machine).
 
 API (all JSON):
   GET  /                          the page
@@ -24,12 +28,13 @@ API (all JSON):
 from __future__ import annotations
 
 import json
+import queue
 import secrets
 import socket
 import sys
 import threading
 from collections import OrderedDict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from attnlab.viz.explorer.maps import Analysis, AttentionSource
@@ -40,6 +45,10 @@ from attnlab.viz.explorer.payload import (layer_bytes, layer_payload, overview, 
 MAX_BODY = 64 * 1024  # bytes of a POST body
 READ_TIMEOUT = 10.0  # seconds a connection may stay silent while its request is being read
 KEEP = 8  # analyses kept for /api/layer and /api/pair
+WORKERS = 8  # threads answering requests (model runs take one lock anyway)
+PENDING = 64  # accepted connections waiting for a worker; past it: 503 + Retry-After
+BACKLOG = 1024  # the listening socket's queue (the kernel caps it at net.core.somaxconn)
+RETRY_AFTER = 1  # seconds, in a 503's Retry-After
 
 __all__ = ["ExplorerApp", "make_server", "serve"]
 
@@ -121,6 +130,8 @@ class ExplorerApp:
                 values = json.loads(body.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise RequestError(400, f"the body is not JSON ({error})") from None
+            except RecursionError:
+                raise RequestError(400, "the body is JSON nested too deeply to read") from None
             if not isinstance(values, dict):
                 raise RequestError(400, "the body must be a JSON object")
             return 200, self.analyse(values)
@@ -248,14 +259,85 @@ class _Handler(BaseHTTPRequestHandler):
             sys.stderr.write(f"attnlab explore: {self.address_string()} {format % args}\n")
 
 
+class BoundedHTTPServer(HTTPServer):
+    """An HTTP server that answers every connection with a fixed pool of ``workers`` threads:
+    accepted connections wait in a queue of at most ``pending``; one past it is answered
+    503 with ``Retry-After`` by the accepting thread and closed. ``server_close()`` stops the
+    workers after the connections already queued (``daemon_threads = False``, the default,
+    waits for them; True leaves them to end with the process)."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = False
+
+    def __init__(self, address, handler, *, workers: int = WORKERS, pending: int = PENDING):
+        super().__init__(address, handler)
+        self._pending: queue.Queue = queue.Queue(maxsize=pending)
+        self._workers = [threading.Thread(target=self._work, name=f"explorer-worker-{i}", daemon=True)
+                         for i in range(workers)]
+        for worker in self._workers:
+            worker.start()
+        self._closed = False
+
+    def process_request(self, request, client_address):
+        try:
+            self._pending.put_nowait((request, client_address))
+        except queue.Full:
+            self._busy(request)
+
+    def _work(self) -> None:
+        while (item := self._pending.get()) is not None:
+            request, client_address = item
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                self.shutdown_request(request)
+
+    def _busy(self, request) -> None:
+        """503 + Retry-After on a connection no worker can take: its request (what has
+        arrived within a moment) is read first, so closing does not reset the answer away."""
+        data = json.dumps({"error": f"the server is busy; retry in {RETRY_AFTER} s"}).encode()
+        try:
+            request.settimeout(0.05)
+            try:
+                request.recv(MAX_BODY)
+            except (socket.timeout, OSError):
+                pass
+            request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                            b"Retry-After: %d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                            % (RETRY_AFTER, len(data), data))
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
+
+    def handle_error(self, request, client_address):
+        print(f"attnlab explore: internal error on a connection from {client_address[0]}: {sys.exc_info()[1]!r}",
+              file=sys.stderr)
+
+    def server_close(self):
+        super().server_close()
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._workers:
+            self._pending.put(None)
+        if not self.daemon_threads:
+            for worker in self._workers:
+                worker.join()
+
+
 def make_server(source: AttentionSource, host: str = "127.0.0.1", port: int = 8000, *,
-                quiet: bool = False, read_timeout: float = READ_TIMEOUT) -> ThreadingHTTPServer:
+                quiet: bool = False, read_timeout: float = READ_TIMEOUT, workers: int = WORKERS,
+                pending: int = PENDING) -> BoundedHTTPServer:
     """A ready (not yet serving) HTTP server for ``source``; ``port=0`` picks a free port;
-    a connection silent for ``read_timeout`` seconds mid-request is answered 408 and closed."""
+    a connection silent for ``read_timeout`` seconds mid-request is answered 408 and closed;
+    ``workers`` threads answer, ``pending`` connections wait, the rest get 503."""
     handler = type("Handler", (_Handler,), {"app": ExplorerApp(source), "quiet": quiet,
                                             "timeout": read_timeout})
     try:
-        server = ThreadingHTTPServer((host, port), handler)
+        server = BoundedHTTPServer((host, port), handler, workers=workers, pending=pending)
     except OSError as error:
         raise ValueError(f"cannot listen on {host}:{port} ({error.strerror or error})") from None
     server.daemon_threads = True
