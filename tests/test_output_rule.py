@@ -22,8 +22,12 @@ def test_an_output_file_is_refused_when_it_exists_or_is_a_link_unless_forced(tmp
         check_output_file(tmp_path / "x.jpg", force=False, flag="--out", suffixes=(".png",))
     with pytest.raises(ValueError, match="is a directory"):
         check_output_file(tmp_path, force=True, flag="--out")
-    with pytest.raises(ValueError, match="does not exist"):
-        check_output_file(tmp_path / "nowhere" / "x.json", force=False, flag="--json")
+    # A missing parent is made by the writer (docs/files.md); a file in the way is refused.
+    nested = tmp_path / "nowhere" / "x.json"
+    assert check_output_file(nested, force=False, flag="--json") == nested
+    assert not (tmp_path / "nowhere").exists()
+    with pytest.raises(ValueError, match="mine.json is a file, not a directory"):
+        check_output_file(mine / "x.json", force=True, flag="--json")
     assert mine.read_text() == "keep"
 
 

@@ -51,10 +51,12 @@ __all__ = [
     "default_file_mode",
     "fsync_path",
     "json_safe",
+    "make_parents",
     "pid_alive",
     "recover_directory",
     "refuse_replacing_inputs",
     "refuse_symlinks",
+    "remove_made",
     "remove_stale_temporaries",
 ]
 
@@ -94,10 +96,39 @@ def pid_alive(pid: int) -> bool:
 # --------------------------------------------------------------------------- #
 # Files
 # --------------------------------------------------------------------------- #
+def make_parents(path: str | os.PathLike) -> list[Path]:
+    """Create the missing directories above ``path`` (the one rule for output parents,
+    docs/files.md: a missing directory on an output's path is made when the output is
+    written); returns those it made, outermost first, for :func:`remove_made` to undo."""
+    made = []
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        made.append(parent)
+        parent = parent.parent
+    made.reverse()
+    for directory in made:
+        directory.mkdir(exist_ok=True)
+    return made
+
+
+def remove_made(directories: list[Path]) -> None:
+    """Remove the directories :func:`make_parents` made, innermost first, where they are
+    still empty: a failed write leaves no trace."""
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
 def atomic_write(target: str | os.PathLike, write: Callable[[str], Any]) -> Path:
-    """Call ``write(temporary_path)``, fsync it and rename it over ``target``."""
+    """Call ``write(temporary_path)``, fsync it and rename it over ``target``; missing
+    directories above ``target`` are made (and removed again if the write fails)."""
     target = Path(target)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    made = make_parents(target)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except BaseException:
+        remove_made(made)
+        raise
     os.close(fd)
     try:
         write(tmp)
@@ -107,6 +138,7 @@ def atomic_write(target: str | os.PathLike, write: Callable[[str], Any]) -> Path
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        remove_made(made)
         raise
     return target
 
@@ -298,8 +330,10 @@ def check_output_file(path: str | os.PathLike, *, force: bool, flag: str, suffix
 
     Refused (ValueError naming ``flag``): a directory; an existing file or symlink unless
     ``force`` (then :func:`atomic_write` replaces it: a link is replaced by the file, its
-    target is never written); a missing parent directory; a name without one of
-    ``suffixes`` (when given, lower-case, with the dot: ``(".png",)``).
+    target is never written); a path through a file (``notes.txt/x.png``); a name without
+    one of ``suffixes`` (when given, lower-case, with the dot: ``(".png",)``). A missing
+    parent directory is accepted: the writer (:func:`atomic_write`) makes it when it writes
+    the file, so a refused or failed command creates nothing.
     """
     out = Path(path)
     suffixes = tuple(suffixes)
@@ -310,9 +344,19 @@ def check_output_file(path: str | os.PathLike, *, force: bool, flag: str, suffix
     if (out.exists() or out.is_symlink()) and not force:
         what = f"is a symlink (to {os.readlink(out)})" if out.is_symlink() else "exists"
         raise ValueError(f"{flag} {out} {what}; pass --force to replace it, or choose a new name")
-    if not out.parent.is_dir():
-        raise ValueError(f"{flag} {out}: the directory {out.parent} does not exist")
+    _check_ancestors(out, flag)
     return out
+
+
+def _check_ancestors(out: Path, flag: str) -> None:
+    """The nearest existing directory above ``out`` must be a directory (missing ones are
+    made by the writer); a file there is refused, naming it."""
+    ancestor = out.parent
+    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        what = "a symlink to nothing" if ancestor.is_symlink() else "a file, not a directory"
+        raise ValueError(f"{flag} {out}: {ancestor} is {what}")
 
 
 def _refuse_link_or_file(out: Path, flag: str) -> None:
@@ -338,11 +382,7 @@ def check_output_directory(path: str | os.PathLike, *, force: bool, flag: str,
     out = Path(path)
     _refuse_link_or_file(out, flag)
     if not out.exists():
-        ancestor = out.parent
-        while not ancestor.exists() and ancestor != ancestor.parent:
-            ancestor = ancestor.parent
-        if not ancestor.is_dir():
-            raise ValueError(f"{flag} {out}: {ancestor} is a file, not a directory")
+        _check_ancestors(out, flag)
         return out
     entries = sorted(entry.name for entry in out.iterdir())
     if not entries or force or (own is not None and own(out)):
@@ -377,11 +417,11 @@ def check_output_files(directory: str | os.PathLike, names: Iterable[str], *, fo
     files in it are left alone) or not (its parent must; the verb creates it); it must not
     be a file or a symlink; two outputs may not share a name; and each ``directory/name``
     follows :func:`check_output_file` (an existing file or link refused unless ``force``,
-    then replaced atomically)."""
+    then replaced atomically). Missing directories are made by the writer."""
     out = Path(directory)
     _refuse_link_or_file(out, flag)
-    if not out.exists() and not out.parent.is_dir():
-        raise ValueError(f"{flag} {out}: the directory {out.parent} does not exist")
+    if not out.exists():
+        _check_ancestors(out, flag)
     seen: set[str] = set()
     for name in names:
         if name in seen:

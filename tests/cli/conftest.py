@@ -26,6 +26,24 @@ def one_thread():
         torch.set_num_threads(before)
 
 
+def char_lm_directory(directory: Path, positions: int = 64) -> Path:
+    """A tiny character LM whose vocabulary is lower-case letters and " .," (no 'R' for
+    "ROMEO"), saved with its tokenizer in ``directory``."""
+    from attnlab import create_model
+    from attnlab.data.text import CharTokenizer
+
+    tokenizer = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz .,")
+    torch.manual_seed(0)
+    create_model("lm_tiny", vocab_size=tokenizer.vocab_size, max_positions=positions).save_pretrained(directory)
+    tokenizer.save(directory)
+    return directory
+
+
+@pytest.fixture
+def char_lm(tmp_path):
+    return char_lm_directory(tmp_path / "lm")
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     with one_thread():

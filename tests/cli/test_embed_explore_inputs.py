@@ -9,6 +9,8 @@ import pytest
 
 from attnlab.cli.main import main
 
+from .conftest import char_lm_directory
+
 
 def _run(argv, capsys):
     """(exit code, stdout, stderr); a parser refusal counts as its exit code."""
@@ -23,17 +25,8 @@ def _run(argv, capsys):
 
 @pytest.fixture
 def char_lm(tmp_path):
-    """A character LM whose vocabulary is lower-case only (no 'R' for "ROMEO")."""
-    import torch
-
-    from attnlab import create_model
-    from attnlab.data.text import CharTokenizer
-
-    tokenizer = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz .,")
-    torch.manual_seed(0)
-    create_model("lm_tiny", vocab_size=tokenizer.vocab_size, max_positions=32).save_pretrained(tmp_path / "lm")
-    tokenizer.save(tmp_path / "lm")
-    return tmp_path / "lm"
+    """A character LM of 32 positions whose vocabulary is lower-case only (no 'R' for "ROMEO")."""
+    return char_lm_directory(tmp_path / "lm", positions=32)
 
 
 # -- embed --------------------------------------------------------------------------------

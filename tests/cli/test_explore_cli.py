@@ -36,13 +36,14 @@ def test_html_export(lm_directory, tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--html", "page.png"], "ending in .html"),
-    (["--html", "missing/page.html"], "does not exist"),
+    (["--html", "notes.txt/page.html"], "notes.txt is a file, not a directory"),
     (["--port", "70000"], "--port: 70000 must be between 0 and 65,535"),
     (["some text"], "TEXT is for --html"),
     (["--html", "page.html", "ünïcode ☃"], "not in the tokenizer's vocabulary"),
 ])
 def test_errors(lm_directory, tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
     try:
         code = main(["explore", "--model", str(lm_directory), *args])
     except SystemExit as stop:  # refused by the parser

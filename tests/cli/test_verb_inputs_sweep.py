@@ -61,20 +61,6 @@ def test_huge_and_non_finite_numbers_are_refused_at_the_parser(argv, flag, capsy
     assert not (tmp_path / "o").exists()
 
 
-@pytest.fixture
-def char_lm(tmp_path):
-    import torch
-
-    from attnlab import create_model
-    from attnlab.data.text import CharTokenizer
-
-    tokenizer = CharTokenizer.from_text("abcdefghijklmnopqrstuvwxyz .,")
-    torch.manual_seed(0)
-    create_model("lm_tiny", vocab_size=tokenizer.vocab_size, max_positions=64).save_pretrained(tmp_path / "lm")
-    tokenizer.save(tmp_path / "lm")
-    return tmp_path / "lm"
-
-
 @pytest.mark.parametrize("extra, needles", [
     (["--top-p", "2"], ["argument --top-p"]),
     (["--top-k", "0"], ["argument --top-k"]),

@@ -208,5 +208,6 @@ def test_evaluate_vit_out_keeps_the_users_results(vit_model, tmp_path, capsys):
     assert code == 2 and "--out" in one_line(err) and "results.json" in err and "--force" in err
     assert snapshot(out) == before
     assert run_cli([*args, "--force"], capsys)[0] == 0
-    assert json.loads((out / "results.json").read_text())["images"] == 2
+    # a folder the model was not trained on is scored whole (issue 39, 5), not its held-out tenth
+    assert json.loads((out / "results.json").read_text())["images"] == 20
     assert (out / "notes.txt").read_text() == "keep me\n"

@@ -27,11 +27,11 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    out = Path(args.out)
-    if out.suffix.lower() != ".onnx":
-        raise ValueError(f"-o {args.out}: give a file name ending in .onnx")
-    if not out.parent.is_dir():
-        raise ValueError(f"-o {args.out}: no such directory {out.parent}")
+    from attnlab.files import check_output_file
+
+    # Every output is checked before the model is read (the export takes tens of seconds):
+    # OUT, and beside it the two halves a translation model also gets.
+    out = check_output_file(args.out, force=args.force, flag="-o", suffixes=(".onnx",))
     if not 14 <= args.opset <= 20:
         raise ValueError(f"--opset {args.opset}: choose 14 to 20")
     from attnlab.cli.options import require_packages
@@ -39,21 +39,30 @@ def run(args) -> int:
     require_packages("export-onnx", "onnx")  # torch's exporter needs it; onnxruntime only checks (optional)
 
     from attnlab.families import family_for_directory
+
+    family = family_for_directory(args.model)
+    parts = [out.with_suffix(".encoder.onnx"), out.with_suffix(".decoder.onnx")]
+    if family is None or family.name != "translation":
+        parts = []
+    for path in parts:
+        check_output_file(path, force=args.force, flag="-o (the decoding half beside it)")
+
     from attnlab.interop.onnx_export import PARITY_BATCH, PARITY_LENGTH, describe_shapes, export_onnx, onnx_parity
     from attnlab.models.base import _atomic_write
     from attnlab.models.registry import load_model
     from attnlab.models.transformer import Transformer
 
-    family = family_for_directory(args.model)
     if family is not None and family.recognise and family.recognises(args.model):
         # a directory another library wrote (HuggingFace BERT, GPT-2, MarianMT): its family's loader reads it
         model = family.pipeline_class().load(args.model).model
     else:
         model = load_model(args.model)
-    parts = [out.with_suffix(".encoder.onnx"), out.with_suffix(".decoder.onnx")] if isinstance(model, Transformer) else []
-    for path in [out, *parts]:
-        if path.exists() and not args.force:
-            raise ValueError(f"{path}: the file exists; pass --force to replace it")
+    if not isinstance(model, Transformer):
+        parts = []
+    elif not parts:  # a Transformer its directory did not announce (no family): checked now, still before the export
+        parts = [out.with_suffix(".encoder.onnx"), out.with_suffix(".decoder.onnx")]
+        for path in parts:
+            check_output_file(path, force=args.force, flag="-o (the decoding half beside it)")
     inputs = []
     _atomic_write(out, lambda path: inputs.extend(export_onnx(model, path, opset=args.opset)))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): inputs {', '.join(inputs)}; {describe_shapes(model)}")

@@ -61,8 +61,7 @@ def plot_attention_grid(weights, key_labels: Sequence[str], query_labels: Sequen
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from attnlab.files import atomic_write
+    from attnlab.files import atomic_write  # makes missing directories above path
 
     atomic_write(path, lambda temporary: figure.savefig(temporary, format="png"))  # never through a symlink
     return path

@@ -20,10 +20,10 @@ def new_figure(width: float, height: float, dpi: int):
 
 
 def save_figure(figure, path: str | os.PathLike) -> Path:
-    """Write ``figure`` as PNG to a temporary name in the same directory, then rename."""
+    """Write ``figure`` as PNG to a temporary name in the same directory, then rename
+    (missing directories above it are made by :func:`attnlab.files.atomic_write`)."""
     from attnlab.files import atomic_write
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: figure.savefig(tmp, format="png"))
     return path

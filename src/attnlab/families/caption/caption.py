@@ -67,7 +67,7 @@ def run(args) -> int:
     if args.attention_dir:
         from attnlab.families.caption.figures import write_caption_figures
 
-        Path(args.attention_dir).mkdir(exist_ok=True)
+        Path(args.attention_dir).mkdir(parents=True, exist_ok=True)
         write_caption_figures(model, tokenizer, images, captions, args.attention_dir, names=names)
     for path, caption in zip(args.images, captions):
         print(f"{path}\t{caption.text}")

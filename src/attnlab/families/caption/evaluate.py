@@ -67,7 +67,7 @@ def run(args) -> int:
         from attnlab.families.caption.figures import write_caption_figures
 
         count = min(args.figures_count, len(data))
-        Path(args.figures).mkdir(exist_ok=True)
+        Path(args.figures).mkdir(parents=True, exist_ok=True)
         write_caption_figures(model, tokenizer, data.images[:count], captions[:count], args.figures,
                               names=figure_names[:count])
     if args.json:

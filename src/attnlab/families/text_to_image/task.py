@@ -282,9 +282,7 @@ def save_grid(images: Tensor, path: str | Path, *, columns: int, scale: int = 4)
         (canvas.shape[2] * scale, canvas.shape[1] * scale), Image.Resampling.NEAREST)
     buffer = io.BytesIO()
     picture.save(buffer, format="PNG")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return atomic_write_bytes(Path(path), buffer.getvalue())  # makes missing directories above it
 
 
 # -- the recipe -----------------------------------------------------------------------------

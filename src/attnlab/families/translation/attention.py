@@ -23,11 +23,7 @@ def run(args) -> int:
     from attnlab.families.translation.translator import Translator
     from attnlab.viz import plot_attention_grid
 
-    out = Path(args.out)
-    if out.parent.is_dir():
-        check_output_file(out, force=args.force, flag="-o", suffixes=(".png",))
-    elif out.suffix.lower() != ".png":  # a new directory is made for it: nothing there to keep
-        raise ValueError(f"-o {out}: give a file name ending in .png")
+    out = check_output_file(Path(args.out), force=args.force, flag="-o", suffixes=(".png",))
     set_threads(args.threads)
     translator = Translator.load(args.model, device=resolve_device(args.device))
     example = translator.attention(args.sentence, **decoding_options(args))

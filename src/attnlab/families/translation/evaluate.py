@@ -22,20 +22,30 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output", "-o", "--out", dest="output", help="also write the translations to this file")
     parser.add_argument("--show", type=int, default=0, help="print N example translations (default: 0)")
     parser.add_argument("--json", help="also write the scores as JSON to this file")
+    from attnlab.cli.options import add_force_argument
+
+    add_force_argument(parser, "--output and --json")
     from attnlab.cli.options import add_quantize_argument
 
     add_quantize_argument(parser)
 
 
 def run(args) -> int:
-    import json
     import time
+    from pathlib import Path
 
     from attnlab.data import get_parallel_dataset, read_parallel
     from attnlab.evaluation import score_translations
     from attnlab.families.translation.translator import Translator
 
+    from attnlab.files import atomic_write, atomic_write_json, check_output_file, json_safe
+
     set_threads(args.threads)
+    for flag, path in (("--output", args.output), ("--json", args.json)):  # before any work
+        if path:
+            check_output_file(path, force=args.force, flag=flag)
+    if args.output and args.json and Path(args.output).resolve() == Path(args.json).resolve():
+        raise ValueError("--output and --json must be different files")
     from attnlab.cli.options import describe_device, resolve_device
 
     device = resolve_device(args.device)
@@ -74,8 +84,8 @@ def run(args) -> int:
     seconds = time.perf_counter() - started
     scores = score_translations(hypotheses, references)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.writelines(h + "\n" for h in hypotheses)
+        atomic_write(args.output, lambda path: Path(path).write_text("".join(h + "\n" for h in hypotheses),
+                                                                     encoding="utf-8"))
     description = corpus.description or f"{args.src_file} -> {args.ref_file}"
     if args.show:
         shown = min(args.show, len(sources))
@@ -87,8 +97,6 @@ def run(args) -> int:
           f"{describe_device(device)} (beam {beam}, alpha {args.alpha})")
     print(scores.report())
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({**scores.to_dict(), "data": description, "beam": beam, "alpha": args.alpha,
-                       "seconds": seconds}, out, indent=1)
-            out.write("\n")
+        atomic_write_json(args.json, json_safe({**scores.to_dict(), "data": description, "beam": beam,
+                                                "alpha": args.alpha, "seconds": seconds}))
     return 0

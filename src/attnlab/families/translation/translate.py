@@ -42,6 +42,9 @@ def add_arguments(parser) -> None:
     add_batch_arguments(parser)
     parser.add_argument("--input", "-i", help="file of sentences, one a line (plain or .gz; default: stdin)")
     parser.add_argument("--output", "-o", "--out", dest="output", help="write translations here (default: stdout)")
+    from attnlab.cli.options import add_force_argument
+
+    add_force_argument(parser, "--output")
     add_quantize_argument(parser)
 
 
@@ -72,10 +75,12 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnlab.data import read_lines
-    from attnlab.files import atomic_write_bytes
+    from attnlab.files import atomic_write_bytes, check_output_file
     from attnlab.families.translation.translator import Translator
 
     set_threads(args.threads)
+    if args.output:  # before reading anything: an existing file is replaced only with --force
+        check_output_file(args.output, force=args.force, flag="--output")
     if args.input is not None:
         try:
             sentences = read_lines(args.input)
@@ -92,8 +97,6 @@ def run(args) -> int:
         sentences = [line.strip() for line in text.split("\n")]
         if sentences and sentences[-1] == "":
             sentences.pop()  # the final newline
-    if args.output and Path(args.output).is_dir():
-        raise ValueError(f"--output {args.output}: is a directory; give a file name")
     from attnlab.cli.options import apply_quantize, resolve_device
 
     device = resolve_device(args.device)
