@@ -26,6 +26,7 @@ Every writer in attnlab goes through this module (docs/files.md says what it pro
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DiskFull",
     "LOCK_FILE",
     "OutputLock",
     "atomic_directory",
@@ -49,15 +51,19 @@ __all__ = [
     "read_json_object",
     "check_output_files",
     "default_file_mode",
+    "disk_full",
+    "is_disk_full",
     "fsync_path",
     "json_safe",
     "make_parents",
+    "needs_space",
     "pid_alive",
     "recover_directory",
     "refuse_replacing_inputs",
     "refuse_symlinks",
     "remove_made",
     "remove_stale_temporaries",
+    "tensors_size",
 ]
 
 LOCK_FILE = ".attnlab.lock"
@@ -119,15 +125,103 @@ def remove_made(directories: list[Path]) -> None:
             directory.rmdir()
 
 
-def atomic_write(target: str | os.PathLike, write: Callable[[str], Any]) -> Path:
+# --------------------------------------------------------------------------- #
+# A full disk
+# --------------------------------------------------------------------------- #
+class DiskFull(OSError):
+    """A write that found no space left: ``filename`` is the file it could not write, and
+    the message says how much space it needed and how much was free (one line for the CLI,
+    cli/errors.py). Raised by the shared writers in place of the writing library's own
+    error (``OSError(ENOSPC)``, safetensors' ``SafetensorError ... (os error 28)``).
+    ``needed`` / ``written``: the bytes it needed (None: unknown), and had written."""
+
+    needed: int | None = None
+    written: int | None = None
+
+
+_FULL = re.compile(r"No space left on device|Disk quota exceeded|os error 28\b|code: 28\b|StorageFull")
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or what it wraps) says the device or quota is full."""
+    while error is not None:
+        if isinstance(error, DiskFull):
+            return True
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if _FULL.search(str(error)):  # a library's own wording (safetensors: "... (os error 28)", StorageFull)
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:,.1f} {unit}"
+    return f"{count:,d} bytes"
+
+
+def disk_full(path: str | os.PathLike, *, needed: int | None = None, written: int | None = None) -> DiskFull:
+    """The :class:`DiskFull` for ``path``: ``needed`` bytes when the writer knows its size,
+    else at least ``written`` (what it had written when the space ran out)."""
+    path = Path(path)
+    where = path.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = f"{_size(shutil.disk_usage(where).free)} free in {where}"
+    except OSError:
+        free = f"the free space in {where} unknown"
+    if needed is not None:
+        need = f"it needs {_size(needed)}"
+    elif written:
+        need = f"it needs more than the {_size(written)} written when the space ran out"
+    else:
+        need = "it needs more than is free"
+    error = DiskFull(errno.ENOSPC, f"could not be written: no space left on the device ({need}; {free}); free "
+                                   "some space or choose another output directory", str(path))
+    error.needed, error.written = needed, written
+    return error
+
+
+def tensors_size(tensors: dict) -> int:
+    """Bytes of the distinct tensor data in ``tensors`` (what a safetensors file of them
+    needs, less its small JSON header)."""
+    seen, total = set(), 0
+    for tensor in tensors.values():
+        key = (tensor.data_ptr(), tensor.nbytes)
+        if key not in seen:
+            seen.add(key)
+            total += tensor.nbytes
+    return total
+
+
+@contextlib.contextmanager
+def needs_space(path: str | os.PathLike, needed: int | None) -> Iterator[None]:
+    """Around a write of ``path`` that needs ``needed`` bytes (a safetensors file inside an
+    :func:`atomic_directory`): a full disk becomes the :class:`DiskFull` that says so."""
+    try:
+        yield
+    except Exception as error:
+        if is_disk_full(error) and not isinstance(error, DiskFull):
+            raise disk_full(path, needed=needed, written=_file_size(path)) from None
+        raise
+
+
+def atomic_write(target: str | os.PathLike, write: Callable[[str], Any], *, size: int | None = None) -> Path:
     """Call ``write(temporary_path)``, fsync it and rename it over ``target``; missing
-    directories above ``target`` are made (and removed again if the write fails)."""
+    directories above ``target`` are made (and removed again if the write fails). A full
+    disk is a :class:`DiskFull` naming ``target`` and ``size`` (the bytes it needs, when
+    the caller knows them; else at least what was written); nothing is left behind."""
     target = Path(target)
     made = make_parents(target)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except BaseException:
+    except BaseException as error:
         remove_made(made)
+        if is_disk_full(error) and not isinstance(error, DiskFull):
+            raise disk_full(target, needed=size) from None
         raise
     os.close(fd)
     try:
@@ -136,16 +230,26 @@ def atomic_write(target: str | os.PathLike, write: Callable[[str], Any]) -> Path
             os.fsync(f.fileno())
         os.chmod(tmp, default_file_mode())  # mkstemp makes the file private; give it the usual mode
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
+        written = _file_size(tmp)
         Path(tmp).unlink(missing_ok=True)
         remove_made(made)
+        if is_disk_full(error) and not isinstance(error, DiskFull):
+            raise disk_full(target, needed=size, written=written) from None
         raise
     return target
 
 
+def _file_size(path: str | os.PathLike) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def atomic_write_bytes(target: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``target`` atomically (see :func:`atomic_write`)."""
-    return atomic_write(target, lambda path: Path(path).write_bytes(data))
+    return atomic_write(target, lambda path: Path(path).write_bytes(data), size=len(data))
 
 
 def json_safe(value: Any) -> Any:
@@ -256,7 +360,12 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
     temporary = _sibling(final, "tmp")
     if temporary.exists():
         shutil.rmtree(temporary)
-    temporary.mkdir()
+    try:
+        temporary.mkdir()
+    except OSError as error:
+        if is_disk_full(error):
+            raise disk_full(final) from None
+        raise
     try:
         yield temporary
         mode = default_file_mode()
@@ -274,9 +383,27 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
         else:
             os.replace(temporary, final)
         fsync_path(final.parent)
-    except BaseException:
+    except BaseException as error:
+        full = _disk_full_in(error, temporary, final) if is_disk_full(error) else None
         shutil.rmtree(temporary, ignore_errors=True)
+        if full is not None:  # said once the temporary is gone, so the free space is what is really free
+            raise disk_full(full[0], needed=full[1], written=full[2]) from None
         raise
+
+
+def _disk_full_in(error: BaseException, temporary: Path, final: Path) -> tuple[Path, int | None, int | None]:
+    """``(file, needed, written)`` of a directory write that filled the disk, the file
+    under its final name: the one the error names, else the newest in ``temporary``."""
+    named = Path(error.filename) if isinstance(error, DiskFull) and error.filename else None
+    if named is not None and temporary in named.parents:
+        return final / named.relative_to(temporary), error.needed, error.written
+    if named is not None:
+        return named, error.needed, error.written
+    try:
+        newest = max((p for p in temporary.rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime_ns)
+    except (OSError, ValueError):
+        return final, None, None
+    return final / newest.relative_to(temporary), None, _file_size(newest)
 
 
 def refuse_symlinks(directory: str | os.PathLike, names: Iterable[str]) -> None:

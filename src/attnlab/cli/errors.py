@@ -12,6 +12,11 @@ def describe_error(error: BaseException) -> tuple[str, int]:
     """``(message, exit code)`` for an exception that ended a verb: 2 for bad input
     (ValueError, a missing or unreadable file), 1 for anything else, which is a failure
     of attnlab itself and says how to see the traceback."""
+    from attnlab.files import is_disk_full
+
+    if is_disk_full(error) and not (isinstance(error, OSError) and error.filename):
+        # a writer that did not go through attnlab.files (which names the file and the space)
+        return f"no space left on the device ({error})", 2
     if isinstance(error, UnicodeError):
         return f"{error} (is the input a text file in UTF-8?)", 2
     if isinstance(error, ValueError):

@@ -16,6 +16,7 @@ from safetensors.torch import save_model
 from torch import nn
 
 from attnlab.files import atomic_write as _atomic_write
+from attnlab.files import tensors_size
 from attnlab.files import default_file_mode  # noqa: F401  (re-exported: tests and old callers import it here)
 
 CONFIG_NAME = "config.json"
@@ -316,7 +317,8 @@ class AttnlabModel(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         config_bytes = (json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n").encode()
         files = {CONFIG_NAME: config_bytes, **(extra_files or {})}
-        _atomic_write(directory / WEIGHTS_NAME, lambda path: save_model(self, str(path)))
+        _atomic_write(directory / WEIGHTS_NAME, lambda path: save_model(self, str(path)),
+                      size=tensors_size(self.state_dict()))  # a full disk says how much it needed
         for name, data in files.items():
             _atomic_write(directory / name, lambda path, data=data: Path(path).write_bytes(data))
         return directory

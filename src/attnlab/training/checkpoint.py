@@ -43,6 +43,7 @@ import safetensors.torch
 import torch
 
 from attnlab.files import atomic_directory as _atomic_directory
+from attnlab.files import needs_space, tensors_size
 from attnlab.files import recover_directory, remove_stale_temporaries
 
 __all__ = [
@@ -325,9 +326,11 @@ def save_checkpoint(
     # Temporary directories left by a crashed run are invisible to list_checkpoints; remove
     # them, but only those of dead processes (a live writer's are its checkpoints in flight).
     remove_stale_temporaries(root, ".step_*.tmp-*")
-    with _atomic_directory(final) as directory:
-        safetensors.torch.save_model(model, str(directory / MODEL_FILE))
-        safetensors.torch.save_file(tensors, str(directory / STATE_TENSORS_FILE), metadata={"format": "pt"})
+    with _atomic_directory(final) as directory:  # a full disk: DiskFull naming the file and the space it needed
+        with needs_space(directory / MODEL_FILE, tensors_size(model.state_dict())):
+            safetensors.torch.save_model(model, str(directory / MODEL_FILE))
+        with needs_space(directory / STATE_TENSORS_FILE, tensors_size(tensors)):
+            safetensors.torch.save_file(tensors, str(directory / STATE_TENSORS_FILE), metadata={"format": "pt"})
         _write_json(directory / STATE_JSON_FILE, header)
         if model_config is not None:
             _write_json(directory / CONFIG_FILE, dict(model_config))
@@ -550,7 +553,8 @@ def write_model_directory(
         check_replaceable_model_directory(out_dir)
     with _atomic_directory(out_dir) as directory:
         tensors = {key: tensor.contiguous() for key, tensor in state_dict.items()}
-        safetensors.torch.save_file(tensors, str(directory / MODEL_FILE), metadata={"format": "pt"})
+        with needs_space(directory / MODEL_FILE, tensors_size(tensors)):
+            safetensors.torch.save_file(tensors, str(directory / MODEL_FILE), metadata={"format": "pt"})
         for source in sources:
             shutil.copyfile(source, directory / source.name)
         if copy_from is not None and _is_attnlab_model(copy_from):
