@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -220,7 +221,7 @@ def test_text_to_image_interrupted_in_its_vqvae_exits_cleanly(data, tmp_path, ca
 
 
 @pytest.mark.parametrize("number, code, said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
-                                                 (signal.SIGINT, 130, "interrupted")])
+                                                 (signal.SIGINT, 130, "interrupted (SIGINT)")])
 def test_a_signal_outside_training_unwinds_and_exits_with_its_code(monkeypatch, capsys, number, code, said):
     import attnlab.cli.presets as presets
 
@@ -236,3 +237,75 @@ def test_a_signal_outside_training_unwinds_and_exits_with_its_code(monkeypatch, 
     assert time.monotonic() - started < 5
     assert capsys.readouterr().err.strip() == f"attnlab presets: {said}"
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+# A script that runs `attnlab ARGV` with the final scoring's first batch held: it touches
+# MARKER and sleeps there, so the test's signal lands in the scoring (after "done:").
+HELD_SCORING = """
+import pathlib, sys, time
+from attnlab.training import phases
+marker = pathlib.Path(sys.argv[1])
+scoring = phases.Scoring.__iter__
+def held(self):
+    for batch in scoring(self):
+        marker.touch()
+        time.sleep(120)
+        yield batch
+phases.Scoring.__iter__ = held
+from attnlab.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("verb", ["vit", pytest.param("image", marks=pytest.mark.slow)])
+def test_sigint_in_the_final_scoring_exits_130_with_the_command_that_scores_again(verb, data, tmp_path, capsys):
+    # Issue 39, 13: SIGINT right after "done:" killed train vit with status -2 and no word, and
+    # train image printed only "interrupted".
+    out, marker, script = tmp_path / "run", tmp_path / "scoring", tmp_path / "held.py"
+    script.write_text(HELD_SCORING)
+    argv = _command(verb, out, "2", data)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen([sys.executable, str(script), str(marker), *argv], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists() and process.poll() is None, process.stderr.read() if process.poll() is not None else ""
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=STARTUP_SECONDS)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err, err
+    checkpoint = sorted((out / "checkpoints").glob("step_*"))[-1]
+    assert (f"attnlab train {verb}: interrupted (SIGINT) during the final scoring (" in err
+            and f"the last checkpoint is kept: {checkpoint}" in err), err
+    assert "to continue (it scores the model again), run the same command with --resume (same --out):" in err
+    command = err.strip().splitlines()[-1].strip()
+    assert command == shlex.join(["attnlab", *argv, "--resume"]), command
+    # That command scores the trained model again, without training.
+    capsys.readouterr()
+    assert main(shlex.split(command)[1:]) == 0
+    err = capsys.readouterr().err
+    assert "nothing to do" in err and (out / "evaluation" / "results.json").is_file(), err
+
+
+def test_an_interrupt_while_preparing_gives_the_command_that_starts_again(data, tmp_path, capsys, monkeypatch):
+    # Ctrl-C while the data is read: 130, where it happened, and the command (nothing to resume).
+    from attnlab.data import images
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(images, "load_images", interrupted)
+    out = tmp_path / "run"
+    argv = _command("vit", out, "2", data)
+    capsys.readouterr()
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab train vit: interrupted (SIGINT) while preparing (reading the data"), err
+    assert "no checkpoint was written" in err and "to start again, run the same command:" in err, err
+    assert err.strip().splitlines()[-1].strip() == shlex.join(["attnlab", *argv])

@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return 0
+    phases = sys.modules.get("attnlab.training.phases")
+    if phases is not None:  # an earlier verb in this process (tests): its stage is not this one's
+        phases.reset_stage()
     try:
         from attnlab.cli.options import apply_threads
 
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         with _sigterm_raises():
             return args.run(args) or 0
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, or a Trainer's TrainingInterrupted
-        print(interrupt_message(error, args, argv), file=sys.stderr)
+        with _signals_held():  # a second Ctrl-C does not cut the message short
+            print(interrupt_message(error, args, argv), file=sys.stderr, flush=True)
         return 128 + getattr(error, "signal_number", signal.SIGINT)
     except Exception as error:  # noqa: BLE001 - no traceback reaches a user (unless asked for)
         from attnlab.cli.errors import describe_error
@@ -181,12 +185,33 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM ignored inside the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old if old is not None else signal.SIG_DFL)
+
+
 def interrupt_message(error: KeyboardInterrupt, args, argv: list[str]) -> str:
-    """What an interrupted verb prints: where its work is and the command that resumes it."""
+    """What an interrupted verb prints: where its work is and the command that resumes it.
+    A training verb interrupted outside its training loop (reading data, an auxiliary
+    model's set-up, the final scoring) says in which stage (attnlab.training.phases.stage)
+    and gives the command that continues: ``--resume`` when a checkpoint is there (which
+    scores again what the interrupt cut), else the same command, which starts afresh."""
     verb = "attnlab " + " ".join([args.verb] + ([args.task] if getattr(args, "task", None) else []))
     describe = getattr(error, "describe", None)
     if describe is None:  # interrupted outside a training loop
-        return f"{verb}: " + ("terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted")
+        how = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted (SIGINT)"
+        if args.verb != "train" or not getattr(args, "out", None):
+            return f"{verb}: {how}"
+        return _continue_outside_training(verb, how, args, argv)
     message = f"{verb}: {describe()}"
     if getattr(error, "checkpoint", None) is None:
         return message
@@ -194,6 +219,30 @@ def interrupt_message(error: KeyboardInterrupt, args, argv: list[str]) -> str:
         command = shlex.join(["attnlab", *argv] + ([] if "--resume" in argv else ["--resume"]))
         return message + f"\nto continue, run the same command with --resume (same --out):\n  {command}"
     return message + f"\n({verb} cannot resume a run: run it again into a new --out to start over)"
+
+
+def _continue_outside_training(verb: str, how: str, args, argv: list[str]) -> str:
+    """The message of a training verb interrupted before or after its training loop."""
+    from pathlib import Path
+
+    phases = sys.modules.get("attnlab.training.phases")
+    stage = (phases.stage() if phases is not None else None) or "while starting"
+    checkpoint = None
+    if (Path(args.out) / "checkpoints").is_dir():
+        from attnlab.training.checkpoint import latest_checkpoint
+
+        checkpoint = latest_checkpoint(Path(args.out) / "checkpoints")
+    message = f"{verb}: {how} {stage}"
+    if checkpoint is None:
+        command = shlex.join(["attnlab", *argv])
+        return (message + f"; no checkpoint was written under {args.out}, so nothing was trained to keep\n"
+                f"to start again, run the same command:\n  {command}")
+    message += f"; the last checkpoint is kept: {checkpoint}"
+    if not hasattr(args, "resume"):
+        return message + f"\n({verb} cannot resume a run: run it again into a new --out to start over)"
+    command = shlex.join(["attnlab", *argv] + ([] if "--resume" in argv else ["--resume"]))
+    again = " (it scores the model again)" if "scoring" in stage else ""
+    return message + f"\nto continue{again}, run the same command with --resume (same --out):\n  {command}"
 
 
 # TrainConfig fields -> the flags the training verbs give them from.

@@ -22,10 +22,17 @@ it ends with (the time taken against the budget).
 
 The clock of every command budget is this module's :func:`now` (``time.monotonic``);
 tests replace ``attnlab.training.phases.clock`` to drive a whole command with a fake clock.
+
+The same calls say what the command is doing (:func:`stage`): preparing (from
+:func:`command_budget`: data, vocabulary, model), training (:func:`train_within`: the main
+model or an auxiliary one), after training, final scoring (:class:`Scoring`). An interrupt
+outside the training loop (Ctrl-C during the data or the final scoring) is reported by the
+CLI with that stage and the command that continues (cli/main.py ``interrupt_message``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -37,7 +44,7 @@ import torch
 from attnlab.training.budget import Budget
 
 __all__ = ["OUTSIDE", "SCORING_SHARE", "Scoring", "budget_plan", "budget_report", "command_budget", "describe_seconds",
-           "portion", "scoring_reserve", "take", "train_within"]
+           "portion", "reset_stage", "scoring_reserve", "stage", "take", "train_within"]
 
 SCORING_SHARE = 0.10
 """The fraction of a command's budget kept for final scoring (verbs that score a test split)."""
@@ -54,10 +61,41 @@ def now() -> float:
     return clock()
 
 
+_STAGE: list[str | None] = [None]
+"""What the running training command is doing (one process runs one command)."""
+
+PREPARING = "while preparing (reading the data, building the vocabulary and the model)"
+
+
+def stage() -> str | None:
+    """What the running command is doing now, as it ends "interrupted ...": :data:`PREPARING`,
+    ``"while training"`` (``"while training (VQ-VAE)"``: an auxiliary model), ``"after
+    training"``, ``"during the final scoring (LABEL)"``; None before a training command starts."""
+    return _STAGE[0]
+
+
+def reset_stage() -> None:
+    """Forget the stage (the CLI calls it as each verb starts)."""
+    _STAGE[0] = None
+
+
+@contextlib.contextmanager
+def _in_stage(name: str, after: str | None = None) -> Iterator[None]:
+    """The stage is ``name`` inside the block; afterwards ``after`` if it ended normally
+    (else it stays ``name``: an interrupt says where it happened), or the previous one."""
+    previous = _STAGE[0]
+    _STAGE[0] = name
+    yield
+    _STAGE[0] = previous if after is None else after
+
+
 def command_budget(minutes: float | None, flag: str = "--max-minutes") -> Budget:
-    """The command's budget from ``--max-minutes`` (None: unlimited), started now."""
+    """The command's budget from ``--max-minutes`` (None: unlimited), started now; the
+    command is :data:`PREPARING` until it trains (:func:`stage`)."""
     if minutes is not None and not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
         raise ValueError(f"{flag}={minutes!r} must be a positive number of minutes")
+    if _STAGE[0] is None:
+        _STAGE[0] = PREPARING
     return Budget(minutes, clock=now)
 
 
@@ -135,7 +173,9 @@ def train_within(trainer, budget: Budget, *, reserve: float = 0.0, resume: bool 
                 + (f" ({'; '.join(notes)})" if notes else "")
                 + (": the budget is spent already, so one update" if seconds <= 0 else ""))
         trainer.config.max_minutes = max(round(seconds / 60.0, 4), 1e-4)  # 4 decimals: the bar shows it
-    return trainer.train(resume=resume)
+    part = "training" if what == "training" else f"training ({what})"
+    with _in_stage(f"while {part}", after=f"after {part}"):
+        return trainer.train(resume=resume)
 
 
 class Scoring:
@@ -175,6 +215,8 @@ class Scoring:
         bar = tqdm(total=self.total, desc=self.label, unit=self.unit, file=sys.stderr, leave=False,
                    disable=not self.progress, dynamic_ncols=True)
         batches = 0
+        previous = _STAGE[0]
+        _STAGE[0] = f"during the final scoring ({self.label})"
         try:
             starts = [0, *range(self.first_batch, self.total, self.batch_size)] if self.total else []
             for start, stop in zip(starts, [*starts[1:], self.total]):
@@ -192,6 +234,7 @@ class Scoring:
                 self.scored += len(index)
                 batches += 1
                 bar.update(len(index))
+            _STAGE[0] = previous
         finally:
             bar.close()
 
