@@ -37,7 +37,6 @@ def run(args) -> int:
     from attnlab.data import get_parallel_dataset, read_parallel
     from attnlab.evaluation import score_translations
     from attnlab.families.translation.translator import Translator
-
     from attnlab.files import atomic_write, atomic_write_json, check_output_file, json_safe
 
     set_threads(args.threads)
