@@ -41,6 +41,7 @@ CASES = {
     ("evaluate-music", "--json"): ("music_transformer", ["--json", "OUT.json"]),
     ("explore", "--html"): ("decoder_lm", ["--html", "OUT.html"]),
     ("export-onnx", "-o"): ("decoder_lm", ["-o", "OUT.onnx"]),
+    ("export", "-o"): ("decoder_lm", ["--format", "hf", "-o", "OUTDIR"]),
 }
 # Output options of verbs that need no model, or write a model directory as a whole.
 NO_MODEL = {("average", "-o"), ("positions", "--out"), ("complexity", "--out"), ("demo", "--out"),
@@ -114,7 +115,7 @@ def test_an_existing_output_is_refused_before_the_model_is_read(case, tmp_path, 
 
         Path(written).mkdir()
         names = {"vit-figures": "attention_maps.png", "evaluate-vit": "results.json",
-                 "caption": "in.png", "evaluate-caption": "image_0000.png"}
+                 "caption": "in.png", "evaluate-caption": "image_0000.png", "export": "notes.txt"}
         (Path(written) / names[verb]).write_text("mine")
         kept = Path(written) / names[verb]
     else:
