@@ -206,7 +206,7 @@ def test_bad_inputs_are_refused_with_clear_errors(trained, super_resolution, fol
          "pass --super-resolve N too"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "0"], "--super-resolve=0 must be"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--figure",
-          str(tmp_path / "none" / "a.png")], "--figure " + str(tmp_path / "none" / "a.png") + ": the directory"),
+          str(mine / "a.png")], f"--figure {mine / 'a.png'}: {mine} is a file, not a directory"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--temperature", "-1"],
          "--temperature=-1.0 must be >= 0"),
         (["evaluate-image", "--model", str(super_resolution), "--super-resolve", "2", "--samples", "3"],
