@@ -44,7 +44,7 @@ CASES = {
     ("export", "-o"): ("decoder_lm", ["--format", "hf", "-o", "OUTDIR"]),
 }
 # Output options of verbs that need no model, or write a model directory as a whole.
-NO_MODEL = {("average", "-o"), ("positions", "--out"), ("complexity", "--out"), ("demo", "--out"),
+NO_MODEL = {("average", "-o"), ("positions", "--out"), ("complexity", "--out"), ("demo", "--out"), ("curves", "-o"),
             ("data list", "--to"), ("data get", "--to")}
 OUTPUT_FLAGS = {"-o", "--out", "--output", "--json", "--html", "--grid", "--figure", "--figures", "--comparison",
                 "--attention-dir", "--to"}
