@@ -309,3 +309,19 @@ def test_an_interrupt_while_preparing_gives_the_command_that_starts_again(data, 
     assert err.startswith("attnlab train vit: interrupted (SIGINT) while preparing (reading the data"), err
     assert "no checkpoint was written" in err and "to start again, run the same command:" in err, err
     assert err.strip().splitlines()[-1].strip() == shlex.join(["attnlab", *argv])
+
+
+def test_a_ctrl_c_once_the_program_has_finished_does_not_kill_it(monkeypatch, capsys):
+    # A signal right after a verb's work (a tiny run's scoring takes milliseconds) came while
+    # Python shut down: the process died by SIGINT (status -2) without a word. Run as the
+    # program (no argv), main leaves SIGINT ignored once the verb has returned.
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(sys, "argv", ["attnlab", "presets"])
+    try:
+        assert main() == 0
+        os.kill(os.getpid(), signal.SIGINT)  # as the process shuts down
+        time.sleep(0.05)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert main(["presets"]) == 0 and signal.getsignal(signal.SIGINT) is before  # called with argv: untouched

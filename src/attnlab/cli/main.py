@@ -123,7 +123,21 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run ``attnlab ARGV``; returns the exit status. Called as the program (``argv`` None:
+    the ``attnlab`` script, ``python -m attnlab.cli.main``), a Ctrl-C that comes once the verb
+    has finished, while Python shuts down, is ignored: the work is done and said, so the
+    process ends with the verb's status, not killed by the signal without a word."""
+    if argv is None:
+        try:
+            return _main(sys.argv[1:])
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
+    argv = list(argv)
     debug = "--debug" in argv  # accepted after the verb too: attnlab translate ... --debug
     argv = [arg for arg in argv if arg != "--debug"]
     if argv and argv[0] == "evaluate":  # evaluate routes by the model directory's family
