@@ -316,6 +316,25 @@ def normalize(images: Tensor) -> Tensor:
     return images.float().div(127.5).sub(1.0)
 
 
+def resize_image_set(image_set: ImageSet, size: int) -> ImageSet:
+    """``image_set`` with every image resampled to ``size``×``size`` (bilinear, antialiased
+    when shrinking; rounded back to uint8): a named set at another resolution."""
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    if size == image_set.image_size:
+        return image_set
+    parts = []
+    for start in range(0, len(image_set), 1024):
+        chunk = image_set.images[start:start + 1024].float()
+        chunk = F.interpolate(chunk, size=(size, size), mode="bilinear", align_corners=False,
+                              antialias=size < image_set.image_size)
+        parts.append(chunk.round_().clamp_(0, 255).to(torch.uint8))
+    images = torch.cat(parts) if parts else image_set.images.new_zeros((0, image_set.channels, size, size))
+    return dataclasses.replace(image_set, images=images)
+
+
 def describe(image_set: ImageSet) -> str:
     """One line: name, split, count, image shape, classes."""
     _, c, h, w = image_set.images.shape

@@ -357,6 +357,9 @@ class Trainer:
         self.last_validation: dict[str, float] | None = None
         self.validation_step: int | None = None
         self.resumed_from: int | None = None
+        self.start_record: dict[str, Any] | None = None
+        """Logged once as step 0 of a fresh run (a fine-tuning run's starting model's held-out
+        figures: ``start_valid_loss``, ...), so metrics.jsonl holds the before beside the after."""
         self.run_seconds = 0.0
         self.run_updates = 0
 
@@ -496,6 +499,8 @@ class Trainer:
         if self.step == 0 and self.schedule_fit is None:
             self._fit_schedule(self.config.max_steps, f"a {self.config.max_steps:,}-update run")
         self._open_logs(self.step)
+        if self.step == 0 and self.start_record:
+            self._log({"step": 0, **self.start_record})
         progress = _Progress(self.config, initial=self.step, main=self.context.is_main, budget=self.budget)
         window = _Window()
         saved_at = None

@@ -21,6 +21,10 @@ import json
 import sys
 from pathlib import Path
 
+from attnlab.cli.training_run import TrainingTask, add_training_arguments, run_training
+
+CLASSES_FILE = "classes.json"  # attnlab.families.vit.task.CLASSES_FILE (not imported here: it imports torch)
+
 HELP = "train a Vision Transformer on mnist, fashion-mnist, digits or a folder of class sub-folders"
 
 
@@ -33,119 +37,155 @@ def resolve_device(name: str):
     return torch.device(resolve(name))
 
 
+class VitTask(TrainingTask):
+    """``attnlab train vit`` on the lifecycle (:mod:`attnlab.cli.training_run`)."""
+
+    name = family = "vit"
+    scoring = "the test split's accuracy"
+    summary_keys = ("loss", "valid_loss", "valid_correct")
+    held_out = ("valid_correct", "validation accuracy")
+    adaptable = {"image_size": "position embeddings resized in 2D over the new patch grid",
+                 "num_classes": "a new head"}
+
+    def add_arguments(self, parser) -> None:
+        from attnlab.cli.options import (add_precision_argument, add_run_group, add_schedule_arguments,
+                                         add_set_argument)
+
+        data = parser.add_argument_group("data")
+        data.add_argument("--data", required=True,
+                          help="mnist, fashion-mnist, digits, or DIR with DIR/class_name/*.png (or DIR/train, DIR/test)")
+        data.add_argument("--image-size", type=int,
+                          help="images are resized to this square (default: a DIR's first image's size, a named "
+                               "set's own; with --init, the model's position embeddings are resized to it)")
+        data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
+        data.add_argument("--shift", type=int, default=2,
+                          help="random shift of up to this many pixels (augmentation; 0 = off; default: 2)")
+        data.add_argument("--hflip", action="store_true",
+                          help="mirror half the training images left-right (for classes that survive a mirror, "
+                               "e.g. Fashion-MNIST's clothes; not for digits)")
+        model = parser.add_argument_group("model and optimisation")
+        model.add_argument("--preset", default="vit_tiny_patch4_28", help="model preset (default: vit_tiny_patch4_28)")
+        add_set_argument(model, "drop_path=0.1")
+        model.add_argument("--batch-size", type=int, default=128, help="images per update (default: 128)")
+        add_schedule_arguments(model, max_steps=4000, lr=1e-3, warmup=200)
+        model.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (default: 0.05)")
+        model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
+        add_precision_argument(model)
+        add_run_group(parser)
+
+    def check(self, args) -> None:
+        import attnlab
+        from attnlab.cli.options import check_positive
+
+        check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
+        if not 0.0 <= args.label_smoothing < 1.0:
+            raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
+        if args.shift < 0:
+            raise ValueError(f"--shift={args.shift} must be >= 0")
+        if args.preset not in attnlab.list_presets() or attnlab.get_preset(args.preset).family != "vit":
+            vits = [name for name in attnlab.list_presets() if attnlab.get_preset(name).family == "vit"]
+            raise ValueError(f"--preset {args.preset!r} is not a ViT preset; choose one of {', '.join(vits)}")
+
+    def vocabulary(self, pipeline):
+        return list(pipeline.classes)
+
+    def data(self, run):
+        from attnlab.cli.options import check_image_folder_memory
+        from attnlab.data.images import PIXEL_INPUT, load_images, resize_image_set
+
+        args = run.args
+        if run.previous is not None and not (run.out / CLASSES_FILE).is_file():
+            raise ValueError(f"--out {run.out} holds a training run without {CLASSES_FILE}: not a Vision Transformer "
+                             "run; choose another directory")
+        check_image_folder_memory(args)
+        size = args.image_size
+        if size is None and run.start is not None:
+            size = run.start.model.config.image_size  # the model's resolution unless --image-size says another
+        train = load_images(args.data, "train", image_size=size, channels=args.channels)
+        if len(train.classes) < 2:
+            raise ValueError(f"--data {args.data}: {len(train.classes)} class ({', '.join(train.classes)}); a "
+                             "classifier needs at least 2 (one sub-folder of images per class)")
+        kwargs = dict(image_size=train.image_size, channels=train.channels)
+        valid, test = (load_images(args.data, split, **kwargs) for split in ("valid", "test"))
+        if size is not None and train.image_size != size:  # a named set at another resolution: resampled
+            from attnlab.cli.options import check_fits_in_memory
+
+            count = len(train) + len(valid) + len(test)
+            check_fits_in_memory(count * train.channels * size * size, flag=f"--image-size {size}",
+                                 what=f"the {count:,d} images of {args.data} resampled to {size}×{size}")
+            train, valid, test = (resize_image_set(part, size) for part in (train, valid, test))
+        run.files[CLASSES_FILE] = (json.dumps({"classes": train.classes, "data": str(args.data),
+                                               "input": PIXEL_INPUT}, indent=2) + "\n").encode()
+        return train, valid, test
+
+    def run_info(self, run, data):
+        train, valid, _ = data
+        return {"--data": str(run.args.data), "classes": train.classes, "--image-size": train.image_size,
+                "images": [len(train), len(valid)]}
+
+    def config(self, run, data):
+        train = data[0]
+        return run.args.preset, {"num_classes": len(train.classes), "in_channels": train.channels,
+                                 "image_size": train.image_size}
+
+    def new_parameters(self, run, data, old_config, new_config):
+        # Other class names (even as many) mean another head: not the start's classes.
+        return ("head.",) if list(run.vocabulary or []) != list(data[0].classes) else ()
+
+    def check_config(self, run, config, data):
+        from attnlab.cli.options import check_training_memory, sizing_flags
+
+        check_training_memory(config, batch_size=run.args.batch_size,
+                              flag=sizing_flags(run.args, "--image-size", "--set", "--batch-size"))
+
+    def describe(self, run, model, data):
+        from attnlab.data.images import describe
+
+        for part in data:
+            print(describe(part), file=sys.stderr, flush=True)
+        print(f"model: {run.args.preset if run.start is None else run.args.init}, image {model.config.image_size}, "
+              f"patch {model.config.patch_size}, {model.config.num_classes} classes, {model.num_parameters():,d} "
+              f"parameters, device {run.device}, " + ("bf16 autocast" if run.bf16 else "float32")
+              + (", compiled" if run.args.compile else ""), file=sys.stderr, flush=True)
+
+    def trainer(self, run, model, data, run_info):
+        from attnlab.cli.options import checkpoint_minutes
+        from attnlab.families.vit.task import classification_loss
+        from attnlab.training.image_batches import ImageBatches, evaluation_batches
+        from attnlab.training.trainer import TrainConfig, Trainer
+
+        args = run.args
+        train, valid, _ = data
+        warmup = min(args.warmup, max(1, args.max_steps // 10)) if args.warmup > args.max_steps else args.warmup
+        config = TrainConfig(out_dir=str(run.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                             min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.999), eps=1e-8,
+                             optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
+                             validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
+                             seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
+                             bf16=run.bf16, compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args),
+                             progress_unit="images")
+        smoothing = args.label_smoothing
+        return Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
+                       ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift, hflip=args.hflip),
+                       config, valid_batches=evaluation_batches(valid), model_files=run.model_files(),
+                       run_info=run_info)
+
+    def finish(self, run, model, data, budget):
+        test = data[2]
+        evaluation, scored, scoring = score_test_split(model, test, budget, progress=not run.args.no_progress)
+        write_evaluation(evaluation, run.out / "evaluation", scored, scoring=scoring.record())
+        print(f"test ({scoring.summary('images')}): {evaluation.summary()}", file=sys.stderr, flush=True)
+
+
+TASK = VitTask()
+
+
 def add_arguments(parser) -> None:
-    data = parser.add_argument_group("data")
-    data.add_argument("--data", required=True,
-                      help="mnist, fashion-mnist, digits, or DIR with DIR/class_name/*.png (or DIR/train, DIR/test)")
-    data.add_argument("--image-size", type=int, help="DIR images are resized to this square (default: the first's)")
-    data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
-    data.add_argument("--shift", type=int, default=2,
-                      help="random shift of up to this many pixels (augmentation; 0 = off; default: 2)")
-    data.add_argument("--hflip", action="store_true",
-                      help="mirror half the training images left-right (for classes that survive a mirror, "
-                           "e.g. Fashion-MNIST's clothes; not for digits)")
-    from attnlab.cli.options import add_schedule_arguments, add_set_argument
-
-    model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--preset", default="vit_tiny_patch4_28", help="model preset (default: vit_tiny_patch4_28)")
-    add_set_argument(model, "drop_path=0.1")
-    model.add_argument("--batch-size", type=int, default=128, help="images per update (default: 128)")
-    add_schedule_arguments(model, max_steps=4000, lr=1e-3, warmup=200)
-    model.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay (default: 0.05)")
-    model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
-    from attnlab.cli.options import add_precision_argument, add_run_group
-
-    add_precision_argument(model)
-    add_run_group(parser)
+    add_training_arguments(parser, TASK)
 
 
 def run(args) -> int:
-    import torch
-
-    import attnlab
-    from attnlab.cli.options import (check_image_folder_memory, check_positive, check_training_memory,
-                                     checkpoint_minutes, parse_overrides, resolve_precision, sizing_flags)
-    from attnlab.data.images import PIXEL_INPUT, describe, load_images
-    from attnlab.families.vit.task import CLASSES_FILE, classification_loss
-    from attnlab.training.image_batches import ImageBatches, evaluation_batches
-    from attnlab.files import atomic_write_bytes
-    from attnlab.training.outputs import check_run_output, save_run_model
-    from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
-    from attnlab.training.trainer import TrainConfig, Trainer
-
-    budget = command_budget(args.max_minutes)  # the whole command's: training and the test split's scoring
-    check_positive(args, ("batch_size", "max_steps", "image_size", "threads"))
-    if not 0.0 <= args.label_smoothing < 1.0:
-        raise ValueError(f"--label-smoothing={args.label_smoothing} must be in [0, 1)")
-    if args.shift < 0:
-        raise ValueError(f"--shift={args.shift} must be >= 0")
-    if args.preset not in attnlab.list_presets() or attnlab.get_preset(args.preset).family != "vit":
-        vits = [name for name in attnlab.list_presets() if attnlab.get_preset(name).family == "vit"]
-        raise ValueError(f"--preset {args.preset!r} is not a ViT preset; choose one of {', '.join(vits)}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
-    warmup = min(args.warmup, max(1, args.max_steps // 10)) if args.warmup > args.max_steps else args.warmup
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    plan = budget_plan(budget, scoring="the test split's accuracy")
-    if plan:
-        say(plan)
-
-    out = Path(args.out)
-    classes_file = out / CLASSES_FILE
-    has_run = check_run_output(out, resume=args.resume, force=args.force) is not None  # before reading data
-    if has_run and not classes_file.is_file():  # resuming: a ViT run wrote its classes first
-        raise ValueError(f"--out {out} holds a training run without {CLASSES_FILE}: not a Vision Transformer run; "
-                         "choose another directory")
-
-    check_image_folder_memory(args)
-    train = load_images(args.data, "train", image_size=args.image_size, channels=args.channels)
-    if len(train.classes) < 2:
-        raise ValueError(f"--data {args.data}: {len(train.classes)} class ({', '.join(train.classes)}); a classifier "
-                         "needs at least 2 (one sub-folder of images per class)")
-    kwargs = dict(image_size=train.image_size, channels=train.channels)
-    valid, test = (load_images(args.data, split, **kwargs) for split in ("valid", "test"))
-    overrides = {"num_classes": len(train.classes), "in_channels": train.channels, **parse_overrides(args.set)}
-    preset = attnlab.get_preset(args.preset, **overrides)
-    if train.image_size != preset.image_size and "image_size" not in overrides:
-        overrides["image_size"] = train.image_size  # the images decide; the patch size must divide them
-    check_training_memory(attnlab.get_preset(args.preset, **overrides), batch_size=args.batch_size,
-                          flag=sizing_flags(args, "--image-size", "--set", "--batch-size"))
-    torch.manual_seed(args.seed)
-    model = attnlab.create_model(args.preset, **overrides).to(device)
-    for part in (train, valid, test):
-        say(describe(part))
-    bf16 = resolve_precision(args, str(device))
-    say(f"model: {args.preset} {overrides}, {model.num_parameters():,d} parameters, device {device}, "
-        + ("bf16 autocast" if bf16 else "float32") + (", compiled" if args.compile else ""))
-
-    out.mkdir(parents=True, exist_ok=True)
-    classes_bytes = (json.dumps({"classes": train.classes, "data": str(args.data),
-                                 "input": PIXEL_INPUT}, indent=2) + "\n").encode()
-    atomic_write_bytes(classes_file, classes_bytes)
-    config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
-                         min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.999), eps=1e-8,
-                         optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=50,
-                         validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
-                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
-                         bf16=bf16, compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args), progress_unit="images")
-    smoothing = args.label_smoothing
-    trainer = Trainer(model, lambda m, b: classification_loss(m, b, label_smoothing=smoothing),
-                      ImageBatches(train, args.batch_size, seed=args.seed, max_shift=args.shift,
-                                   hflip=args.hflip), config,
-                      valid_batches=evaluation_batches(valid), model_files=[classes_file])
-    train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
-    if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
-        return 0
-    model_dir = save_run_model(model, out / "model", extra_files={CLASSES_FILE: classes_bytes}, replace=args.force)
-    evaluation, scored, scoring = score_test_split(model, test, budget, progress=not args.no_progress)
-    write_evaluation(evaluation, out / "evaluation", scored, scoring=scoring.record())
-    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'))}")
-    say(f"test ({scoring.summary('images')}): {evaluation.summary()}")
-    if budget.limited:
-        say(budget_report(budget))
-    print(model_dir)
-    return 0
+    return run_training(TASK, args)
 
 
 EVALUATION_FILES = ("results.json", "confusion_matrix.png")
