@@ -103,6 +103,7 @@ class TrainingTask:
     held_out: tuple[str, str] = ("valid_loss", "nats per token")  # (Trainer validation key, its unit)
     lr_flag: str = "lr"  # the dest of the peak learning-rate flag the fine-tuning default lowers
     adaptable: Mapping[str, str] = {}  # config field -> what fine-tuning does when it changes (said in one line)
+    flag_names: Mapping[str, str] = {}  # run_info key -> the flag that sets it (named when --resume refuses)
 
     # -- flags and checks ---------------------------------------------------------------
     def add_arguments(self, parser) -> None:
@@ -369,6 +370,7 @@ def _check_same_run(task: TrainingTask, previous: Path, run_info: dict[str, Any]
                and json.dumps(saved[key], sort_keys=True, default=str)
                != json.dumps(run_info[key], sort_keys=True, default=str)]
     if changed:
+        changed = [task.flag_names.get(key, key) for key in changed]
         raise ValueError(f"--resume: {', '.join(changed)} differ(s) from the run saved in {previous}; --resume "
                          "continues the same run on the same data. To train the model further on other data, start "
                          f"a new run from it: --init {Path(args.out) / 'model'} --out NEW_DIR")

@@ -4,6 +4,10 @@ Trainer over random windows of one token stream."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from attnlab.cli.training_run import TrainingTask
+
 
 def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: int, lr: float, warmup: int) -> None:
     """The options every window-trained LM verb shares (``train lm``, ``train music``):
@@ -21,63 +25,78 @@ def add_run_arguments(parser, *, set_example: str, batch_size: int, max_steps: i
                      help="validation batches (default: 40)")
 
 
-def start_run(args):
-    """The checks and settings every window-trained LM verb starts with, before reading
-    data: ``(warmup, device, bf16, out, checkpoint to resume or None)``."""
-    import sys
-    from pathlib import Path
+class WindowTask(TrainingTask):
+    """A window-trained LM verb on the lifecycle (:mod:`attnlab.cli.training_run`): its
+    checks, its Trainer over random windows of one token stream (AdamW, cosine schedule to a
+    tenth of ``--lr``, gradients clipped at 1), the held-out figure in nats per token. A
+    subclass reads its data into :class:`WindowData` and names its preset."""
 
-    from attnlab.cli.options import apply_threads, check_positive, resolve_device, resolve_precision
-    from attnlab.training.outputs import check_run_output
+    summary_keys = ("loss", "valid_loss", "valid_nll")
+    unit = "nats per token"
+    held_out = ("valid_nll", "nats per token")
+    betas: tuple[float, float] = (0.9, 0.99)
+    eps: float = 1e-8
+    flag_names = {"text": "--text", "valid_text": "--valid-text", "tokenizer": "--tokenizer",
+                  "vocab_size": "--vocab-size", "context": "--context", "preset": "--preset", "set": "--set",
+                  "data": "--data"}
 
-    check_positive(args, ("max_steps", "batch_size"))
-    warmup = args.warmup
-    if warmup > args.max_steps:
-        warmup = max(1, args.max_steps // 10)
-        print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
-              "updates (a tenth of the run) instead", file=sys.stderr)
-    device = resolve_device(args.device)
-    bf16 = resolve_precision(args, device)
-    out = Path(args.out)
-    previous = check_run_output(out, resume=args.resume, force=args.force)
-    apply_threads(args)
-    return warmup, device, bf16, out, previous
+    def check(self, args) -> None:
+        import sys
+
+        from attnlab.cli.options import check_positive
+
+        check_positive(args, ("max_steps", "batch_size"))
+        if args.warmup > args.max_steps:
+            warmup = max(1, args.max_steps // 10)
+            print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
+                  "updates (a tenth of the run) instead", file=sys.stderr)
+            args.warmup = warmup
+
+    def check_windows(self, data: "WindowData", context: int) -> None:
+        """Both streams hold more than one window."""
+        for flag, ids in ((data.train_flag, data.train_ids), (data.valid_flag, data.valid_ids)):
+            if len(ids) <= context + 1:
+                raise ValueError(f"{flag}: {len(ids)} tokens is too short; windows of --context {context} need more "
+                                 f"than {context + 1}")
+
+    def loss(self):
+        """The Trainer's ``loss_fn``: the summed next-token loss."""
+        from attnlab.training.losses import lm_loss
+
+        return lm_loss
+
+    def trainer(self, run, model, data, run_info):
+        """The Trainer of a window-trained LM verb (:func:`add_run_arguments`' options): random
+        windows of the training stream, the first ``--val-batches`` consecutive windows of the
+        validation stream."""
+        from attnlab.cli.options import checkpoint_minutes
+        from attnlab.data.text import TextWindows, consecutive_windows
+        from attnlab.training.trainer import TrainConfig, Trainer
+
+        args = run.args
+        config = TrainConfig(out_dir=str(args.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                             min_lr=args.lr / 10, warmup_steps=args.warmup, betas=self.betas, eps=self.eps,
+                             clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
+                             checkpoint_every=args.save_every or None, seed=args.seed,
+                             progress_bar=not args.no_progress, max_minutes=args.max_minutes, bf16=run.bf16,
+                             compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args))
+        context = data.context
+        return Trainer(model, self.loss(), TextWindows(data.train_ids, batch_size=args.batch_size, context=context,
+                                                   seed=args.seed), config,
+                       valid_batches=consecutive_windows(data.valid_ids, batch_size=args.batch_size, context=context,
+                                                         max_batches=args.val_batches),
+                       model_files=run.model_files(), run_info=run_info)
 
 
-def window_trainer(args, model, loss_fn, train_ids, valid_ids, *, context: int, warmup: int, bf16: bool, betas,
-                   eps: float, model_files=(), run_info=None):
-    """The Trainer of a window-trained LM verb (:func:`add_run_arguments`' options): random
-    windows of ``train_ids``, the first ``--val-batches`` consecutive windows of ``valid_ids``,
-    AdamW with a cosine schedule to a tenth of ``--lr``, gradients clipped at 1."""
-    from attnlab.cli.options import checkpoint_minutes
-    from attnlab.data.text import TextWindows, consecutive_windows
-    from attnlab.training.trainer import TrainConfig, Trainer
+@dataclass
+class WindowData:
+    """A window-trained verb's data: the two token streams, the training window, and the
+    flags that name each stream in a message."""
 
-    config = TrainConfig(out_dir=str(args.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
-                         min_lr=args.lr / 10, warmup_steps=warmup, betas=betas, eps=eps,
-                         clip_grad_norm=1.0, log_every=25, validate_every=args.val_every or None,
-                         checkpoint_every=args.save_every or None, seed=args.seed,
-                         progress_bar=not args.no_progress, max_minutes=args.max_minutes, bf16=bf16,
-                         compile=args.compile, checkpoint_every_minutes=checkpoint_minutes(args))
-    return Trainer(model, loss_fn, TextWindows(train_ids, batch_size=args.batch_size, context=context,
-                                               seed=args.seed), config,
-                   valid_batches=consecutive_windows(valid_ids, batch_size=args.batch_size, context=context,
-                                                     max_batches=args.val_batches),
-                   model_files=model_files, run_info=run_info)
-
-
-def check_same_run(checkpoint, run_info: dict) -> None:
-    """Refuse to resume ``checkpoint`` on other data or another model (the vocabulary and
-    windows would silently change meaning)."""
-    from attnlab.training import load_training_state
-
-    saved = load_training_state(checkpoint).get("run_info")
-    if not isinstance(saved, dict):
-        return  # a checkpoint from before run_info was kept: nothing to compare with
-    flags = {"text": "--text", "valid_text": "--valid-text", "tokenizer": "--tokenizer", "vocab_size": "--vocab-size",
-             "context": "--context", "preset": "--preset", "set": "--set"}
-    changed = [flags.get(key, key) for key in run_info if key in saved and saved[key] != run_info[key]]
-    if changed:
-        raise ValueError(f"--resume: {', '.join(changed)} differ(s) from the run saved in {checkpoint}; resuming "
-                         "on other data or another model would silently change what the ids mean. Give the same "
-                         "options as that run, or train into a new --out")
+    train_ids: object
+    valid_ids: object
+    context: int
+    description: str
+    train_flag: str = "the training text"
+    valid_flag: str = "the validation text"
+    extra: dict = field(default_factory=dict)

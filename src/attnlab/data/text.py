@@ -70,6 +70,15 @@ class CharTokenizer:
             raise ValueError(f"character {char!r} (U+{ord(char):04X}) at position {text.index(char)} is not in "
                              f"the tokenizer's vocabulary of {self.vocab_size} characters") from None
 
+    def unknown_share(self, text: str) -> float:
+        """The share of ``text``'s characters outside the vocabulary (what a model starting
+        from this tokenizer cannot read; :meth:`known_only` drops them)."""
+        return sum(1 for c in text if c not in self._ids) / max(1, len(text))
+
+    def known_only(self, text: str) -> str:
+        """``text`` without the characters outside the vocabulary."""
+        return "".join(c for c in text if c in self._ids)
+
     def decode(self, ids: Iterable[int]) -> str:
         """ids -> text; an id outside the vocabulary raises ValueError."""
         out = []
@@ -150,6 +159,11 @@ class LineTokenizer:
                 ids.append(self.newline_id)
             ids.extend(line)
         return ids
+
+    def unknown_share(self, text: str) -> float:
+        """The share of ``text``'s tokens that are the unknown id."""
+        ids = self.encode(text)
+        return sum(1 for i in ids if i == self.tokenizer.unk_id) / max(1, len(ids))
 
     def decode(self, ids: Iterable[int]) -> str:
         """ids -> text, :attr:`newline_id` as ``"\n"``."""

@@ -1,0 +1,83 @@
+"""attnlab train lm --init DIR: a saved tiny character model fine-tuned on another text (its
+tokenizer kept, no vocabulary learned, its weights moved, the held-out figure before and
+after printed and logged); unknown characters reported and refused above --max-unknown;
+--resume on other data refused for every family, pointing to --init (issue 39, point 2)."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnlab.cli.main import main
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+RUN = ["--context", "16", "--batch-size", "4", "--val-every", "2", "--val-batches", "2", "--save-every", "2",
+       "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def start(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm")
+    text = root / "a.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 30, encoding="utf-8")
+    assert main(["train", "lm", "--text", str(text), "--preset", "lm_tiny", "--max-steps", "4", "--warmup", "1",
+                 "--out", str(root / "run"), *RUN]) == 0
+    return root / "run" / "model"
+
+
+def test_fine_tune_keeps_the_tokenizer_and_prints_before_and_after(start, tmp_path, capsys):
+    other = tmp_path / "b.txt"
+    other.write_text("a lazy dog; the brown fox.\n" * 30 + "Z\n", encoding="utf-8")  # 'Z' and ';' are unknown
+    out = tmp_path / "ft"
+    capsys.readouterr()
+    assert main(["train", "lm", "--text", str(other), "--init", str(start), "--max-steps", "4", "--out", str(out),
+                 "--max-unknown", "5", *RUN]) == 0
+    err = capsys.readouterr().err
+    assert "% of the training text's characters are unknown to its tokenizer" in err
+    assert "held-out before fine-tuning:" in err and "held-out: " in err and "nats per character" in err
+    assert (out / "model" / "char_tokenizer.json").read_bytes() == (start / "char_tokenizer.json").read_bytes()
+    before, after = load_file(start / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["step"] == 0 and records[0]["start_valid_nll"] > 0
+    assert json.loads((out / "model" / "start.json").read_text())["format"] == "attnlab"
+    capsys.readouterr()
+    assert main(["generate", "--model", str(out / "model"), "--prompt", "the ", "--max-new-tokens", "3"]) == 0
+
+
+def test_a_checkpoint_directory_is_a_start_too(start, tmp_path, capsys):
+    checkpoint = sorted((start.parent / "checkpoints").iterdir())[-1]
+    text = tmp_path / "c.txt"
+    text.write_text("the dog jumps over the fox.\n" * 30, encoding="utf-8")
+    assert main(["train", "lm", "--text", str(text), "--init", str(checkpoint), "--max-steps", "2",
+                 "--out", str(tmp_path / "ft"), *RUN]) == 0
+    assert "attnlab checkpoint" in capsys.readouterr().err
+
+
+def test_too_much_unknown_text_is_refused_naming_the_number_and_the_flag(start, tmp_path, capsys):
+    text = tmp_path / "greek.txt"
+    text.write_text("αβγδε ζηθ the\n" * 40, encoding="utf-8")
+    out = tmp_path / "ft"
+    assert main(["train", "lm", "--text", str(text), "--init", str(start), "--max-steps", "2", "--out", str(out),
+                 *RUN]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "above --max-unknown 1" in err and "pass --max-unknown" in err and "%" in err
+    assert not out.exists()
+
+
+def test_architecture_flags_contradicting_init_are_refused(start, tmp_path, capsys):
+    text = tmp_path / "d.txt"
+    text.write_text("the lazy dog.\n" * 40, encoding="utf-8")
+    cases = [(["--set", "num_layers=3"], "--set num_layers=3"), (["--tokenizer", "bpe"], "--tokenizer"),
+             (["--context", "100"], "--context 100")]  # lm_tiny's learned positions stop at 64
+    for extra, named in cases:
+        out = tmp_path / "o"
+        assert main(["train", "lm", "--text", str(text), "--init", str(start), "--max-steps", "2", "--out", str(out),
+                     *RUN, *extra]) == 2, extra
+        assert named in capsys.readouterr().err and not out.exists()
+    # dropout may change, and is said
+    assert main(["train", "lm", "--text", str(text), "--init", str(start), "--max-steps", "1", "--out",
+                 str(tmp_path / "drop"), *RUN, "--set", "dropout=0.1"]) == 0
+    assert "dropout 0.0 -> 0.1" in capsys.readouterr().err
