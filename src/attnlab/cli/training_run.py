@@ -395,7 +395,8 @@ def run_training(task: TrainingTask, args) -> int:
         raise ValueError(f"--max-unknown={args.max_unknown} must be a percentage in [0, 100]")
     out = Path(args.out)
     device = resolve_device(args.device)
-    run = Run(args=args, out=out, device=device, bf16=resolve_precision(args, device))
+    run = Run(args=args, out=out, device=device,
+              bf16=resolve_precision(args, device) if hasattr(args, "precision") else False)
     if args.init:
         _check_init_location(args.init, out)
     run.previous = check_run_output(out, resume=args.resume, force=args.force)  # before reading anything

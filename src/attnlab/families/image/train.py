@@ -22,41 +22,15 @@ import json
 import sys
 from pathlib import Path
 
+import time
+
 from attnlab.cli.options import add_runtime_arguments
+from attnlab.cli.training_run import TrainingTask, add_training_arguments, run_training
 
 HELP = "train an Image Transformer (local 1D/2D attention) on mnist, fashion-mnist, emoji or a folder of images"
 IMAGE_FILE = "image.json"
 DEFAULT_PRESETS = {"mnist": "imagetransformer_mnist_small", "fashion-mnist": "imagetransformer_mnist_small",
                    "emoji": "imagetransformer_colour_small"}
-
-
-def add_arguments(parser) -> None:
-    data = parser.add_argument_group("data")
-    data.add_argument("--data", required=True,
-                      help="mnist, fashion-mnist, emoji, or DIR with DIR/class_name/*.png (or DIR/train, DIR/test)")
-    from attnlab.cli.options import DATA_DIR_HELP, add_data_dir_argument
-
-    add_data_dir_argument(data, help=DATA_DIR_HELP + "; emoji is read from DATA_DIR/emoji-datasource-twitter/")
-    data.add_argument("--image-size", type=int, help="DIR images are resized to this square (default: the first's)")
-    data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
-    data.add_argument("--classes", action="store_true", help="class-conditional: a class embedding at every position")
-    from attnlab.cli.options import add_schedule_arguments, add_set_argument
-
-    model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--preset", help="model preset (default: imagetransformer_mnist_small for 28×28 grey, "
-                                        "imagetransformer_colour_small for colour)")
-    add_set_argument(model, "num_layers=6")
-    model.add_argument("--attention", metavar="SPEC",
-                       help='the decoder\'s pattern: a name ("causal" = full attention) or a JSON object, e.g. '
-                            '\'{"name": "local_2d", "query_shape": [4, 7], "memory_flange": [4, 7]}\'')
-    model.add_argument("--batch-size", type=int, default=16, help="images per update (default: 16)")
-    add_schedule_arguments(model, max_steps=20000, lr=1e-3, warmup=200)
-    from attnlab.cli.options import add_run_group
-
-    run_group = add_run_group(parser)
-    run_group.add_argument("--val-images", type=int, default=256,
-                           help="validation images scored each time (default: 256)")
-    run_group.add_argument("--test-images", type=int, help="score only the first N test images (default: all)")
 
 
 def load_image_set(source: str, split: str, *, image_size=None, channels=None, data_dir=None):
@@ -71,100 +45,158 @@ def load_image_set(source: str, split: str, *, image_size=None, channels=None, d
                            named={"emoji": emoji.load_emoji_set})
 
 
+class ImageTask(TrainingTask):
+    """``attnlab train image`` on the lifecycle (:mod:`attnlab.cli.training_run`)."""
+
+    name = family = "image"
+    scoring = "the test split's bits/dim"
+    summary_keys = ("loss", "valid_loss")
+    unit = "nats per dimension"
+    held_out = ("valid_loss", "nats per dimension")
+
+    def add_arguments(self, parser) -> None:
+        from attnlab.cli.options import (DATA_DIR_HELP, add_data_dir_argument, add_run_group, add_schedule_arguments,
+                                         add_set_argument)
+
+        data = parser.add_argument_group("data")
+        data.add_argument("--data", required=True,
+                          help="mnist, fashion-mnist, emoji, or DIR with DIR/class_name/*.png (or DIR/train, DIR/test)")
+        add_data_dir_argument(data, help=DATA_DIR_HELP + "; emoji is read from DATA_DIR/emoji-datasource-twitter/")
+        data.add_argument("--image-size", type=int, help="DIR images are resized to this square (default: the first's)")
+        data.add_argument("--channels", type=int, choices=(1, 3), help="DIR images as grey (1) or RGB (3)")
+        data.add_argument("--classes", action="store_true",
+                          help="class-conditional: a class embedding at every position")
+        model = parser.add_argument_group("model and optimisation")
+        model.add_argument("--preset", help="model preset (default: imagetransformer_mnist_small for 28×28 grey, "
+                                            "imagetransformer_colour_small for colour)")
+        add_set_argument(model, "num_layers=6")
+        model.add_argument("--attention", metavar="SPEC",
+                           help='the decoder\'s pattern: a name ("causal" = full attention) or a JSON object, e.g. '
+                                '\'{"name": "local_2d", "query_shape": [4, 7], "memory_flange": [4, 7]}\'')
+        model.add_argument("--batch-size", type=int, default=16, help="images per update (default: 16)")
+        add_schedule_arguments(model, max_steps=20000, lr=1e-3, warmup=200)
+        run_group = add_run_group(parser)
+        run_group.add_argument("--val-images", type=int, default=256,
+                               help="validation images scored each time (default: 256)")
+        run_group.add_argument("--test-images", type=int, help="score only the first N test images (default: all)")
+
+    def check(self, args) -> None:
+        from attnlab.cli.options import check_positive
+
+        check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "val_images", "test_images"))
+        if args.init and args.attention:
+            raise ValueError("--attention: with --init the attention pattern comes from DIR; leave it out")
+
+    def vocabulary(self, pipeline):
+        return list(pipeline.classes)
+
+    def data(self, run):
+        from attnlab.cli.options import check_image_folder_memory
+        from attnlab.data.images import resize_image_set
+
+        args = run.args
+        check_image_folder_memory(args)
+        size = args.image_size
+        if run.start is not None and size is None:
+            size = run.start.model.config.height  # the model's resolution
+        train = load_image_set(args.data, "train", image_size=size, channels=args.channels, data_dir=args.data_dir)
+        kwargs = dict(image_size=train.image_size, channels=train.channels, data_dir=args.data_dir)
+        valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
+        if size is not None and train.image_size != size:  # a named set at another resolution: resampled
+            train, valid, test = (resize_image_set(part, size) for part in (train, valid, test))
+        run.files[IMAGE_FILE] = (json.dumps({"data": str(args.data), "classes": train.classes,
+                                             "class_conditional": args.classes}, indent=2) + "\n").encode()
+        return train, valid, test
+
+    def run_info(self, run, data):
+        train, valid, _ = data
+        return {"--data": str(run.args.data), "classes": train.classes, "--image-size": train.image_size,
+                "images": [len(train), len(valid)]}
+
+    def config(self, run, data):
+        import attnlab
+        from attnlab.models.image_transformer import ImageTransformerConfig
+
+        args, train = run.args, data[0]
+        preset = args.preset or DEFAULT_PRESETS.get(args.data) or (
+            "imagetransformer_mnist_small" if train.channels == 1 else "imagetransformer_colour_small")
+        if preset not in attnlab.list_presets() or not isinstance(attnlab.get_preset(preset), ImageTransformerConfig):
+            names = [n for n in attnlab.list_presets() if isinstance(attnlab.get_preset(n), ImageTransformerConfig)]
+            raise ValueError(f"--preset {preset!r} is not an Image Transformer preset; choose one of {', '.join(names)}")
+        _, channels, height, width = train.images.shape
+        overrides = {"height": height, "width": width, "channels": channels,
+                     "num_classes": len(train.classes) if args.classes else 0}
+        if args.attention:
+            overrides["attention"] = parse_attention(args.attention)
+        self._preset = preset
+        return preset, overrides
+
+    def check_config(self, run, config, data):
+        from attnlab.cli.options import check_training_memory, sizing_flags
+
+        check_training_memory(config, batch_size=run.args.batch_size,
+                              flag=sizing_flags(run.args, "--image-size", "--attention", "--set", "--batch-size"))
+
+    def describe(self, run, model, data):
+        from attnlab.data.images import describe
+
+        for part in data:
+            print(describe(part), file=sys.stderr, flush=True)
+        print(f"model: {run.args.init or self._preset}, {model.num_parameters():,d} parameters, "
+              f"{model.config.sequence_length} sub-pixels per image, device {run.device}", file=sys.stderr, flush=True)
+
+    def trainer(self, run, model, data, run_info):
+        from attnlab.cli.options import checkpoint_minutes
+        from attnlab.families.image.task import image_loss
+        from attnlab.training.image_batches import ImageBatches
+        from attnlab.training.trainer import TrainConfig, Trainer
+
+        args = run.args
+        train, valid, _ = data
+        warmup = min(args.warmup, max(1, args.max_steps // 10))
+        config = TrainConfig(out_dir=str(run.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                             min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.98), eps=1e-9,
+                             optimizer="adam", clip_grad_norm=1.0, log_every=50,
+                             validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
+                             seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
+                             checkpoint_every_minutes=checkpoint_minutes(args), progress_unit="sub-pixels")
+        valid_batches = list(ImageBatches(valid, args.batch_size, shuffle=False, drop_last=False, raw=True))
+        valid_batches = _first_images(valid_batches, args.val_images)
+        self._started = time.perf_counter()
+        return Trainer(model, image_loss, ImageBatches(train, args.batch_size, seed=args.seed, raw=True), config,
+                       valid_batches=valid_batches, model_files=run.model_files(), run_info=run_info)
+
+    def save(self, run, model, trainer):
+        self._minutes, self._updates = (time.perf_counter() - self._started) / 60, trainer.step
+        return super().save(run, model, trainer)
+
+    def finish(self, run, model, data, budget):
+        from attnlab.families.image.task import evaluate_bits_per_dim
+        from attnlab.files import atomic_write_json
+        from attnlab.training.phases import Scoring
+
+        args, test = run.args, data[2]
+        scoring = Scoring("test bits/dim", len(test) if args.test_images is None else min(args.test_images, len(test)),
+                          unit="image", batch_size=max(args.batch_size, 32), budget=budget,
+                          progress=not args.no_progress)
+        results = evaluate_bits_per_dim(model, test, batches=scoring)
+        results.update({"data": str(args.data), "split": "test", "updates": self._updates,
+                        "train_minutes": round(self._minutes, 2), "scoring": scoring.record()})
+        (run.out / "evaluation").mkdir(exist_ok=True)
+        atomic_write_json(run.out / "evaluation" / "results.json", results)
+        print(f"test: {results['bits_per_dim']:.4f} bits/dim over {scoring.summary('images')}", file=sys.stderr,
+              flush=True)
+
+
+TASK = ImageTask()
+
+
+def add_arguments(parser) -> None:
+    add_training_arguments(parser, TASK)
+
+
 def run(args) -> int:
-    import time
-
-    import torch
-
-    import attnlab
-    from attnlab.cli.options import (check_image_folder_memory, check_positive, check_training_memory,
-                                     checkpoint_minutes, parse_overrides, resolve_device, sizing_flags)
-    from attnlab.data.images import describe
-    from attnlab.families.image.task import evaluate_bits_per_dim, image_loss
-    from attnlab.models.image_transformer import ImageTransformerConfig
-    from attnlab.training.image_batches import ImageBatches
-    from attnlab.training.outputs import check_run_output, save_run_model
-    from attnlab.training.phases import (Scoring, budget_plan, budget_report, command_budget, scoring_reserve,
-                                         train_within)
-    from attnlab.training.trainer import TrainConfig, Trainer
-
-    budget = command_budget(args.max_minutes)  # the whole command's: training and the test split's scoring
-    check_positive(args, ("batch_size", "max_steps", "image_size", "threads", "val_images", "test_images"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(resolve_device(args.device))
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    plan = budget_plan(budget, scoring="the test split's bits/dim")
-    if plan:
-        say(plan)
-
-    out = Path(args.out)
-    check_run_output(out, resume=args.resume, force=args.force)  # before reading data or writing
-
-    check_image_folder_memory(args)
-    train = load_image_set(args.data, "train", image_size=args.image_size, channels=args.channels,
-                           data_dir=args.data_dir)
-    kwargs = dict(image_size=train.image_size, channels=train.channels, data_dir=args.data_dir)
-    valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
-    preset_name = args.preset or DEFAULT_PRESETS.get(args.data) or (
-        "imagetransformer_mnist_small" if train.channels == 1 else "imagetransformer_colour_small")
-    if preset_name not in attnlab.list_presets() or not isinstance(attnlab.get_preset(preset_name),
-                                                                   ImageTransformerConfig):
-        names = [n for n in attnlab.list_presets() if isinstance(attnlab.get_preset(n), ImageTransformerConfig)]
-        raise ValueError(f"--preset {preset_name!r} is not an Image Transformer preset; choose one of {', '.join(names)}")
-    _, channels, height, width = train.images.shape
-    overrides = {"height": height, "width": width, "channels": channels,
-                 "num_classes": len(train.classes) if args.classes else 0, **parse_overrides(args.set)}
-    if args.attention:
-        overrides["attention"] = parse_attention(args.attention)
-    check_training_memory(attnlab.get_preset(preset_name, **overrides), batch_size=args.batch_size,
-                          flag=sizing_flags(args, "--image-size", "--attention", "--set", "--batch-size"))
-    torch.manual_seed(args.seed)
-    model = attnlab.create_model(preset_name, **overrides).to(device)
-    for part in (train, valid, test):
-        say(describe(part))
-    say(f"model: {preset_name} {overrides}, {model.num_parameters():,d} parameters, "
-        f"{model.config.sequence_length} sub-pixels per image, device {device}")
-
-    out.mkdir(parents=True, exist_ok=True)
-    info_bytes = (json.dumps({"data": str(args.data), "classes": train.classes, "class_conditional": args.classes},
-                             indent=2) + "\n").encode()
-    info_file = out / IMAGE_FILE
-    from attnlab.files import atomic_write_bytes
-
-    atomic_write_bytes(info_file, info_bytes)
-    warmup = min(args.warmup, max(1, args.max_steps // 10))
-    config = TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
-                         min_lr=args.lr / 100, warmup_steps=warmup, betas=(0.9, 0.98), eps=1e-9,
-                         optimizer="adam", clip_grad_norm=1.0, log_every=50,
-                         validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
-                         seed=args.seed, progress_bar=not args.no_progress, max_minutes=args.max_minutes,
-                         checkpoint_every_minutes=checkpoint_minutes(args), progress_unit="sub-pixels")
-    valid_batches = list(ImageBatches(valid, args.batch_size, shuffle=False, drop_last=False, raw=True))
-    valid_batches = _first_images(valid_batches, args.val_images)
-    trainer = Trainer(model, image_loss, ImageBatches(train, args.batch_size, seed=args.seed, raw=True), config,
-                      valid_batches=valid_batches, model_files=[info_file])
-    started = time.perf_counter()
-    train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
-    if not trainer.context.is_main:
-        return 0
-    minutes = (time.perf_counter() - started) / 60
-    model_dir = save_run_model(model, out / "model", extra_files={IMAGE_FILE: info_bytes}, replace=args.force)
-    scoring = Scoring("test bits/dim", len(test) if args.test_images is None else min(args.test_images, len(test)),
-                      unit="image", batch_size=max(args.batch_size, 32), budget=budget, progress=not args.no_progress)
-    results = evaluate_bits_per_dim(model, test, batches=scoring)
-    results.update({"data": str(args.data), "split": "test", "updates": trainer.step,
-                    "train_minutes": round(minutes, 2), "scoring": scoring.record()})
-    from attnlab.files import atomic_write_json
-
-    (out / "evaluation").mkdir(exist_ok=True)
-    atomic_write_json(out / "evaluation" / "results.json", results)
-    say(f"done: {trainer.summary(('loss', 'valid_loss'), 'nats per dimension')}")
-    say(f"test: {results['bits_per_dim']:.4f} bits/dim over {scoring.summary('images')}")
-    if budget.limited:
-        say(budget_report(budget))
-    print(model_dir)
-    return 0
+    return run_training(TASK, args)
 
 
 def parse_attention(text: str):
