@@ -408,6 +408,27 @@ def check_image_folder_memory(args) -> None:
                          what=f"the {count:,d} images of {folder} resized to {size}×{size}")
 
 
+def resampled_splits(parts, size: int | None, data: str) -> tuple:
+    """An image set's splits (``ImageSet``s) at ``size``×``size``: a named set at another
+    resolution is resampled (``--image-size`` on named sets; a fine-tuning run's model size),
+    after checking the result fits in memory. Shared by train vit and train image."""
+    from attnlab.data.images import resize_image_set
+
+    parts = tuple(parts)
+    if size is None or all(part.image_size == size for part in parts):
+        return parts
+    count = sum(len(part) for part in parts)
+    check_fits_in_memory(count * parts[0].channels * size * size, flag=f"--image-size {size}",
+                         what=f"the {count:,d} images of {data} resampled to {size}×{size}")
+    return tuple(resize_image_set(part, size) for part in parts)
+
+
+def image_run_info(args, train, valid) -> dict:
+    """What --resume of an image verb must find unchanged: the data, its classes, size and counts."""
+    return {"--data": str(args.data), "classes": train.classes, "--image-size": train.image_size,
+            "images": [len(train), len(valid)]}
+
+
 def sizing_flags(args, *flags: str) -> str:
     """The options among ``flags`` that were given (``--batch-size`` always), as
     ``--image-size 100000/--batch-size 16``: what a memory refusal names."""

@@ -5,7 +5,9 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
+from safetensors.torch import load_file
 
 from attnlab.cli.main import main
 
@@ -242,3 +244,28 @@ def test_the_progress_bar_counts_sub_pixels_not_tokens(folder, tmp_path, monkeyp
     tiny = [flag for flag in TINY if flag not in ("--no-progress",)]
     assert main(["train", "image", "--data", str(folder), "--out", str(tmp_path / "run"), *tiny]) == 0
     assert units == ["sub-pixels"]
+
+
+INIT_RUN = ["--batch-size", "4", "--val-every", "2", "--save-every", "2", "--no-progress", "--device", "cpu",
+            "--warmup", "1", "--max-steps", "3"]
+
+
+def test_fine_tune_an_image_transformer(folder, tmp_path, capsys):
+    start = tmp_path / "start"
+    assert main(["train", "image", "--data", str(folder), "--out", str(start), "--set", "num_layers=1", "--set",
+                 "d_model=16", "--set", "num_heads=2", "--set", "d_ff=24", *INIT_RUN]) == 0
+    out = tmp_path / "ft"
+    capsys.readouterr()
+    assert main(["train", "image", "--data", str(folder), "--init", str(start / "model"), "--out", str(out),
+                 *INIT_RUN]) == 0
+    err = capsys.readouterr().err
+    assert "held-out before fine-tuning:" in err and "held-out: " in err and "nats per dimension" in err
+    before, after = load_file(start / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert json.loads((out / "model" / "image.json").read_text())["data"] == str(folder)
+    assert json.loads((out / "model" / "start.json").read_text())["init"] == str((start / "model").resolve())
+    assert (out / "evaluation" / "results.json").is_file()
+    # the architecture comes from DIR: another depth is refused naming the field, nothing written
+    assert main(["train", "image", "--data", str(folder), "--init", str(start / "model"), "--out",
+                 str(tmp_path / "o"), "--set", "num_layers=2", *INIT_RUN]) == 2
+    assert "--set num_layers=2" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -91,8 +91,7 @@ class ImageTask(TrainingTask):
         return list(pipeline.classes)
 
     def data(self, run):
-        from attnlab.cli.options import check_image_folder_memory
-        from attnlab.data.images import resize_image_set
+        from attnlab.cli.options import check_image_folder_memory, resampled_splits
 
         args = run.args
         check_image_folder_memory(args)
@@ -102,16 +101,15 @@ class ImageTask(TrainingTask):
         train = load_image_set(args.data, "train", image_size=size, channels=args.channels, data_dir=args.data_dir)
         kwargs = dict(image_size=train.image_size, channels=train.channels, data_dir=args.data_dir)
         valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
-        if size is not None and train.image_size != size:  # a named set at another resolution: resampled
-            train, valid, test = (resize_image_set(part, size) for part in (train, valid, test))
+        train, valid, test = resampled_splits((train, valid, test), size, args.data)
         run.files[IMAGE_FILE] = (json.dumps({"data": str(args.data), "classes": train.classes,
                                              "class_conditional": args.classes}, indent=2) + "\n").encode()
         return train, valid, test
 
     def run_info(self, run, data):
-        train, valid, _ = data
-        return {"--data": str(run.args.data), "classes": train.classes, "--image-size": train.image_size,
-                "images": [len(train), len(valid)]}
+        from attnlab.cli.options import image_run_info
+
+        return image_run_info(run.args, data[0], data[1])
 
     def config(self, run, data):
         import attnlab

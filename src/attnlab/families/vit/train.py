@@ -90,8 +90,8 @@ class VitTask(TrainingTask):
         return list(pipeline.classes)
 
     def data(self, run):
-        from attnlab.cli.options import check_image_folder_memory
-        from attnlab.data.images import PIXEL_INPUT, load_images, resize_image_set
+        from attnlab.cli.options import check_image_folder_memory, resampled_splits
+        from attnlab.data.images import PIXEL_INPUT, load_images
 
         args = run.args
         if run.previous is not None and not (run.out / CLASSES_FILE).is_file():
@@ -107,21 +107,15 @@ class VitTask(TrainingTask):
                              "classifier needs at least 2 (one sub-folder of images per class)")
         kwargs = dict(image_size=train.image_size, channels=train.channels)
         valid, test = (load_images(args.data, split, **kwargs) for split in ("valid", "test"))
-        if size is not None and train.image_size != size:  # a named set at another resolution: resampled
-            from attnlab.cli.options import check_fits_in_memory
-
-            count = len(train) + len(valid) + len(test)
-            check_fits_in_memory(count * train.channels * size * size, flag=f"--image-size {size}",
-                                 what=f"the {count:,d} images of {args.data} resampled to {size}×{size}")
-            train, valid, test = (resize_image_set(part, size) for part in (train, valid, test))
+        train, valid, test = resampled_splits((train, valid, test), size, args.data)
         run.files[CLASSES_FILE] = (json.dumps({"classes": train.classes, "data": str(args.data),
                                                "input": PIXEL_INPUT}, indent=2) + "\n").encode()
         return train, valid, test
 
     def run_info(self, run, data):
-        train, valid, _ = data
-        return {"--data": str(run.args.data), "classes": train.classes, "--image-size": train.image_size,
-                "images": [len(train), len(valid)]}
+        from attnlab.cli.options import image_run_info
+
+        return image_run_info(run.args, data[0], data[1])
 
     def config(self, run, data):
         train = data[0]
