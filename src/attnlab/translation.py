@@ -3,14 +3,15 @@
 The documented public path of the translation family's Python API (docs/translation.md):
 ``train_translation`` trains a joint vocabulary and a Transformer with the shared Trainer
 and writes a model directory; ``Translator`` loads one and translates plain sentences.
-The code lives in the family's package, :mod:`attnlab.families.translation` (``task``:
-training; ``translator``: Translator); this module names it and imports it on first use,
+The code lives in the family's package, :mod:`attnlab.families.translation` (``task``: its
+training parts, ``train``: the training run; ``translator``: Translator); this module names it and imports it on first use,
 through the registry's :func:`attnlab.families.resolve`, as everything outside a family
 reaches into it (tests/test_layering.py). Scoring lives in ``attnlab.evaluation``, plots
 in ``attnlab.viz``.
 """
 
 _TASK = "attnlab.families.translation.task"
+_TRAIN = "attnlab.families.translation.train"
 _TRANSLATOR = "attnlab.families.translation.translator"
 _WHERE = {
     "MODEL_SUBDIR": _TASK,
@@ -18,7 +19,7 @@ _WHERE = {
     "TranslationTrainOptions": _TASK,
     "encode_and_filter": _TASK,
     "load_training_corpora": _TASK,
-    "train_translation": _TASK,
+    "train_translation": _TRAIN,
     "translation_loss": _TASK,
     "AttentionExample": _TRANSLATOR,
     "Translator": _TRANSLATOR,

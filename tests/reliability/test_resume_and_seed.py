@@ -34,9 +34,9 @@ def test_resume_with_the_same_text_continues(lm_run, lm_text, tmp_path, capsys):
     assert (out / "checkpoints" / "step_00000003").is_dir()
 
 
-def test_train_translation_resume_on_other_data_warns_naming_it(tmp_path, capsys):
-    import pytest
-
+def test_train_translation_resume_on_other_data_is_refused_naming_it(tmp_path, capsys):
+    """Issue 39 (1, 2): --resume on other data is refused before any work, pointing to --init,
+    and OUT is left exactly as it was (translation.json was rewritten with the new file names)."""
     src, tgt = tmp_path / "train.de", tmp_path / "train.en"
     src.write_text("".join(f"ein hund {i} läuft\n" for i in range(40)), encoding="utf-8")
     tgt.write_text("".join(f"a dog {i} runs\n" for i in range(40)), encoding="utf-8")
@@ -46,8 +46,18 @@ def test_train_translation_resume_on_other_data_warns_naming_it(tmp_path, capsys
         return run_cli(["train", "translation", "--train-src", str(src), "--train-tgt", str(tgt), "--preset",
                         "transformer_tiny", "--vocab-size", "40", "--max-tokens", "256", "--max-length", "32",
                         "--warmup", "1", "--val-every", "0", "--save-every", "1", "--out", str(out), "--no-progress",
-                        "--threads", "1", *extra], capsys)[0]
+                        "--threads", "1", *extra], capsys)
 
-    assert train("--max-steps", "1") == 0
-    with pytest.warns(UserWarning, match="training pairs 40 -> 20"):
-        assert train("--max-steps", "2", "--resume", "--max-train-pairs", "20") == 0
+    assert train("--max-steps", "1")[0] == 0
+    before = snapshot(out)
+    code, err = train("--max-steps", "2", "--resume", "--max-train-pairs", "20")
+    assert code == 2 and "--max-train-pairs" in err and "differ" in err and "--init" in err
+    assert snapshot(out) == before
+    other_src, other_tgt = tmp_path / "new.de", tmp_path / "new.en"
+    other_src.write_text("".join(f"eine katze {i}\n" for i in range(40)), encoding="utf-8")
+    other_tgt.write_text("".join(f"a cat {i}\n" for i in range(40)), encoding="utf-8")
+    code, err = run_cli(["train", "translation", "--train-src", str(other_src), "--train-tgt", str(other_tgt),
+                         "--preset", "transformer_tiny", "--vocab-size", "40", "--max-tokens", "256", "--max-length",
+                         "32", "--warmup", "1", "--val-every", "0", "--save-every", "1", "--out", str(out),
+                         "--no-progress", "--threads", "1", "--max-steps", "2", "--resume"], capsys)
+    assert code == 2 and "--init" in err and snapshot(out) == before

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainingTask", "RunStart", "Run", "add_training_arguments", "run_training", "open_start",
+__all__ = ["TrainingTask", "RunStart", "Run", "add_training_arguments", "run_training", "train_run", "open_start",
            "FINE_TUNE_LR_FACTOR", "START_FILE", "DEFAULT_MAX_UNKNOWN"]
 
 START_FILE = "start.json"
@@ -74,6 +74,7 @@ class Run:
     out: Path
     device: str
     bf16: bool
+    context: Any = None  # the DistributedContext (torchrun), one process otherwise
     start: RunStart | None = None  # --init (None on a fresh or resumed run of one's own)
     previous: Path | None = None  # the checkpoint --resume continues
     vocabulary: Any = None  # the start's or the checkpoint's vocabulary (None: the task learns one)
@@ -103,6 +104,7 @@ class TrainingTask:
     held_out: tuple[str, str] = ("valid_loss", "nats per token")  # (Trainer validation key, its unit)
     lr_flag: str = "lr"  # the dest of the peak learning-rate flag the fine-tuning default lowers
     adaptable: Mapping[str, str] = {}  # config field -> what fine-tuning does when it changes (said in one line)
+    data_fields: tuple[str, ...] = ()  # config fields the data or vocabulary decides (not --preset's to contradict)
     flag_names: Mapping[str, str] = {}  # run_info key -> the flag that sets it (named when --resume refuses)
 
     # -- flags and checks ---------------------------------------------------------------
@@ -111,6 +113,12 @@ class TrainingTask:
 
     def check(self, args) -> None:
         """Options that can be checked without data (before anything is read)."""
+
+    def overrides(self, args) -> dict[str, Any]:
+        """The preset fields ``--set`` overrides."""
+        from attnlab.cli.options import parse_overrides
+
+        return parse_overrides(getattr(args, "set", None) or [])
 
     # -- data, model, trainer -------------------------------------------------------------
     def vocabulary(self, pipeline) -> Any:
@@ -156,6 +164,10 @@ class TrainingTask:
         from attnlab.training.outputs import save_run_model
 
         return save_run_model(model, run.out / "model", extra_files=run.files, replace=run.args.force)
+
+    def saved_note(self, run: Run) -> str:
+        """Said after the model directory on the ``done:`` line (e.g. how it was averaged)."""
+        return ""
 
     def finish(self, run: Run, model, data, budget) -> None:
         """Final scoring after the model is saved (a test split)."""
@@ -296,7 +308,7 @@ def _start_config(task: TrainingTask, run: Run, preset: str | None, data_overrid
     if preset is not None and _given(args, "preset"):
         chosen = get_preset(preset, **sets)
         for name, value in chosen.to_dict().items():
-            if (name in data_overrides or name in task.adaptable or name.endswith("dropout")
+            if (name in data_overrides or name in task.data_fields or name in task.adaptable or name.endswith("dropout")
                     or name in DROPOUT_FIELDS or name == "family"):
                 continue
             if old.to_dict().get(name) != value:
@@ -378,13 +390,26 @@ def _check_same_run(task: TrainingTask, previous: Path, run_info: dict[str, Any]
 
 # --------------------------------------------------------------------------- the run
 def run_training(task: TrainingTask, args) -> int:
-    """The whole command ``attnlab train TASK`` (see the module docstring). Every refusal
-    happens before anything is written to ``--out``."""
+    """The whole command ``attnlab train TASK``: :func:`train_run`, then the model directory
+    on stdout (from the main process)."""
+    model_dir = train_run(task, args)
+    if model_dir is not None:
+        print(model_dir)
+    return 0
+
+
+def train_run(task: TrainingTask, args) -> Path | None:
+    """One training run (see the module docstring); the model directory (None on a process
+    other than the main one under torchrun). Every refusal happens before anything is written
+    to ``--out``."""
+    import contextlib
+
     import torch
 
-    from attnlab.cli.options import (apply_threads, parse_overrides, resolve_device, resolve_precision)
+    from attnlab.cli.options import apply_threads, resolve_device, resolve_precision
     from attnlab.files import OutputLock, atomic_write_bytes, refuse_symlinks
     from attnlab.models.registry import get_preset, load_config, model_class_for
+    from attnlab.training.distributed import init_distributed
     from attnlab.training.outputs import check_run_output
     from attnlab.training.phases import (budget_plan, budget_report, command_budget, scoring_reserve, train_within)
     from attnlab.training.trainer import TRAINER_OUTPUTS
@@ -395,7 +420,9 @@ def run_training(task: TrainingTask, args) -> int:
         raise ValueError(f"--max-unknown={args.max_unknown} must be a percentage in [0, 100]")
     out = Path(args.out)
     device = resolve_device(args.device)
-    run = Run(args=args, out=out, device=device,
+    context = init_distributed()
+    say = _say if context.is_main else (lambda message: None)
+    run = Run(args=args, out=out, device=device, context=context,
               bf16=resolve_precision(args, device) if hasattr(args, "precision") else False)
     if args.init:
         _check_init_location(args.init, out)
@@ -405,7 +432,7 @@ def run_training(task: TrainingTask, args) -> int:
         run.start = open_start(args.init, task, out=out)
     plan = budget_plan(budget, scoring=task.scoring)
     if plan:
-        _say(plan)
+        say(plan)
 
     # The vocabulary: the resumed checkpoint's, else --init's, else the task learns one.
     if run.previous is not None:
@@ -425,7 +452,7 @@ def run_training(task: TrainingTask, args) -> int:
         unknown = task.unknown_share(run, data)
         if unknown is not None:
             share, what = unknown
-            _say(f"--init {args.init}: {100 * share:.2f} % of the training text's {what} are unknown to its "
+            say(f"--init {args.init}: {100 * share:.2f} % of the training text's {what} are unknown to its "
                  "tokenizer")
             if 100 * share > args.max_unknown:
                 raise ValueError(f"--init {args.init}: {100 * share:.2f} % of the training text's {what} are unknown "
@@ -434,7 +461,7 @@ def run_training(task: TrainingTask, args) -> int:
 
     # The model: a fresh one, DIR's adapted, or (resuming) the checkpoint's config.
     preset, data_overrides = task.config(run, data)
-    sets = parse_overrides(args.set) if getattr(args, "set", None) else {}
+    sets = task.overrides(args)
     changes: list[str] = []
     if run.start is not None:
         config, changes = _start_config(task, run, preset, data_overrides, sets)
@@ -454,14 +481,14 @@ def run_training(task: TrainingTask, args) -> int:
     if run.start is not None and run.previous is None:
         fresh = _transfer(task, run, data, model)
         run.start.model = None  # its weights are in ``model`` now
-        _say(f"start: {run.start.record['init']} ({run.start.record['format']}), weights and vocabulary kept"
+        say(f"start: {run.start.record['init']} ({run.start.record['format']}), weights and vocabulary kept"
              + ("; changed: " + "; ".join(changes) if changes else "")
              + (f"; new parameters: {', '.join(fresh)} (initialised as a fresh model's)" if fresh else ""))
     elif run.start is not None:
-        _say(f"--resume: continuing the fine-tuning run in {out} from its checkpoint; --init {args.init} is where "
+        say(f"--resume: continuing the fine-tuning run in {out} from its checkpoint; --init {args.init} is where "
              "it started (the checkpoint's weights win)")
     if run.start is not None:
-        _say(_fine_tune_defaults(task, args))  # on resume too: the run continues with the settings it began with
+        say(_fine_tune_defaults(task, args))  # on resume too: the run continues with the settings it began with
     model.to(device)
     if run.start is not None:
         run.files[START_FILE] = (json.dumps(run.start.record, indent=2) + "\n").encode()
@@ -473,29 +500,32 @@ def run_training(task: TrainingTask, args) -> int:
         before = trainer.validate()
         trainer.start_record = {"start": run.start.record["init"], **{f"start_{k}": v for k, v in before.items()}}
         key, unit = task.held_out
-        _say(f"held-out before fine-tuning: {_figure(before, key)} {unit}")
+        say(f"held-out before fine-tuning: {_figure(before, key)} {unit}")
 
-    # Every option is checked; nothing is written to OUT before this point.
-    with OutputLock(out, purpose=f"attnlab train {task.name}"):
-        refuse_symlinks(out, (*TRAINER_OUTPUTS, *run.files, "model"))
-        out.mkdir(parents=True, exist_ok=True)
-        for name, content in run.files.items():
-            atomic_write_bytes(out / name, content)
+    # Every option is checked; nothing is written to OUT before this point (rank 0 writes).
+    lock = OutputLock(out, purpose=f"attnlab train {task.name}") if context.is_main else contextlib.nullcontext()
+    with lock:
+        if context.is_main:
+            refuse_symlinks(out, (*TRAINER_OUTPUTS, *run.files, "model"))
+            out.mkdir(parents=True, exist_ok=True)
+            for name, content in run.files.items():
+                atomic_write_bytes(out / name, content)
         train_within(trainer, budget, reserve=scoring_reserve(budget) if task.scoring else 0.0,
-                     resume=args.resume, say=_say)
-        if not trainer.context.is_main:  # under torchrun, rank 0 writes the model and scores it
-            return 0
+                     resume=args.resume, say=say)
+        if not context.is_main:  # under torchrun, rank 0 writes the model and scores it
+            context.barrier()
+            return None
         model_dir = task.save(run, model, trainer)
-    _say(f"done: {trainer.summary(task.summary_keys, task.unit)}; model -> {model_dir}")
+    say(f"done: {trainer.summary(task.summary_keys, task.unit)}; model -> {model_dir}{task.saved_note(run)}")
     if before is not None:
         key, unit = task.held_out
         after = trainer.last_validation or {}
-        _say(f"held-out: {_figure(before, key)} -> {_figure(after, key)} {unit}")
+        say(f"held-out: {_figure(before, key)} -> {_figure(after, key)} {unit}")
     task.finish(run, model, data, budget)
     if budget.limited:
-        _say(budget_report(budget))
-    print(model_dir)
-    return 0
+        say(budget_report(budget))
+    context.barrier()
+    return model_dir
 
 
 def _figure(metrics: Mapping[str, float], key: str) -> str:

@@ -74,7 +74,7 @@ def test_varlen_logits_are_the_real_positions_of_the_padded_ones():
 
 
 def test_varlen_option_refuses_a_pattern_without_it(tmp_path):
-    from attnlab.families.translation.task import train_translation
+    from attnlab.translation import train_translation
 
     options = TranslationTrainOptions(out=str(tmp_path / "run"), preset="transformer_tiny", varlen=True,
                                       model_overrides={"encoder_attention": {"name": "local_1d", "block_length": 4,
@@ -85,7 +85,8 @@ def test_varlen_option_refuses_a_pattern_without_it(tmp_path):
 
 
 def test_default_token_batches_are_larger_on_a_gpu(tmp_path, capsys):
-    from attnlab.families.translation.task import default_max_tokens, train_translation
+    from attnlab.families.translation.task import default_max_tokens
+    from attnlab.translation import train_translation
 
     assert default_max_tokens("cpu") == 4096
     assert default_max_tokens("cuda") == default_max_tokens("cuda:1") == 25600
@@ -133,10 +134,11 @@ def test_vocabulary_mismatch_is_refused(tokenizer):
 def test_attnlab_translation_is_the_public_path_of_the_family_api():
     """docs/translation.md imports from attnlab.translation: each name is the family package's object."""
     import attnlab.translation as public
-    from attnlab.families.translation import task, translator
+    from attnlab.families.translation import task, train, translator
 
     for name in public.__all__:
-        home = translator if name in ("Translator", "AttentionExample") else task
+        home = translator if name in ("Translator", "AttentionExample") else train if name == "train_translation" \
+            else task
         assert getattr(public, name) is getattr(home, name)
     with pytest.raises(AttributeError):
         public.no_such_name

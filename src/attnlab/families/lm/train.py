@@ -29,6 +29,7 @@ class LanguageModelTask(WindowTask):
     """``attnlab train lm`` on the lifecycle (:mod:`attnlab.cli.training_run`)."""
 
     name = family = "lm"
+    data_fields = ("vocab_size", "max_positions")
     adaptable = {"max_positions": "the context extended (sinusoidal or no positions only)"}
 
     def add_arguments(self, parser) -> None:

@@ -1,6 +1,7 @@
 """Translation as a training task: corpora -> joint vocabulary -> batches -> Trainer -> model directory.
 
-(``attnlab train translation`` is a thin shell over :func:`train_translation`.)
+(``attnlab train translation`` and :func:`train_translation` run the one training lifecycle,
+attnlab.cli.training_run, with the translation family's TranslationTask: families/translation/train.py.)
 
 This module only ties together pieces that live elsewhere (``attnlab.data`` reads and
 batches, ``attnlab.models`` builds the Transformer, ``attnlab.training`` runs the loop).
@@ -18,40 +19,14 @@ Layout of an output directory ``out`` after ``train_translation``::
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import itertools
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from attnlab.data import (
-    ParallelCorpus,
-    Tokenizer,
-    TranslationBatches,
-    filter_by_length,
-    get_parallel_dataset,
-    read_parallel,
-)
 from attnlab.attention import build_pattern
-from attnlab.data.tokenizer import TOKENIZER_FILE
-from attnlab.files import OutputLock, atomic_write_json, refuse_symlinks
-from attnlab.models.registry import create_model, get_preset
-from attnlab.training import (
-    TrainConfig,
-    Trainer,
-    average_checkpoints_to_directory,
-    init_distributed,
-    label_smoothed_cross_entropy,
-    list_checkpoints,
-)
-from attnlab.training.outputs import check_run_output
-from attnlab.training.phases import budget_plan, budget_report, command_budget, train_within
-from attnlab.training.trainer import TRAINER_OUTPUTS
+from attnlab.data import ParallelCorpus, Tokenizer, filter_by_length, get_parallel_dataset, read_parallel
+from attnlab.models.registry import get_preset
+from attnlab.training import TrainConfig, label_smoothed_cross_entropy
 
 __all__ = [
     "MODEL_SUBDIR",
@@ -59,7 +34,6 @@ __all__ = [
     "TranslationTrainOptions",
     "encode_and_filter",
     "load_training_corpora",
-    "train_translation",
     "translation_loss",
 ]
 
@@ -115,6 +89,8 @@ class TranslationTrainOptions:
     progress_bar: bool = True
     max_minutes: float | None = None
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    init: str | None = None  # start from this model directory (fine-tuning; attnlab.cli.training_run)
+    max_unknown: float = 1.0  # with init: the most training text (percent) its tokenizer may not represent
 
 
 CPU_MAX_TOKENS = 4096
@@ -194,39 +170,6 @@ def encode_and_filter(tokenizer: Tokenizer, corpus: ParallelCorpus, max_length: 
     return [encoded[i] for i in result.kept], result
 
 
-def _say(context, message: str) -> None:
-    if context.is_main:
-        print(message, file=sys.stderr, flush=True)
-
-
-def train_translation(options: TranslationTrainOptions) -> Path:
-    """Train a translation model as ``options`` say and return the final model directory.
-
-    Rank 0 trains the vocabulary (or reuses ``out/tokenizer.model`` when resuming) and
-    writes every file; under torchrun the other ranks wait for it and load the same
-    vocabulary. See the module docstring for what ends up where.
-    """
-    started = time.perf_counter()
-    budget = command_budget(options.max_minutes)  # the whole command's: data, vocabulary and training
-    out = Path(options.out)
-    if options.max_tokens is None:
-        options = dataclasses.replace(options, max_tokens=default_max_tokens(options.device))
-    if options.max_tokens <= options.max_length + 1:
-        raise ValueError(f"--max-tokens={options.max_tokens} must exceed --max-length={options.max_length} + 1")
-    if options.average_last < 1:
-        raise ValueError(f"--average-last={options.average_last} must be at least 1")
-    # Refuse before spending minutes on the vocabulary (the Trainer would refuse later).
-    check_run_output(out, resume=options.resume, force=options.force)
-    _check_train_options(options)
-    context = init_distributed()
-    # One writer per --out (rank 0 writes; the lock is held until this process ends).
-    lock = OutputLock(out, purpose="attnlab train translation") if context.is_main else contextlib.nullcontext()
-    with lock:
-        if context.is_main:
-            refuse_symlinks(out, (*TRAINER_OUTPUTS, TOKENIZER_FILE, TASK_FILE, MODEL_SUBDIR))
-        return _train_translation(options, context, out, started, budget)
-
-
 def _check_train_options(options: TranslationTrainOptions) -> None:
     """Every option that can be checked without data, checked before minutes go into the
     vocabulary: the preset and its overrides, and the training settings."""
@@ -245,86 +188,3 @@ def _check_train_options(options: TranslationTrainOptions) -> None:
                 checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last),
                 max_minutes=options.max_minutes, tune_malloc=False,
                 checkpoint_every_minutes=options.save_every_minutes or None)
-
-
-def _train_translation(options: TranslationTrainOptions, context, out: Path, started: float, budget) -> Path:
-    plan = budget_plan(budget)
-    if plan:
-        _say(context, plan)
-    train_corpus, valid_corpus = load_training_corpora(options)
-    _say(context, f"data: {train_corpus.description}: {len(train_corpus)} training pairs"
-                  + (f" ({train_corpus.skipped_empty} empty lines skipped)" if train_corpus.skipped_empty else "")
-                  + (f"; {len(valid_corpus)} validation pairs" if valid_corpus is not None else "; no validation set"))
-
-    tokenizer_path = out / TOKENIZER_FILE
-    if context.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        if options.resume and tokenizer_path.is_file():
-            _say(context, f"vocabulary: reusing {tokenizer_path}")
-        else:
-            # Joint vocabulary from the training side only: no held-out sentence shapes it.
-            tokenizer = Tokenizer.train(itertools.chain(train_corpus.sources, train_corpus.targets),
-                                        vocab_size=options.vocab_size, model_type=options.tokenizer_type,
-                                        seed=options.seed)
-            tokenizer.save(out)
-            _say(context, f"vocabulary: {tokenizer.vocab_size} {options.tokenizer_type} pieces -> {tokenizer_path}")
-        task = {"task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
-                "data": options.data, "train": train_corpus.description}
-        atomic_write_json(out / TASK_FILE, task)
-    context.barrier()
-    tokenizer = Tokenizer.load(out)
-
-    train_examples, dropped = encode_and_filter(tokenizer, train_corpus, options.max_length)
-    if not train_examples:
-        raise ValueError(f"no training pair is within --max-length={options.max_length} tokens")
-    if dropped.dropped:
-        _say(context, f"length filter: dropped {dropped.dropped} training pairs (empty {dropped.too_short}, "
-                      f"longer than {options.max_length} tokens {dropped.too_long})")
-    train_batches = TranslationBatches(train_examples, options.max_tokens, seed=options.seed)
-    valid_batches = None
-    if valid_corpus is not None and options.val_every:
-        valid_examples, _ = encode_and_filter(tokenizer, valid_corpus, options.max_length)
-        valid_batches = TranslationBatches(valid_examples, options.max_tokens, shuffle=False) if valid_examples else None
-
-    torch.manual_seed(options.seed)  # the initial weights (DDP copies rank 0's to the others)
-    model = create_model(options.preset, **{**options.model_overrides, "vocab_size": tokenizer.vocab_size,
-                         "tgt_vocab_size": None, "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id,
-                         "eos_id": tokenizer.eos_id})
-    model.to(options.device)
-    _say(context, f"model: {options.preset}, {model.num_parameters():,d} parameters; "
-                  f"{len(train_batches)} batches of <= {options.max_tokens} tokens per epoch"
-                  + (f" x {context.world_size} processes" if context.world_size > 1 else ""))
-    device = torch.device(context.device if context.device is not None else options.device)
-    _say(context, "device: " + (f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
-                                else f"cpu ({torch.get_num_threads()} threads)")
-                  + (", bf16 autocast" if options.bf16 else ", float32") + (", compiled" if options.compile else "")
-                  + (", variable-length attention (no padding)" if options.varlen else ""))
-
-    config = TrainConfig(
-        out_dir=str(out), max_steps=options.max_steps, schedule="noam", d_model=model.config.d_model,
-        lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
-        clip_grad_norm=options.clip, bf16=options.bf16, compile=options.compile, log_every=options.log_every,
-        validate_every=options.val_every if valid_batches is not None else None,
-        checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
-        progress_bar=options.progress_bar, max_minutes=options.max_minutes,
-        checkpoint_every_minutes=options.save_every_minutes or None,
-    )
-    trainer = Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id, varlen=options.varlen),
-                      train_batches, config,
-                      valid_batches=valid_batches, model_files=[tokenizer_path, out / TASK_FILE], context=context,
-                      run_info={"data": train_corpus.description, "training pairs": len(train_corpus),
-                                "languages": f"{options.src_lang}-{options.tgt_lang}",
-                                "max_length": options.max_length, "max_tokens": options.max_tokens})
-    train_within(trainer, budget, resume=options.resume, say=lambda message: _say(context, message))
-
-    model_dir = out / MODEL_SUBDIR
-    if context.is_main:
-        checkpoints = list_checkpoints(out / "checkpoints")[-options.average_last:]
-        average_checkpoints_to_directory(checkpoints, model_dir, replace=options.force)
-        summary = trainer.summary(("loss", "ppl", "valid_loss", "valid_ppl"))
-        _say(context, f"done: {summary}; model -> {model_dir}"
-                      + (f" (average of {len(checkpoints)} checkpoints)" if len(checkpoints) > 1 else ""))
-        if budget.limited:
-            _say(context, budget_report(budget))
-    context.barrier()
-    return model_dir

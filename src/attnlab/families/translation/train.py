@@ -10,12 +10,215 @@ tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoi
 ``OUT/metrics.jsonl`` the training log.
 """
 
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from attnlab.cli.training_run import TrainingTask, add_training_arguments, run_training
+
 DESCRIPTION = __doc__.split("\n\n")[0]
 HELP = "train an encoder-decoder Transformer on parallel text (a named data set or your own aligned files)"
 
 
-def add_arguments(parser) -> None:
-    _add_translation_arguments(parser)
+class TranslationTask(TrainingTask):
+    """``attnlab train translation`` on the lifecycle (:mod:`attnlab.cli.training_run`):
+    corpora -> joint vocabulary (rank 0 learns it, every rank gets its bytes) -> Transformer
+    -> the shared Trainer with a Noam schedule -> OUT/model (the average of the last
+    ``--average-last`` checkpoints). :func:`~attnlab.families.translation.task.train_translation`
+    runs the same from the Python API."""
+
+    name = family = "translation"
+    summary_keys = ("loss", "ppl", "valid_loss", "valid_ppl")
+    held_out = ("valid_ppl", "validation perplexity")
+    lr_flag = "lr_scale"
+    data_fields = ("vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id")
+    flag_names = {"data": "--data/--train-src/--train-tgt", "training pairs": "--max-train-pairs (training pairs)",
+                  "languages": "--src/--tgt", "max_length": "--max-length", "max_tokens": "--max-tokens",
+                  "pairs_sha256": "the training pairs' contents"}
+
+    def add_arguments(self, parser) -> None:
+        _add_translation_arguments(parser)
+
+    def options(self, args):
+        """The run's :class:`~attnlab.families.translation.task.TranslationTrainOptions`."""
+        from attnlab.cli.options import options_from_args, resolve_precision
+        from attnlab.families.translation.task import TranslationTrainOptions, default_max_tokens
+
+        if getattr(args, "api_options", None) is not None:
+            return args.api_options
+        device = args.device_name
+        return options_from_args(
+            TranslationTrainOptions, args, bf16=resolve_precision(args, device), device=device,
+            val_every=args.val_every or None, save_every=args.save_every or None, progress_bar=not args.no_progress,
+            model_overrides=self.overrides(args), max_tokens=args.max_tokens or default_max_tokens(device))
+
+    def overrides(self, args):
+        if getattr(args, "api_options", None) is not None:
+            return dict(args.api_options.model_overrides)
+        return super().overrides(args)
+
+    def check(self, args) -> None:
+        from attnlab.cli.options import resolve_device
+        from attnlab.families.translation.task import _check_train_options
+
+        args.device_name = resolve_device(args.device)
+        options = self.options(args)
+        if options.max_tokens <= options.max_length + 1:
+            raise ValueError(f"--max-tokens={options.max_tokens} must exceed --max-length={options.max_length} + 1")
+        if options.average_last < 1:
+            raise ValueError(f"--average-last={options.average_last} must be at least 1")
+        _check_train_options(options)
+        args.translation = options
+
+    def vocabulary(self, pipeline):
+        return pipeline.translator.tokenizer
+
+    def data(self, run):
+        import itertools
+
+        from attnlab.data.tokenizer import TOKENIZER_FILE, Tokenizer
+        from attnlab.families.translation.task import TASK_FILE, load_training_corpora
+        from attnlab.training.distributed import gather_bytes
+
+        options, context = run.args.translation, run.context
+        say = _say if context.is_main else (lambda message: None)
+        train, valid = load_training_corpora(options)
+        say(f"data: {train.description}: {len(train)} training pairs"
+            + (f" ({train.skipped_empty} empty lines skipped)" if train.skipped_empty else "")
+            + (f"; {len(valid)} validation pairs" if valid is not None else "; no validation set"))
+        tokenizer = run.vocabulary
+        if tokenizer is None:  # rank 0 learns the joint vocabulary, from the training side only
+            learned = b""
+            if context.is_main:
+                learned = _tokenizer_bytes(Tokenizer.train(
+                    itertools.chain(train.sources, train.targets), vocab_size=options.vocab_size,
+                    model_type=options.tokenizer_type, seed=options.seed))
+            tokenizer = _tokenizer_from_bytes(gather_bytes(learned, context)[0])
+            say(f"vocabulary: {tokenizer.vocab_size} {options.tokenizer_type} pieces -> {run.out / TOKENIZER_FILE}")
+        elif run.previous is not None:
+            say(f"vocabulary: reusing the one of {run.previous}")
+        if not hasattr(tokenizer, "encode_pairs") or not hasattr(tokenizer, "save"):
+            raise ValueError(f"--init {run.args.init}: fine-tuning a MarianMT directory needs its tokenizer saved with "
+                             "an attnlab model, which is not supported yet; start from an attnlab translation model")
+        run.files[TOKENIZER_FILE] = _tokenizer_bytes(tokenizer)
+        task = {"task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
+                "data": options.data, "train": train.description}
+        run.files[TASK_FILE] = (json.dumps(task, indent=2) + "\n").encode()
+        return {"train": train, "valid": valid, "tokenizer": tokenizer}
+
+    def run_info(self, run, data):
+        import hashlib
+
+        options, train = run.args.translation, data["train"]
+        digest = hashlib.sha256()
+        for source, target in train.pairs:
+            digest.update(f"{source}\t{target}\n".encode())
+        return {"data": train.description, "training pairs": len(train),
+                "languages": f"{options.src_lang}-{options.tgt_lang}", "max_length": options.max_length,
+                "max_tokens": options.max_tokens, "pairs_sha256": digest.hexdigest()}
+
+    def unknown_share(self, run, data):
+        tokenizer, train = data["tokenizer"], data["train"]
+        ids = [i for pair in tokenizer.encode_pairs(train.pairs[:20000]) for side in pair for i in side]
+        return sum(1 for i in ids if i == tokenizer.unk_id) / max(1, len(ids)), "pieces"
+
+    def config(self, run, data):
+        tokenizer, options = data["tokenizer"], run.args.translation
+        if run.start is not None:
+            return options.preset, {}  # DIR's vocabulary and special ids
+        return options.preset, {"vocab_size": tokenizer.vocab_size, "tgt_vocab_size": None,
+                                "pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}
+
+    def check_config(self, run, config, data):
+        from attnlab.data import TranslationBatches
+        from attnlab.families.translation.task import encode_and_filter
+
+        options, tokenizer, context = run.args.translation, data["tokenizer"], run.context
+        say = _say if context.is_main else (lambda message: None)
+        examples, dropped = encode_and_filter(tokenizer, data["train"], options.max_length)
+        if not examples:
+            raise ValueError(f"no training pair is within --max-length={options.max_length} tokens")
+        if dropped.dropped:
+            say(f"length filter: dropped {dropped.dropped} training pairs (empty {dropped.too_short}, longer than "
+                f"{options.max_length} tokens {dropped.too_long})")
+        data["train_batches"] = TranslationBatches(examples, options.max_tokens, seed=options.seed)
+        data["valid_batches"] = None
+        if data["valid"] is not None and options.val_every:
+            valid, _ = encode_and_filter(tokenizer, data["valid"], options.max_length)
+            data["valid_batches"] = TranslationBatches(valid, options.max_tokens, shuffle=False) if valid else None
+
+    def describe(self, run, model, data):
+        import torch
+
+        options, context = run.args.translation, run.context
+        if not context.is_main:
+            return
+        _say(f"model: {run.args.init or options.preset}, {model.num_parameters():,d} parameters; "
+             f"{len(data['train_batches'])} batches of <= {options.max_tokens} tokens per epoch"
+             + (f" x {context.world_size} processes" if context.world_size > 1 else ""))
+        device = torch.device(context.device if context.device is not None else options.device)
+        _say("device: " + (f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
+                           else f"cpu ({torch.get_num_threads()} threads)")
+             + (", bf16 autocast" if options.bf16 else ", float32") + (", compiled" if options.compile else "")
+             + (", variable-length attention (no padding)" if options.varlen else ""))
+
+    def trainer(self, run, model, data, run_info):
+        from attnlab.families.translation.task import translation_loss
+        from attnlab.training import TrainConfig, Trainer
+
+        options, tokenizer = run.args.translation, data["tokenizer"]
+        if run.start is not None:  # the fine-tuning defaults the lifecycle chose (or the given flags)
+            options = dataclasses.replace(options, lr_scale=run.args.lr_scale, warmup=run.args.warmup)
+        config = TrainConfig(
+            out_dir=str(run.out), max_steps=options.max_steps, schedule="noam", d_model=model.config.d_model,
+            lr_scale=options.lr_scale, warmup_steps=options.warmup, grad_accum_steps=options.grad_accum,
+            clip_grad_norm=options.clip, bf16=options.bf16, compile=options.compile, log_every=options.log_every,
+            validate_every=options.val_every if data["valid_batches"] is not None else None,
+            checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
+            progress_bar=options.progress_bar, max_minutes=options.max_minutes,
+            checkpoint_every_minutes=options.save_every_minutes or None)
+        return Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id, varlen=options.varlen),
+                       data["train_batches"], config, valid_batches=data["valid_batches"],
+                       model_files=run.model_files(), context=run.context, run_info=run_info)
+
+    def save(self, run, model, trainer):
+        from attnlab.families.translation.task import MODEL_SUBDIR
+        from attnlab.training import average_checkpoints_to_directory, list_checkpoints
+
+        checkpoints = list_checkpoints(run.out / "checkpoints")[-run.args.translation.average_last:]
+        self._averaged = len(checkpoints)
+        return average_checkpoints_to_directory(checkpoints, run.out / MODEL_SUBDIR, replace=run.args.force) \
+            or run.out / MODEL_SUBDIR
+
+    def saved_note(self, run):
+        return f" (average of {self._averaged} checkpoints)" if getattr(self, "_averaged", 1) > 1 else ""
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _tokenizer_bytes(tokenizer) -> bytes:
+    import tempfile
+
+    from attnlab.data.tokenizer import TOKENIZER_FILE
+
+    with tempfile.TemporaryDirectory() as directory:
+        tokenizer.save(directory)
+        return (Path(directory) / TOKENIZER_FILE).read_bytes()
+
+
+def _tokenizer_from_bytes(content: bytes):
+    import tempfile
+
+    from attnlab.data.tokenizer import TOKENIZER_FILE, Tokenizer
+
+    with tempfile.TemporaryDirectory() as directory:
+        (Path(directory) / TOKENIZER_FILE).write_bytes(content)
+        return Tokenizer.load(directory)
+
+
 
 
 def _add_translation_arguments(parser) -> None:
@@ -76,21 +279,42 @@ def _add_translation_arguments(parser) -> None:
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+TASK = TranslationTask()
+
+
+def add_arguments(parser) -> None:
+    add_training_arguments(parser, TASK)
+
+
 def run(args) -> int:
-    import os
+    return run_training(TASK, args)
 
-    from attnlab.cli.options import options_from_args, parse_overrides, resolve_device, resolve_precision
-    from attnlab.families.translation.translate import set_threads
-    from attnlab.families.translation.task import TranslationTrainOptions, train_translation
 
-    set_threads(args.threads)
-    device = resolve_device(args.device)
-    options = options_from_args(
-        TranslationTrainOptions, args, bf16=resolve_precision(args, device), device=device,
-        val_every=args.val_every or None, save_every=args.save_every or None, progress_bar=not args.no_progress,
-        model_overrides=parse_overrides(args.set),
-    )
-    model_dir = train_translation(options)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, one line, not one per process
-        print(model_dir)
-    return 0
+def train_translation(options) -> Path:
+    """Train a translation model as ``options`` say and return the final model directory:
+    the run ``attnlab train translation`` makes (the lifecycle of
+    :mod:`attnlab.cli.training_run` with :class:`~attnlab.families.translation.train.TranslationTask`).
+
+    Rank 0 learns the vocabulary (or the run keeps the one of ``--resume``'s checkpoint or of
+    ``init``) and writes every file; under torchrun every rank gets the vocabulary's bytes.
+    See the module docstring for what ends up where."""
+    import argparse
+
+    from attnlab.cli.training_run import train_run
+    from attnlab.families.translation.task import MODEL_SUBDIR, default_max_tokens
+
+    if options.max_tokens is None:
+        options = dataclasses.replace(options, max_tokens=default_max_tokens(options.device))
+    parser = argparse.ArgumentParser(prog="train_translation")
+    add_training_arguments(parser, TASK)
+    args = parser.parse_args(["--out", str(options.out)])
+    for name in (f.name for f in dataclasses.fields(options)):
+        if hasattr(args, name):
+            setattr(args, name, getattr(options, name))
+    args.val_every, args.save_every = options.val_every or 0, options.save_every or 0
+    args.no_progress, args.precision, args.bf16 = not options.progress_bar, "bf16" if options.bf16 else "fp32", False
+    args.api_options = options
+    model_dir = train_run(TASK, args)
+    return model_dir if model_dir is not None else Path(options.out) / MODEL_SUBDIR
+
+

@@ -1,0 +1,63 @@
+"""attnlab train translation --init DIR: a saved tiny translation model fine-tuned on other
+pairs (its vocabulary kept, no vocabulary learned, weights moved, held-out before and after),
+and the Python API's init."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnlab.cli.main import main
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def _pairs(directory, name, sources, targets):
+    src, tgt = directory / f"{name}.de", directory / f"{name}.en"
+    src.write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    tgt.write_text("".join(line + "\n" for line in targets), encoding="utf-8")
+    return ["--train-src", str(src), "--train-tgt", str(tgt)] if name.startswith("train") else \
+        ["--valid-src", str(src), "--valid-tgt", str(tgt)]
+
+
+RUN = ["--preset", "transformer_tiny", "--max-tokens", "256", "--max-length", "32", "--warmup", "1",
+       "--val-every", "2", "--save-every", "2", "--no-progress", "--threads", "1"]
+
+
+def test_fine_tune_keeps_the_vocabulary_and_prints_before_and_after(tmp_path, capsys):
+    words = ["hund", "katze", "haus", "baum"], ["dog", "cat", "house", "tree"]
+    first = _pairs(tmp_path, "train_a", [f"ein {w} {i}" for i in range(30) for w in words[0][:2]],
+                   [f"a {w} {i}" for i in range(30) for w in words[1][:2]])
+    second = _pairs(tmp_path, "train_b", [f"ein {w} {i}" for i in range(30) for w in words[0][2:]],
+                    [f"a {w} {i}" for i in range(30) for w in words[1][2:]])
+    valid = _pairs(tmp_path, "valid_b", [f"ein {w} {i}" for i in range(5) for w in words[0][2:]],
+                   [f"a {w} {i}" for i in range(5) for w in words[1][2:]])
+    start = tmp_path / "start"
+    assert main(["train", "translation", *first, *valid, "--vocab-size", "60", "--max-steps", "2", "--out",
+                 str(start), *RUN]) == 0
+    out = tmp_path / "ft"
+    capsys.readouterr()
+    assert main(["train", "translation", *second, *valid, "--init", str(start / "model"), "--max-steps", "4",
+                 "--max-unknown", "100", "--out", str(out), *RUN]) == 0
+    err = capsys.readouterr().err
+    assert "vocabulary:" not in err  # none learned
+    assert "held-out before fine-tuning:" in err and "held-out: " in err and "validation perplexity" in err
+    assert "peak --lr-scale 0.1 (a tenth of the default)" in err
+    assert (out / "model" / "tokenizer.model").read_bytes() == (start / "model" / "tokenizer.model").read_bytes()
+    before, after = load_file(start / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert json.loads((out / "model" / "start.json").read_text())["init"] == str((start / "model").resolve())
+    assert "start_valid_ppl" in json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    import attnlab
+
+    assert isinstance(attnlab.load(out / "model").translate("ein baum 3"), str)
+
+    # the Python API takes init too
+    from attnlab.translation import TranslationTrainOptions, train_translation
+
+    options = TranslationTrainOptions(out=str(tmp_path / "api"), train_src=second[1], train_tgt=second[3],
+                                      preset="transformer_tiny", max_steps=1, val_every=None, progress_bar=False,
+                                      max_tokens=256, max_length=32, init=str(start / "model"), max_unknown=100)
+    model_dir = train_translation(options)
+    assert (model_dir / "start.json").is_file()
