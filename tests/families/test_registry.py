@@ -55,7 +55,7 @@ TOY_PACKAGE = textwrap.dedent('''
         config_family="toy_model",
         title="toy model",
         verbs={"toy-run": "toyfamily.verbs", "toy-evaluate": "toyfamily.verbs"},
-        train="toyfamily.verbs",
+        train="toyfamily.train",
         evaluate="toy-evaluate",
         pipeline="toyfamily.parts:ToyPipeline",
         explore="toyfamily.parts:load_source",
@@ -78,6 +78,65 @@ TOY_VERBS = textwrap.dedent('''
         model = load_model(args.model)
         print(f"toy verb ran on a {type(model).__name__} with {model.config.vocab_size} tokens")
         return 0
+''')
+
+TOY_TRAIN = textwrap.dedent('''
+    """`attnlab train toy`: the toy family's TrainingTask, nothing else; the lifecycle
+    (attnlab.cli.training_run) gives it --out, --resume, --init, budgets, saving."""
+    import torch
+    import torch.nn.functional as F
+
+    from attnlab.cli.options import add_run_group, add_schedule_arguments, add_set_argument
+    from attnlab.cli.training_run import TrainingTask, add_training_arguments, run_training
+
+    HELP = "train the toy model to copy its input"
+
+
+    def copy_loss(model, batch):
+        logits = model(batch["ids"])
+        loss = F.cross_entropy(logits.flatten(0, 1), batch["ids"].flatten(), reduction="sum")
+        return loss, batch["ids"].numel(), {}
+
+
+    class ToyTask(TrainingTask):
+        name = family = "toy"
+        held_out = ("valid_loss", "nats per token")
+
+        def add_arguments(self, parser):
+            add_set_argument(parser, "d_model=8")
+            add_schedule_arguments(parser, max_steps=4, lr=1e-2, warmup=1)
+            add_run_group(parser, every=2)
+
+        def data(self, run):
+            generator = torch.Generator().manual_seed(run.args.seed)
+            return [{"ids": torch.randint(0, 13, (4, 6), generator=generator)} for _ in range(3)]
+
+        def config(self, run, data):
+            from toyfamily import ToyConfig
+
+            return ToyConfig(), {}
+
+        def trainer(self, run, model, data, run_info):
+            from attnlab.training import TrainConfig, Trainer
+            from attnlab.training.batches import ListBatchSource
+
+            args = run.args
+            config = TrainConfig(out_dir=str(run.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                                 warmup_steps=args.warmup, validate_every=args.val_every or None,
+                                 checkpoint_every=args.save_every or None, progress_bar=False, seed=args.seed)
+            return Trainer(model, copy_loss, ListBatchSource(data, seed=args.seed), config, valid_batches=data,
+                           model_files=run.model_files(), run_info=run_info)
+
+
+    TASK = ToyTask()
+
+
+    def add_arguments(parser):
+        add_training_arguments(parser, TASK)
+
+
+    def run(args):
+        return run_training(TASK, args)
 ''')
 
 TOY_PARTS = textwrap.dedent('''
@@ -137,6 +196,7 @@ def toy_family(tmp_path, monkeypatch):
     (package / "__init__.py").write_text(TOY_PACKAGE)
     (package / "verbs.py").write_text(TOY_VERBS)
     (package / "parts.py").write_text(TOY_PARTS)
+    (package / "train.py").write_text(TOY_TRAIN)
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
     monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))  # the model class leaves with the test
     for name in [name for name in sys.modules if name.startswith("toyfamily")]:
@@ -155,10 +215,40 @@ def test_a_registered_family_gets_its_verbs_train_and_evaluate(toy_family, capsy
     assert "toy-run" in verbs() and "toy model: train toy, toy-run, toy-evaluate" in build_parser().format_help()
     assert main(["toy-run", "--model", str(toy_family)]) == 0
     assert "toy verb ran on a ToyModel with 13 tokens" in capsys.readouterr().out
-    assert main(["train", "toy", "--model", str(toy_family)]) == 0  # its train task
-    assert "toy verb ran" in capsys.readouterr().out
+    out = toy_family.parent / "toy_run"
+    assert main(["train", "toy", "--out", str(out)]) == 0  # its train task, on the lifecycle
+    assert (out / "model" / "model.safetensors").is_file()
+    capsys.readouterr()
     assert main(["evaluate", "--model", str(toy_family)]) == 0  # routed to its evaluator
     assert "toy verb ran" in capsys.readouterr().out
+
+
+def test_every_train_task_takes_init_the_toy_family_included(toy_family, capsys):
+    """--init is added once (attnlab.cli.training_run.add_training_arguments): every train task
+    has it, and the toy family fine-tunes a saved model of its own with it."""
+    from safetensors.torch import load_file
+
+    parser = build_parser()
+    train = next(action for action in parser._subparsers._group_actions[0].choices["train"]._actions
+                 if action.dest == "task")
+    lifecycle = set()
+    for task, task_parser in train.choices.items():
+        dests = {action.dest for action in task_parser._actions}
+        if {"init", "max_unknown", "resume", "out"} <= dests:
+            lifecycle.add(task)
+    assert {"toy", "translation", "lm", "vit", "image", "music"} <= lifecycle, lifecycle
+    out = toy_family.parent / "fine_tuned"
+    assert main(["train", "toy", "--init", str(toy_family), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "held-out before fine-tuning:" in err and "held-out: " in err
+    before, after = load_file(toy_family / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert any(not torch_equal(before[k], after[k]) for k in before)
+
+
+def torch_equal(a, b):
+    import torch
+
+    return torch.equal(a, b)
 
 
 def test_a_registered_family_loads_explores_and_exports(toy_family, tmp_path, capsys):

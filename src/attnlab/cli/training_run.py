@@ -141,9 +141,10 @@ class TrainingTask:
         what is counted, e.g. "characters"); None where every input is representable."""
         return None
 
-    def config(self, run: Run, data) -> tuple[str | None, dict[str, Any]]:
+    def config(self, run: Run, data) -> tuple[Any, dict[str, Any]]:
         """``(preset, overrides the data implies)`` of a fresh model (``--set`` is added by the
-        lifecycle); with --init the overrides are applied to DIR's config (and checked)."""
+        lifecycle); the preset is a registered name or a ModelConfig. With --init the overrides
+        are applied to DIR's config (and checked)."""
         raise NotImplementedError
 
     def check_config(self, run: Run, config, data) -> None:
@@ -305,7 +306,7 @@ def _start_config(task: TrainingTask, run: Run, preset: str | None, data_overrid
 
     old = run.start.model.config
     args = run.args
-    if preset is not None and _given(args, "preset"):
+    if isinstance(preset, str) and _given(args, "preset"):
         chosen = get_preset(preset, **sets)
         for name, value in chosen.to_dict().items():
             if (name in data_overrides or name in task.data_fields or name in task.adaptable or name.endswith("dropout")
@@ -465,8 +466,10 @@ def train_run(task: TrainingTask, args) -> Path | None:
     changes: list[str] = []
     if run.start is not None:
         config, changes = _start_config(task, run, preset, data_overrides, sets)
-    else:
+    elif isinstance(preset, str):
         config = get_preset(preset, **{**data_overrides, **sets})
+    else:  # the task's own config (a family without registered presets)
+        config = preset.replace(**{**data_overrides, **sets})
     if run.previous is not None:
         saved = load_config(run.previous)
         differ = [name for name, value in config.to_dict().items()

@@ -146,3 +146,22 @@ def test_train_and_evaluate_on_jsb(shared_data, tmp_path, capsys, monkeypatch):
                  str(tmp_path / "empty")]) != 0
     err = capsys.readouterr().err
     assert "JSB Chorales not found" in err and "ATTNLAB_DATA" in err
+
+
+def test_fine_tune_a_music_transformer_with_init(midi_folder, trained, tmp_path, capsys):
+    """--init: the saved model's weights and token encoding kept, its weights moved, the
+    held-out NLL before and after printed, music.json and start.json in the new model."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ft"
+    tiny = [arg for arg in TINY_PERFORMANCE if arg not in ("--preset", "music_performance_small")]
+    tiny = [arg for i, arg in enumerate(tiny) if not (arg == "--set" or (i and tiny[i - 1] == "--set"))]
+    capsys.readouterr()
+    assert main(["train", "music", "--data", str(midi_folder), "--init", str(trained / "model"), "--max-steps", "3",
+                 "--out", str(out), *tiny]) == 0
+    err = capsys.readouterr().err
+    assert "held-out before fine-tuning:" in err and "held-out: " in err and "nats per token" in err
+    before, after = load_file(trained / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert (out / "model" / "music.json").is_file() and (out / "model" / "start.json").is_file()
