@@ -216,7 +216,7 @@ def test_text_to_image_interrupted_in_its_vqvae_exits_cleanly(data, tmp_path, ca
     assert code == 130 and "Traceback" not in err, err
     checkpoint = sorted((out / "vqvae" / "checkpoints").glob("step_*"))[-1]
     assert "attnlab train text-to-image: stopped by SIGINT at step" in err and str(checkpoint) in err
-    assert "cannot resume a run" in err
+    assert "to continue, run the same command with --resume" in err  # issue 39 (14): it has --resume now
     assert not (out / "model").exists()
 
 

@@ -477,8 +477,8 @@ class Trainer:
         if checkpoint is not None and not resume:
             # Starting over here would interleave two runs' checkpoints and metrics.
             raise ValueError(
-                f"out_dir {self.out_dir} already holds checkpoints (latest {checkpoint.name}); "
-                "pass resume=True to continue, or choose another out_dir"
+                f"{self.out_dir} already holds checkpoints (latest {checkpoint.name}); continue that run with "
+                "--resume (Trainer.train(resume=True) in Python), or choose another output directory"
             )
         self.run_seconds, self.run_updates, self._first_loss = 0.0, 0, None
         if checkpoint is not None:

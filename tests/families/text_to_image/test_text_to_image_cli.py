@@ -92,3 +92,19 @@ def test_imagine_bad_prompts_are_one_line_errors(trained, tmp_path, capsys):
     assert main(["imagine", "--model", str(trained / "vqvae" / "model"), "a red circle", "--out", str(grid)]) == 2
     assert "not a text-to-image model" in capsys.readouterr().err
     assert not grid.exists()
+
+
+def test_an_interrupted_run_is_refused_naming_resume_and_resumes(trained, tmp_path, capsys):
+    """Issue 39, point 14: a run stopped while its VQ-VAE trained left OUT/vqvae/checkpoints; the
+    rerun said "pass resume=True" (a Python keyword) and the verb had no --resume."""
+    import shutil
+
+    out = tmp_path / "interrupted"
+    shutil.copytree(trained / "vqvae" / "checkpoints", out / "vqvae" / "checkpoints")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert main(["train", "text-to-image", "--out", str(out), *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "--resume" in err and "resume=True" not in err and str(out / "vqvae") in err
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # nothing written
+    assert main(["train", "text-to-image", "--out", str(out), *TINY, "--resume"]) == 0
+    assert (out / "model" / "model.safetensors").is_file() and (out / "vqvae" / "model").is_dir()

@@ -314,13 +314,15 @@ class TextToImageTrainOptions:
     seed: int = 0
     device: str = "cpu"
     force: bool = False  # replace what OUT/model holds (attnlab.training.outputs.check_run_output)
+    resume: bool = False  # continue an interrupted run: each part from its own checkpoints (--resume)
     progress_bar: bool = True
     log: Callable[[str], None] = print
 
 
 def _train_part(model, loss_fn, batches, out: Path, *, steps: int, lr: float, seed: int, progress: bool,
                 warmup: int = 200, max_minutes: float | None = None, valid=None, files=(), budget=None,
-                reserve: float = 0.0, label: str | None = None, log: Callable[[str], None] | None = None) -> Path:
+                reserve: float = 0.0, label: str | None = None, log: Callable[[str], None] | None = None,
+                resume: bool = False) -> Path:
     """One model through the shared Trainer (AdamW, warm-up + cosine) -> ``out/model``,
     within ``budget`` (less ``reserve`` seconds; :func:`attnlab.training.phases.train_within`).
     ``label``: an auxiliary model, shown on a progress bar of its own name (the Trainer's
@@ -340,7 +342,7 @@ def _train_part(model, loss_fn, batches, out: Path, *, steps: int, lr: float, se
     trainer = Trainer(model, loss_fn, batches, config, valid_batches=valid, model_files=list(files))
     try:
         train_within(trainer, budget if budget is not None else command_budget(max_minutes), reserve=reserve,
-                     say=log, what=label or "training")
+                     resume=resume, say=log, what=label or "training")
     finally:
         if bar is not None:
             bar.close()
@@ -380,7 +382,7 @@ class _UpdateBar:
 
 def train_attribute_reader(out: str | Path, *, steps: int = 2000, batch_size: int = 64, seed: int = 0,
                            device: str = "cpu", progress: bool = True, images: int | None = None, budget=None,
-                           log: Callable[[str], None] | None = None):
+                           log: Callable[[str], None] | None = None, resume: bool = False):
     """The attribute reader, trained on the scenes' ``reader`` split (every colour-shape
     pair, so it can judge unseen compositions too; ``images`` of it, default all 20,000)
     -> ``out/model``, within ``budget`` (a :class:`~attnlab.training.budget.Budget`,
@@ -394,7 +396,7 @@ def train_attribute_reader(out: str | Path, *, steps: int = 2000, batch_size: in
     _train_part(classifier, attribute_loss, TensorBatches(attribute_targets(load_scenes("reader", count=images)), batch_size,
                                                           seed=seed, transform=_pixels),
                 out, steps=steps, lr=2e-3, seed=seed, progress=progress, budget=budget, label="attribute reader",
-                log=log)
+                log=log, resume=resume)
     classifier.save_pretrained(out / "model")
     return classifier.eval()
 
@@ -527,7 +529,12 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     if get_preset(o.preset).family != "text_to_image":
         raise ValueError(f"--preset {o.preset!r} is not a text-to-image preset")
     out = Path(o.out)
-    check_run_output(out, resume=False, force=o.force)
+    # OUT and each auxiliary model's directory (OUT/vqvae, OUT/attributes: an interrupted run
+    # leaves checkpoints there) are checked before any work: --resume continues every part.
+    check_run_output(out, resume=o.resume, force=o.force)
+    for part, given in (("vqvae", o.vqvae), ("attributes", o.classifier)):
+        if not given:
+            check_run_output(out / part, resume=o.resume, force=o.force)
     _check_given_part(o.vqvae, "--vqvae", "vqvae", "a VQ-VAE (train text-to-image writes one to OUT/vqvae/model)")
     _check_given_part(o.classifier, "--classifier", "scene_attributes",
                       "an attribute reader (train text-to-image writes one to OUT/attributes/model)")
@@ -553,7 +560,7 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
         _train_part(vqvae, vqvae_loss, TensorBatches({"images": train.images}, o.batch_size, seed=o.seed,
                                                      transform=_pixels),
                     part, steps=o.vqvae_steps, lr=2e-3, seed=o.seed, progress=o.progress_bar, budget=share,
-                    label="VQ-VAE", log=o.log)
+                    label="VQ-VAE", log=o.log, resume=o.resume)
         vqvae.save_pretrained(part / "model")
     vqvae.eval()
 
@@ -563,10 +570,14 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
     else:
         classifier = train_attribute_reader(out / "attributes", steps=o.classifier_steps, batch_size=o.batch_size,
                                             seed=o.seed, device=o.device, progress=o.progress_bar,
-                                            images=o.reader_images, budget=portion(budget, READER_SHARE), log=o.log)
+                                            images=o.reader_images, budget=portion(budget, READER_SHARE), log=o.log,
+                                            resume=o.resume)
 
     # 3. the text-to-image model
-    tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
+    if o.resume and (out / "tokenizer.model").is_file():  # the run's own vocabulary, as its checkpoints hold it
+        tokenizer = Tokenizer.load(out)
+    else:
+        tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
     codes = torch.cat([vqvae.encode(normalize(train.images[i:i + 500]).to(o.device)).cpu()
                        for i in range(0, len(train), 500)])
     overrides = {"text_vocab_size": tokenizer.vocab_size, "image_vocab_size": vqvae.config.codebook_size,
@@ -595,7 +606,7 @@ def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
                               seed=o.seed),
                 out, steps=o.max_steps, lr=o.lr, seed=o.seed, progress=o.progress_bar, warmup=o.warmup,
                 valid=valid_batches, files=[tokenizer_file], budget=budget, reserve=scoring_reserve(budget),
-                log=o.log)
+                log=o.log, resume=o.resume)
     info = {"data": o.data, "image_size": vqvae.config.image_size, "temperature": o.temperature, "top_k": o.top_k}
     model_dir = model.save_pretrained(out / "model", extra_files={
         "tokenizer.model": tokenizer_file.read_bytes(), TASK_FILE: (json.dumps(info) + "\n").encode()})

@@ -57,6 +57,9 @@ def add_arguments(parser) -> None:
     add_threads_argument(run_group)
     run_group.add_argument("--seed", type=SEED, default=0)
     run_group.add_argument("--out", required=True, help="output directory")
+    run_group.add_argument("--resume", action="store_true",
+                           help="continue an interrupted run from its checkpoints (OUT/vqvae, OUT/attributes, "
+                                "OUT/checkpoints): the same command plus --resume")
     add_force_argument(run_group, RUN_FORCE)
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_argument(parser)
