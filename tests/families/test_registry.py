@@ -236,7 +236,7 @@ def test_every_train_task_takes_init_the_toy_family_included(toy_family, capsys)
         dests = {action.dest for action in task_parser._actions}
         if {"init", "max_unknown", "resume", "out"} <= dests:
             lifecycle.add(task)
-    assert {"toy", "translation", "lm", "vit", "image", "music"} <= lifecycle, lifecycle
+    assert {"toy", "translation", "lm", "vit", "image", "music", "caption"} <= lifecycle, lifecycle
     out = toy_family.parent / "fine_tuned"
     assert main(["train", "toy", "--init", str(toy_family), "--out", str(out)]) == 0
     err = capsys.readouterr().err

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["TrainingTask", "RunStart", "Run", "add_training_arguments", "run_training", "train_run", "open_start",
-           "FINE_TUNE_LR_FACTOR", "START_FILE", "DEFAULT_MAX_UNKNOWN"]
+           "FINE_TUNE_LR_FACTOR", "START_FILE", "DEFAULT_MAX_UNKNOWN", "option_given"]
 
 START_FILE = "start.json"
 """Where a fine-tuned model records the directory it started from (OUT/model and each checkpoint)."""
@@ -192,7 +192,7 @@ def add_training_arguments(parser, task: TrainingTask) -> None:
     parser.set_defaults(training_defaults={action.dest: action.default for action in parser._actions})
 
 
-def _given(args, dest: str) -> bool:
+def option_given(args, dest: str) -> bool:
     """Whether the option ``dest`` was given other than at its default."""
     defaults = getattr(args, "training_defaults", {}) or {}
     return dest in defaults and getattr(args, dest, None) != defaults[dest]
@@ -306,7 +306,7 @@ def _start_config(task: TrainingTask, run: Run, preset: str | None, data_overrid
 
     old = run.start.model.config
     args = run.args
-    if isinstance(preset, str) and _given(args, "preset"):
+    if isinstance(preset, str) and option_given(args, "preset"):
         chosen = get_preset(preset, **sets)
         for name, value in chosen.to_dict().items():
             if (name in data_overrides or name in task.data_fields or name in task.adaptable or name.endswith("dropout")
@@ -349,13 +349,13 @@ def _transfer(task: TrainingTask, run: Run, data, model) -> list[str]:
 def _fine_tune_defaults(task: TrainingTask, args) -> str:
     """A lower peak learning rate and a short warm-up unless given; the line that says so."""
     parts = []
-    if getattr(args, task.lr_flag, None) is not None and not _given(args, task.lr_flag):
+    if getattr(args, task.lr_flag, None) is not None and not option_given(args, task.lr_flag):
         setattr(args, task.lr_flag, getattr(args, task.lr_flag) * FINE_TUNE_LR_FACTOR)
         parts.append(f"peak --{task.lr_flag.replace('_', '-')} {getattr(args, task.lr_flag):g} (a tenth of the "
                      "default)")
     else:
         parts.append(f"peak --{task.lr_flag.replace('_', '-')} {getattr(args, task.lr_flag, None)} (given)")
-    if hasattr(args, "warmup") and not _given(args, "warmup"):
+    if hasattr(args, "warmup") and not option_given(args, "warmup"):
         args.warmup = max(1, int(args.max_steps * FINE_TUNE_WARMUP_SHARE))
         parts.append(f"warm-up {args.warmup} updates ({FINE_TUNE_WARMUP_SHARE:.0%} of --max-steps)")
     elif hasattr(args, "warmup"):

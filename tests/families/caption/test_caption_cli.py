@@ -91,3 +91,23 @@ def test_bad_inputs_are_one_line_errors(trained, tmp_path, capsys):
     assert "no Flickr captions file" in err and "Traceback" not in err
     assert main(["train", "caption", "--data", "scenes", "--preset", "lm_tiny", "--out", str(tmp_path / "o")]) == 2
     assert "not a captioner preset" in capsys.readouterr().err
+
+
+def test_fine_tune_a_captioner_with_init(coco, trained, tmp_path, capsys):
+    """--init: the saved captioner's weights and vocabulary kept (none learned), its weights moved,
+    the held-out perplexity before and after printed."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ft"
+    run = [arg for i, arg in enumerate(TINY) if arg not in ("--preset", "captioner_tiny", "--set", "max_positions=12")]
+    capsys.readouterr()
+    assert main(["train", "caption", "--data", f"coco:{coco}", "--init", str(trained / "model"), "--max-steps", "4",
+                 "--out", str(out), *run]) == 0
+    err = capsys.readouterr().err
+    assert "held-out before fine-tuning:" in err and "held-out: " in err and "validation perplexity" in err
+    model = trained / "model"
+    assert (out / "model" / "tokenizer.model").read_bytes() == (model / "tokenizer.model").read_bytes()
+    before, after = load_file(model / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert (out / "model" / "start.json").is_file() and (out / "evaluation" / "results.json").is_file()

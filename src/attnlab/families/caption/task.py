@@ -22,24 +22,22 @@ Pixels go in as ``(x / 255 - 0.5) / 0.5`` (:func:`attnlab.data.images.normalize`
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlab.data.images import PIXEL_INPUT, normalize
+from attnlab.data.images import normalize
 from attnlab.data.tokenizer import Tokenizer
 from attnlab.tasks.captioning import CAPTION_FILE, load_captioner, train_caption_tokenizer
 from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
-__all__ = ["CAPTION_FILE", "CaptionBatches", "CaptionTrainOptions", "CaptionedImage", "caption_loss", "caption_scores",
+__all__ = ["CAPTION_FILE", "CaptionBatches", "CaptionedImage", "caption_loss", "caption_scores",
            "evaluate_captioner", "generate_captions", "grounding_hit", "grounding_score", "load_caption_split",
-           "load_captioner", "object_references", "sample_captions", "train_caption_tokenizer", "train_captioner"]
+           "load_captioner", "object_references", "sample_captions", "train_caption_tokenizer"]
 
 IGNORE = -100
 
@@ -337,108 +335,6 @@ def load_caption_split(spec: str, split: str, *, image_size: int = 32, count: in
     if ":" not in spec:
         raise ValueError(f"--data {spec!r}: expected scenes, scenes64, emoji[:DIR], coco:DIR or flickr:DIR")
     return load_caption_data(spec, split, image_size=image_size)
-
-
-@dataclass
-class CaptionTrainOptions:
-    """What ``attnlab train caption`` accepts, as plain data (see :func:`train_captioner`)."""
-
-    out: str
-    data: str = "scenes"
-    train_images: int | None = None
-    image_size: int = 32
-    preset: str = "captioner_scenes"
-    model_overrides: dict = field(default_factory=dict)
-    vocab_size: int = 1000
-    batch_size: int = 64
-    max_steps: int = 4000
-    lr: float = 1e-3
-    warmup: int = 200
-    weight_decay: float = 0.01
-    label_smoothing: float = 0.1
-    beam_size: int = 3
-    val_every: int | None = 500
-    save_every: int | None = 500
-    save_every_minutes: float | None = None
-    max_minutes: float | None = None
-    seed: int = 0
-    device: str = "cpu"
-    resume: bool = False
-    force: bool = False  # replace what OUT/model holds (attnlab.training.outputs.check_run_output)
-    progress_bar: bool = True
-    log: Callable[[str], None] = print
-
-
-def train_captioner(options: CaptionTrainOptions) -> tuple[Path, dict]:
-    """Vocabulary from the training captions, a Captioner, the shared Trainer (AdamW, warm-up +
-    cosine, label smoothing); then the final model in ``OUT/model`` (config, weights,
-    ``tokenizer.model``, ``caption.json``) and its test scores in ``OUT/evaluation/results.json``.
-    Returns ``(model directory, results)``."""
-    from attnlab.files import atomic_write_json
-    from attnlab.models.registry import create_model, get_preset
-    from attnlab.training.outputs import check_run_output, save_run_model
-    from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
-    from attnlab.training.trainer import TrainConfig, Trainer
-
-    o = options
-    budget = command_budget(o.max_minutes)  # the whole command's: data, vocabulary, training, test captions
-    plan = budget_plan(budget, scoring="the test split's captions (BLEU-4, CIDEr)")
-    if plan:
-        o.log(plan)
-    if get_preset(o.preset).family != "captioner":
-        raise ValueError(f"--preset {o.preset!r} is not a captioner preset")
-    out = Path(o.out)
-    check_run_output(out, resume=o.resume, force=o.force)
-    image_size = 64 if o.data == "scenes64" else o.image_size
-    train = load_caption_split(o.data, "train", image_size=image_size, count=o.train_images)
-    valid = load_caption_split(o.data, "valid", image_size=image_size)
-    test = load_caption_split(o.data, "test", image_size=image_size)
-    tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
-    overrides = {"vocab_size": tokenizer.vocab_size, "image_size": int(train.images.shape[-1]),
-                 "in_channels": int(train.images.shape[1]), **o.model_overrides}
-    torch.manual_seed(o.seed)
-    model = create_model(o.preset, **overrides).to(o.device)
-    config = model.config
-    ids = (config.bos_id, config.eos_id, config.pad_id)
-    pairs = encode_captions(tokenizer, train.captions, config.max_positions)
-    o.log(f"{o.data}: {len(train)} training images, {len(pairs)} captions, vocabulary {tokenizer.vocab_size}; "
-          f"{len(valid)} valid, {len(test)} test images")
-    o.log(f"model: {o.preset} {overrides}, {model.num_parameters():,d} parameters, device {o.device}")
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer_file = tokenizer.save(out)
-    info = {"data": o.data, "image_size": config.image_size, "input": PIXEL_INPUT}
-    info_file = atomic_write_json(out / CAPTION_FILE, info)
-    valid_pairs = encode_captions(tokenizer, [c[:2] for c in valid.captions], config.max_positions)
-    valid_batches = [collate(valid.images, valid_pairs[i:i + 256], *ids) for i in range(0, len(valid_pairs), 256)]
-    warmup = min(o.warmup, max(1, o.max_steps // 10))
-    train_config = TrainConfig(out_dir=str(out), max_steps=o.max_steps, schedule="cosine", peak_lr=o.lr,
-                               min_lr=o.lr / 100, warmup_steps=warmup, betas=(0.9, 0.98), eps=1e-9,
-                               optimizer="adamw", weight_decay=o.weight_decay, clip_grad_norm=1.0, log_every=50,
-                               validate_every=o.val_every, checkpoint_every=o.save_every, seed=o.seed,
-                               progress_bar=o.progress_bar, max_minutes=o.max_minutes,
-                               checkpoint_every_minutes=o.save_every_minutes or None)
-    smoothing = o.label_smoothing
-    trainer = Trainer(model, lambda m, b: caption_loss(m, b, label_smoothing=smoothing),
-                      CaptionBatches(train.images, pairs, o.batch_size, bos_id=ids[0], eos_id=ids[1], pad_id=ids[2],
-                                     seed=o.seed),
-                      train_config, valid_batches=valid_batches, model_files=[tokenizer_file, info_file])
-    started = time.perf_counter()
-    train_within(trainer, budget, reserve=scoring_reserve(budget), resume=o.resume, say=o.log)
-    seconds = time.perf_counter() - started
-    model_dir = save_run_model(model, out / "model", extra_files={
-        "tokenizer.model": tokenizer_file.read_bytes(), CAPTION_FILE: info_file.read_bytes()}, replace=o.force)
-    o.log(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_ppl'))}")
-    results, _ = evaluate_captioner(model, tokenizer, test, beam_size=o.beam_size, budget=budget,
-                                    progress=o.progress_bar)
-    if results["scoring"]["cut_by_budget"]:
-        o.log(f"test captions: {results['scoring']['scored']:,d} of {results['scoring']['total']:,d} images "
-              "(a random sample: the time budget ran out)")
-    results.update(updates=trainer.step, train_seconds=round(seconds, 1))
-    (out / "evaluation").mkdir(exist_ok=True)
-    atomic_write_json(out / "evaluation" / "results.json", results, indent=2)
-    if budget.limited:
-        o.log(budget_report(budget))
-    return model_dir, results
 
 
 def evaluate_captioner(model, tokenizer: Tokenizer, data, *, beam_size: int = 3, meteor: bool = False,
