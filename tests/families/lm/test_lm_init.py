@@ -81,3 +81,37 @@ def test_architecture_flags_contradicting_init_are_refused(start, tmp_path, caps
     assert main(["train", "lm", "--text", str(text), "--init", str(start), "--max-steps", "1", "--out",
                  str(tmp_path / "drop"), *RUN, "--set", "dropout=0.1"]) == 0
     assert "dropout 0.0 -> 0.1" in capsys.readouterr().err
+
+
+def test_fine_tune_a_huggingface_gpt2_directory(tmp_path, capsys):
+    """--init on a HuggingFace GPT-2 directory: its byte-level BPE kept (vocab.json, merges.txt
+    saved beside the attnlab weights), the weights moved, and the result opens as a language model."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    from tests.interop.test_hf_gpt2_directory import TEXT, gpt2_dir
+
+    directory, _ = gpt2_dir.__wrapped__(_Factory(tmp_path))
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT * 3, encoding="utf-8")
+    out = tmp_path / "ft"
+    assert main(["train", "lm", "--text", str(text), "--init", str(directory), "--max-steps", "3", "--out", str(out),
+                 *RUN]) == 0
+    err = capsys.readouterr().err
+    assert "huggingface gpt2" in err and "held-out: " in err and "nats per token" in err
+    for name in ("vocab.json", "merges.txt"):
+        assert (out / "model" / name).read_bytes() == (directory / name).read_bytes()
+    import attnlab
+
+    pipeline = attnlab.load(out / "model")
+    assert pipeline.tokenizer.encode("ROMEO") == attnlab.load(directory).tokenizer.encode("ROMEO")
+    assert json.loads((out / "model" / "start.json").read_text())["format"] == "huggingface gpt2"
+
+
+class _Factory:
+    def __init__(self, root):
+        self.root = root
+
+    def mktemp(self, name):
+        path = self.root / name
+        path.mkdir()
+        return path
