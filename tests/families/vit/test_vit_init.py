@@ -146,3 +146,30 @@ def test_bad_init_inputs_are_one_line_exit_2_and_write_nothing(folder, start, tm
     err = capsys.readouterr().err
     assert "did not start from it" in err and "--init" in err
     assert _tree(run) == was
+
+
+def test_fine_tune_a_timm_vit_at_a_new_resolution_with_a_new_head(tmp_path, capsys):
+    """--init on a timm ViT directory (the foreign format attnlab.load reads): RGB images at 48x48
+    (its 32x32 grid of 16-pixel patches grows from 2x2 to 3x3), two classes instead of five."""
+    try:
+        from tests.interop.test_timm_vit_directory import CASES, _saved
+    except BaseException as error:  # the module skips itself when timm is not installed
+        pytest.skip(f"timm's test fixtures are unavailable: {error}")
+    _, directory = _saved(tmp_path, *CASES[0][1:])
+    root = tmp_path / "rgb"
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(("red", "blue")):
+        (root / name).mkdir(parents=True)
+        for i in range(12):
+            pixels = rng.integers(0, 60, (20, 20, 3))
+            pixels[..., 2 * label] += 180
+            Image.fromarray(pixels.astype(np.uint8)).save(root / name / f"{i}.png")
+    out = tmp_path / "ft"
+    capsys.readouterr()
+    assert main(["train", "vit", "--data", str(root), "--init", str(directory), "--image-size", "48",
+                 "--max-steps", "2", "--out", str(out), *RUN]) == 0
+    err = capsys.readouterr().err
+    assert "timm vit_tiny_patch16_224" in err and "image_size 32 -> 48" in err and "num_classes 5 -> 2" in err
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["image_size"] == 48 and config["num_classes"] == 2
+    assert json.loads((out / "model" / "classes.json").read_text())["classes"] == ["blue", "red"]
