@@ -374,6 +374,10 @@ def _check_same_run(task: TrainingTask, previous: Path, run_info: dict[str, Any]
     if not isinstance(saved, dict):
         return  # a checkpoint from before run_info was kept: nothing to compare with
     started = saved.get("init")
+    if init is None and started is not None:
+        raise ValueError(f"--resume: the run in {args.out} is a fine-tuning run started from --init "
+                         f"{saved.get('init_dir')}; give the same --init to continue it (its learning rate and "
+                         "architecture come from there)")
     if init is not None and started != init.record.get("weights_sha256", init.record["init"]):
         raise ValueError(f"--init {args.init} with --resume: the run in {args.out} did not start from it "
                          f"({'it started from ' + repr(saved.get('init_dir')) if started else 'it started fresh'}); "

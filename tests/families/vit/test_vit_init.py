@@ -72,6 +72,9 @@ def test_fine_tune_at_the_same_resolution_keeps_classes_and_moves_weights(folder
     assert main(["train", "vit", "--data", str(folder), "--init", str(start), "--max-steps", "8", "--out", str(out),
                  *RUN, "--resume"]) == 0
     assert "the checkpoint's weights win" in capsys.readouterr().err
+    # --resume without the --init it started from is refused, naming it
+    assert main(["train", "vit", "--data", str(folder), "--max-steps", "9", "--out", str(out), *RUN, "--resume"]) == 2
+    assert "give the same --init" in capsys.readouterr().err
 
 
 def test_fine_tune_at_a_new_resolution_resizes_the_position_embeddings(folder, start, tmp_path, capsys):
