@@ -234,6 +234,7 @@ def test_every_train_task_takes_init_the_toy_family_included(toy_family, capsys)
     lifecycle = set()
     for task, task_parser in train.choices.items():
         dests = {action.dest for action in task_parser._actions}
+        assert "--init DIR" in task_parser.format_help() or "init" not in dests, task  # the help formats
         if {"init", "max_unknown", "resume", "out"} <= dests:
             lifecycle.add(task)
     assert {"toy", "translation", "lm", "vit", "image", "music", "caption"} <= lifecycle, lifecycle

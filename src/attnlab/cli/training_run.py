@@ -184,8 +184,8 @@ def add_training_arguments(parser, task: TrainingTask) -> None:
                        help="start from the model in DIR (an attnlab model directory, a checkpoint OUT/checkpoints/"
                             "step_N, or a directory of another library this family reads): its weights, "
                             "architecture and vocabulary; a fresh optimizer and schedule (fine-tuning defaults: a "
-                            f"tenth of the default peak learning rate, a warm-up of {FINE_TUNE_WARMUP_SHARE:.0%} of "
-                            "the updates)")
+                            f"tenth of the default peak learning rate, a warm-up of {100 * FINE_TUNE_WARMUP_SHARE:.0f}%% "
+                            "of the updates)")
     start.add_argument("--max-unknown", type=float, default=DEFAULT_MAX_UNKNOWN, metavar="PERCENT",
                        help="with --init: refuse training text of which more than PERCENT is unknown to DIR's "
                             f"tokenizer (default: {DEFAULT_MAX_UNKNOWN:g})")

@@ -115,3 +115,22 @@ class _Factory:
         path = self.root / name
         path.mkdir()
         return path
+
+
+def test_evaluate_without_text_scores_the_models_own_held_out_text(tmp_path, capsys):
+    """Issue 39, point 4: a model trained on the user's text (an alphabet without 'E') was scored on
+    Shakespeare by `evaluate --model DIR`, which then failed blaming --text, never given."""
+    text = tmp_path / "mine.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 40, encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "lm", "--text", str(text), "--preset", "lm_tiny", "--max-steps", "2", "--warmup", "1",
+                 "--out", str(out), *RUN]) == 0
+    assert json.loads((out / "model" / "lm.json").read_text())["text"] == [str(text.resolve())]
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out / "model"), "--limit", "50"]) == 0
+    said = capsys.readouterr().out
+    assert "the model's own held-out text (the last 10% of" in said and str(text.resolve()) in said
+    text.unlink()
+    assert main(["evaluate", "--model", str(out / "model")]) == 2
+    err = capsys.readouterr().err
+    assert "lm.json" in err and "--text" in err and "is gone" in err

@@ -25,7 +25,8 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--model", required=True, help="language model directory (attnlab train lm)")
     parser.add_argument("--text", nargs="+", metavar="FILE",
-                        help="held-out text files (default: Shakespeare's held-out split, as train lm validates)")
+                        help="held-out text files (default: the model's own held-out text, as train lm validated "
+                             "it (lm.json); Shakespeare's held-out split for a model without lm.json)")
     parser.add_argument("--context", type=bounded_int(1, 1 << 20), help="window length in tokens "
                         "(default: the model's max_positions)")
     parser.add_argument("--stride", type=bounded_int(1, 1 << 20),
@@ -71,8 +72,10 @@ def run(args) -> int:
         except FileNotFoundError as error:
             raise ValueError(f"--text: {error}") from None
         source = ", ".join(args.text)
-    else:
-        text, source = shakespeare_text("valid"), "Shakespeare (held-out split)"
+    else:  # the model's own held-out data when its directory says (lm.json), else Shakespeare's
+        from attnlab.families.lm.task import own_held_out_text
+
+        text, source = own_held_out_text(args.model) or (shakespeare_text("valid"), "Shakespeare (held-out split)")
     context = args.context or model.config.max_positions
     if context > model.config.max_positions:
         raise ValueError(f"--context {context} exceeds the model's max_positions={model.config.max_positions}")

