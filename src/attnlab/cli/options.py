@@ -292,7 +292,8 @@ def add_data_dir_argument(parser, help: str = DATA_DIR_HELP) -> None:
 
 
 def add_named_data_arguments(group, *, src_default: str | None = None, tgt_default: str | None = None,
-                             what: str = "named data set: multi30k or trans-de-en") -> None:
+                             what: str = "named data set: multi30k or trans-de-en",
+                             languages: tuple[str, str] | None = None) -> None:
     """``--data NAME --data-dir DIR --data-root DIR --src LANG --tgt LANG`` (dests ``data``,
     ``data_dir``, ``data_root``, ``src_lang``, ``tgt_lang``): the named parallel data set a
     translation verb reads. ``--data-dir`` means what it means for every verb (where named
@@ -301,8 +302,10 @@ def add_named_data_arguments(group, *, src_default: str | None = None, tgt_defau
     add_data_dir_argument(group)
     group.add_argument("--data-root", help="where this named data set itself lives (e.g. the multi30k directory; "
                                            "overrides --data-dir)")
-    for flag, side, default in (("--src", "source", src_default), ("--tgt", "target", tgt_default)):
+    for index, (flag, side, default) in enumerate((("--src", "source", src_default), ("--tgt", "target", tgt_default))):
         fallback = f"default: {default}" if default else "default: the one the model was trained on"
+        if languages is not None:
+            fallback = languages[index]
         group.add_argument(flag, dest=f"{flag[2:]}_lang", default=default, help=f"{side} language code ({fallback})")
 
 

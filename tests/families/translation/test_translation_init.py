@@ -61,3 +61,26 @@ def test_fine_tune_keeps_the_vocabulary_and_prints_before_and_after(tmp_path, ca
                                       max_tokens=256, max_length=32, init=str(start / "model"), max_unknown=100)
     model_dir = train_translation(options)
     assert (model_dir / "start.json").is_file()
+
+
+def test_own_files_record_the_languages_given_and_evaluate_keeps_to_them(tmp_path, capsys):
+    """Issue 39, point 3: a model trained on the user's French-English files recorded "src_lang":
+    "de" (the default of --src), and `evaluate --data multi30k` then fed it German and printed a BLEU."""
+    sources = [f"un chien {i} court" for i in range(30)]
+    targets = [f"a dog {i} runs" for i in range(30)]
+    train = _pairs(tmp_path, "train_fr", sources, targets)
+    out = tmp_path / "fr"
+    assert main(["train", "translation", *train, "--vocab-size", "40", "--max-steps", "1", "--out", str(out),
+                 *RUN]) == 0
+    assert json.loads((out / "model" / "translation.json").read_text())["src_lang"] is None  # not "de"
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out / "model"), "--data", "multi30k", "--limit", "2"]) == 2
+    assert "does not record its languages" in capsys.readouterr().err
+    given = tmp_path / "fr_given"
+    assert main(["train", "translation", *train, "--src", "fr", "--tgt", "en", "--vocab-size", "40", "--max-steps",
+                 "1", "--out", str(given), *RUN]) == 0
+    assert json.loads((given / "model" / "translation.json").read_text())["src_lang"] == "fr"
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(given / "model"), "--data", "multi30k", "--src", "de", "--limit",
+                 "2"]) == 2
+    assert "trained on fr->en" in capsys.readouterr().err

@@ -56,10 +56,15 @@ def run(args) -> int:
     if (args.data is None) == (args.src_file is None and args.ref_file is None):
         raise ValueError("give either --data NAME or --src-file and --ref-file")
     if args.data is not None:
-        src_lang = args.src_lang or translator.info.get("src_lang")
-        tgt_lang = args.tgt_lang or translator.info.get("tgt_lang")
+        trained = (translator.info.get("src_lang"), translator.info.get("tgt_lang"))
+        src_lang = args.src_lang or trained[0]
+        tgt_lang = args.tgt_lang or trained[1]
         if not (src_lang and tgt_lang):
             raise ValueError(f"{args.model} does not record its languages: pass --src and --tgt")
+        for flag, given, own in (("--src", args.src_lang, trained[0]), ("--tgt", args.tgt_lang, trained[1])):
+            if given and own and given != own:  # a French model fed German would still print a BLEU
+                raise ValueError(f"{flag} {given}: {args.model} was trained on {trained[0]}->{trained[1]} "
+                                 "(its translation.json); score it on its own language pair")
         try:
             corpus = get_parallel_dataset(args.data, args.split, src_lang, tgt_lang, root=args.data_root,
                                           data_dir=args.data_dir)

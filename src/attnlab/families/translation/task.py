@@ -52,8 +52,8 @@ class TranslationTrainOptions:
     """
 
     out: str
-    src_lang: str = "de"
-    tgt_lang: str = "en"
+    src_lang: str | None = None  # None: "de" for a named set; your own files: unknown unless given (recorded as null)
+    tgt_lang: str | None = None
     data: str | None = None
     data_root: str | None = None
     data_dir: str | None = None

@@ -69,6 +69,8 @@ class TranslationTask(TrainingTask):
         if options.average_last < 1:
             raise ValueError(f"--average-last={options.average_last} must be at least 1")
         _check_train_options(options)
+        if options.data is not None:  # a named set: German to English unless said otherwise
+            options = dataclasses.replace(options, src_lang=options.src_lang or "de", tgt_lang=options.tgt_lang or "en")
         args.translation = options
 
     def vocabulary(self, pipeline):
@@ -228,7 +230,10 @@ def _add_translation_arguments(parser) -> None:
     # The argument dests are TranslationTrainOptions' field names (run() builds it from them);
     # tests/families/translation/test_translation_cli.py checks that the defaults here are the dataclass's.
     data = parser.add_argument_group("data (a named data set, or your own aligned files)")
-    add_named_data_arguments(data, src_default="de", tgt_default="en")
+    add_named_data_arguments(data, what="named data set: multi30k or trans-de-en", languages=(
+        "default: de for a named set; with your own files, what you give is recorded (translation.json), so "
+        "evaluate scores the model only on its own language pair", "default: en for a named set; with your own "
+        "files, what you give is recorded"))
     data.add_argument("--train-src", help="your training source file (one sentence a line, plain or .gz)")
     data.add_argument("--train-tgt", help="your training target file, aligned with --train-src")
     data.add_argument("--valid-src", help="validation source file (optional)")
