@@ -31,7 +31,7 @@ def test_the_doc_has_its_python_examples():
 def test_each_python_block_runs(index, translation_dir, marian_dir, monkeypatch, tmp_path):
     import transformers
 
-    from attnlab.families.translation import task
+    from attnlab.families.translation import task, train
 
     trained = []
 
@@ -40,7 +40,7 @@ def test_each_python_block_runs(index, translation_dir, marian_dir, monkeypatch,
         trained.append(options)
         return translation_dir
 
-    monkeypatch.setattr(task, "train_translation", train_translation)
+    monkeypatch.setattr(train, "train_translation", train_translation)  # the training run lives in train.py
     monkeypatch.chdir(tmp_path)
     block = BLOCKS[index].replace('"opus-mt-de-en"', repr(str(marian_dir)))
     names = {"__name__": "__doc_example__",
