@@ -74,7 +74,11 @@ class TranslationTask(TrainingTask):
         args.translation = options
 
     def vocabulary(self, pipeline):
-        return pipeline.translator.tokenizer
+        tokenizer = pipeline.translator.tokenizer
+        if not hasattr(tokenizer, "encode_pairs") or not hasattr(tokenizer, "save"):  # MarianMT's two-model tokenizer
+            raise ValueError(f"{pipeline.directory}: fine-tuning a MarianMT directory needs its tokenizer saved with an "
+                             "attnlab model, which is not supported yet; start from an attnlab translation model")
+        return tokenizer
 
     def data(self, run):
         import itertools
@@ -100,9 +104,6 @@ class TranslationTask(TrainingTask):
             say(f"vocabulary: {tokenizer.vocab_size} {options.tokenizer_type} pieces -> {run.out / TOKENIZER_FILE}")
         elif run.previous is not None:
             say(f"vocabulary: reusing the one of {run.previous}")
-        if not hasattr(tokenizer, "encode_pairs") or not hasattr(tokenizer, "save"):
-            raise ValueError(f"--init {run.args.init}: fine-tuning a MarianMT directory needs its tokenizer saved with "
-                             "an attnlab model, which is not supported yet; start from an attnlab translation model")
         run.files[TOKENIZER_FILE] = _tokenizer_bytes(tokenizer)
         task = {"task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
                 "data": options.data, "train": train.description}
