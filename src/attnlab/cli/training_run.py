@@ -458,7 +458,7 @@ def train_run(task: TrainingTask, args) -> Path | None:
         if unknown is not None:
             share, what = unknown
             say(f"--init {args.init}: {100 * share:.2f} % of the training text's {what} are unknown to its "
-                 "tokenizer")
+                "tokenizer")
             if 100 * share > args.max_unknown:
                 raise ValueError(f"--init {args.init}: {100 * share:.2f} % of the training text's {what} are unknown "
                                  f"to its tokenizer, above --max-unknown {args.max_unknown:g}; pass --max-unknown "
@@ -489,11 +489,11 @@ def train_run(task: TrainingTask, args) -> Path | None:
         fresh = _transfer(task, run, data, model)
         run.start.model = None  # its weights are in ``model`` now
         say(f"start: {run.start.record['init']} ({run.start.record['format']}), weights and vocabulary kept"
-             + ("; changed: " + "; ".join(changes) if changes else "")
-             + (f"; new parameters: {', '.join(fresh)} (initialised as a fresh model's)" if fresh else ""))
+            + ("; changed: " + "; ".join(changes) if changes else "")
+            + (f"; new parameters: {', '.join(fresh)} (initialised as a fresh model's)" if fresh else ""))
     elif run.start is not None:
         say(f"--resume: continuing the fine-tuning run in {out} from its checkpoint; --init {args.init} is where "
-             "it started (the checkpoint's weights win)")
+            "it started (the checkpoint's weights win)")
     if run.start is not None:
         say(_fine_tune_defaults(task, args))  # on resume too: the run continues with the settings it began with
     model.to(device)
