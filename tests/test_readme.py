@@ -86,7 +86,7 @@ OUTPUTS = {
     "attnlab train translation": ["sentences.en", "attention.png", "runs/m30k/averaged/config.json", "explorer.html"],
     "attnlab train lm": ["runs/shakespeare/model/config.json", "runs/mine/model/config.json",
                          "runs/shakespeare/hf/tokenizer.json", "runs/mine/hf/tokenizer.json",
-                         "runs/tuned/model/start.json"],
+                         "runs/tuned/model/start.json", "runs/tuned-lora/lora/lora.safetensors"],
     "attnlab train vit": ["figures/vit", "runs/vit-mnist/timm/model.safetensors"],
     "attnlab train image": ["samples.png"],
     "attnlab data get jsb": ["chorale.mid", "phrase.mid"],

@@ -170,3 +170,27 @@ def step_linear(weight: Tensor):
         return one_row_linear
     own = getattr(type(weight), "step_product", None)
     return own if own is not None else F.linear
+
+
+def merge_low_rank(tensors: dict[str, Tensor], scale: float, *, source: str = "weights") -> dict[str, Tensor]:
+    """A state dict with its LoRA adapters folded in: each ``P.lora_A`` ``(r, in)`` /
+    ``P.lora_B`` ``(out, r)`` pair becomes ``P.weight + scale · B A`` (in float64, cast back to
+    the weight's dtype) and the adapters are dropped; other tensors are kept as they are. How a
+    checkpoint of a LoRA run (base weights and adapters, unmerged) opens as a plain model
+    (:func:`attnlab.models.registry.load_model`, checkpoint averaging); the module form is
+    :func:`attnlab.training.lora.merge_lora`. ValueError naming ``source`` when a pair is incomplete
+    or its shapes do not fit."""
+    merged = {name: tensor for name, tensor in tensors.items() if not name.endswith((".lora_A", ".lora_B"))}
+    for name in tensors:
+        if not name.endswith(".lora_A"):
+            continue
+        prefix = name[: -len(".lora_A")]
+        lora_A, lora_B, weight = tensors[name], tensors.get(prefix + ".lora_B"), tensors.get(prefix + ".weight")
+        if lora_B is None or weight is None or lora_B.shape != (weight.shape[0], lora_A.shape[0]) \
+                or lora_A.shape[1:] != weight.shape[1:] or lora_A.dim() != 2:
+            raise ValueError(f"{source}: the LoRA adapter {prefix} has no matching lora_B and weight")
+        merged[prefix + ".weight"] = (weight.double() + scale * (lora_B.double() @ lora_A.double())).to(weight.dtype)
+    stray = [name for name in tensors if name.endswith(".lora_B") and name[:-1] + "A" not in tensors]
+    if stray:
+        raise ValueError(f"{source}: {stray[0]!r} has no lora_A")
+    return merged

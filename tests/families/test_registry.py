@@ -246,6 +246,32 @@ def test_every_train_task_takes_init_the_toy_family_included(toy_family, capsys)
     assert any(not torch_equal(before[k], after[k]) for k in before)
 
 
+def test_every_train_task_takes_lora_with_init_the_toy_family_included(toy_family, capsys):
+    """--lora is added with --init, once (add_training_arguments): every train task has the LoRA
+    flags, and the toy family's run goes through the lifecycle's LoRA step (its model has no
+    attention or feed-forward layer, which lora.py refuses naming --lora-targets; nothing written)."""
+    parser = build_parser()
+    train = next(action for action in parser._subparsers._group_actions[0].choices["train"]._actions
+                 if action.dest == "task")
+    lora = {"lora", "lora_alpha", "lora_targets", "lora_dropout", "lora_keep"}
+    with_init = set()
+    for task, task_parser in train.choices.items():
+        dests = {action.dest for action in task_parser._actions}
+        if "init" in dests:
+            with_init.add(task)
+            assert lora <= dests and "--lora R" in task_parser.format_help(), task
+        else:
+            assert not lora & dests, task  # --lora only where --init is
+    assert {"toy", "translation", "lm", "vit", "image", "music", "caption"} <= with_init, with_init
+    out = toy_family.parent / "lora_toy"
+    capsys.readouterr()
+    assert main(["train", "toy", "--lora", "2", "--out", str(out)]) == 2
+    assert "--lora 2 needs --init" in capsys.readouterr().err and not out.exists()
+    assert main(["train", "toy", "--init", str(toy_family), "--lora", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--lora-targets attention: ToyModel has no such layers" in err[-1] and not out.exists()
+
+
 def torch_equal(a, b):
     import torch
 

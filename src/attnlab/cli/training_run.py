@@ -189,6 +189,9 @@ def add_training_arguments(parser, task: TrainingTask) -> None:
     start.add_argument("--max-unknown", type=float, default=DEFAULT_MAX_UNKNOWN, metavar="PERCENT",
                        help="with --init: refuse training text of which more than PERCENT is unknown to DIR's "
                             f"tokenizer (default: {DEFAULT_MAX_UNKNOWN:g})")
+    from attnlab.cli.options import add_lora_arguments
+
+    add_lora_arguments(start)  # with --init only: cli/lora_run.py
     parser.set_defaults(training_defaults={action.dest: action.default for action in parser._actions})
 
 
@@ -411,10 +414,12 @@ def train_run(task: TrainingTask, args) -> Path | None:
 
     import torch
 
+    from attnlab.cli.lora_run import check_lora_fits, finish_lora, lora_from_args, plan_lora
     from attnlab.cli.options import apply_threads, resolve_device, resolve_precision
     from attnlab.files import OutputLock, atomic_write_bytes, refuse_symlinks
     from attnlab.models.registry import get_preset, load_config, model_class_for
     from attnlab.training.distributed import init_distributed
+    from attnlab.training.lora import apply_lora
     from attnlab.training.outputs import check_run_output
     from attnlab.training.phases import (budget_plan, budget_report, command_budget, scoring_reserve, train_within)
     from attnlab.training.trainer import TRAINER_OUTPUTS
@@ -423,6 +428,7 @@ def train_run(task: TrainingTask, args) -> Path | None:
     task.check(args)
     if not 0.0 <= args.max_unknown <= 100.0:
         raise ValueError(f"--max-unknown={args.max_unknown} must be a percentage in [0, 100]")
+    lora = lora_from_args(args)
     out = Path(args.out)
     device = resolve_device(args.device)
     context = init_distributed()
@@ -435,6 +441,8 @@ def train_run(task: TrainingTask, args) -> Path | None:
     apply_threads(args)
     if args.init:
         run.start = open_start(args.init, task, out=out)
+        if lora is not None:
+            check_lora_fits(lora, run.start.model)
     plan = budget_plan(budget, scoring=task.scoring)
     if plan:
         say(plan)
@@ -483,6 +491,7 @@ def train_run(task: TrainingTask, args) -> Path | None:
                              f"this command asks for {', '.join(f'{n}={config.to_dict()[n]!r}' for n in differ)}; "
                              "--resume continues the same run (give the options it was started with)")
     task.check_config(run, config, data)
+    lora_trainable = plan_lora(task, run, data, run.start and run.start.model.config, config, lora)
     torch.manual_seed(args.seed)  # the initial weights (and a new head): --seed makes a run reproducible
     model = model_class_for(config)(config)
     if run.start is not None and run.previous is None:
@@ -497,6 +506,8 @@ def train_run(task: TrainingTask, args) -> Path | None:
     if run.start is not None:
         say(_fine_tune_defaults(task, args))  # on resume too: the run continues with the settings it began with
     model.to(device)
+    if lora is not None:  # after --init's weights (and a new head) are in, before the Trainer
+        say(apply_lora(model, lora, trainable=lora_trainable).describe())
     if run.start is not None:
         run.files[START_FILE] = (json.dumps(run.start.record, indent=2) + "\n").encode()
     task.describe(run, model, data)
@@ -522,6 +533,8 @@ def train_run(task: TrainingTask, args) -> Path | None:
         if not context.is_main:  # under torchrun, rank 0 writes the model and scores it
             context.barrier()
             return None
+        if lora is not None:
+            say(finish_lora(run, model))
         model_dir = task.save(run, model, trainer)
     say(f"done: {trainer.summary(task.summary_keys, task.unit)}; model -> {model_dir}{task.saved_note(run)}")
     if before is not None:

@@ -133,14 +133,61 @@ def load_model(directory: str | os.PathLike, *, device: str = "cpu") -> AttnlabM
         raise ValueError(f"{weights}: no such file")
     _check_weights_fit(config, weights)
     model = model_class_for(config)(config)
+    lora_scale = lora_run_scale(directory)
     try:
-        missing, unexpected = _load_safetensors(model, str(weights), strict=False, device=device)
+        if lora_scale is None:
+            missing, unexpected = _load_safetensors(model, str(weights), strict=False, device=device)
+        else:  # a checkpoint of a LoRA run: its adapters merged into the weights
+            missing, unexpected = _load_merged(model, weights, lora_scale, device)
     except SafetensorError as error:
         raise ValueError(f"{weights}: not a readable safetensors file (truncated or foreign?): {error}") from None
     except RuntimeError as error:  # shape mismatches
         raise ValueError(f"{weights}: weights do not fit the model in {CONFIG_NAME}: {error}") from None
+    if lora_scale is None and any(name.endswith((".lora_A", ".lora_B")) for name in unexpected):
+        raise ValueError(f"{weights}: holds LoRA adapters (lora_A/lora_B) but {Path(directory) / LORA_RUN_FILE} is "
+                         "missing, which records their scale; open the run's OUT/model (merged) instead")
     if missing or unexpected:
         raise ValueError(f"{weights}: weights do not fit the model in {CONFIG_NAME}: "
                          f"missing {sorted(missing)}, unexpected {sorted(unexpected)}")
     check_weights(dict(model.named_parameters()), str(weights))  # the check every loader runs
     return model.to(device).eval()
+
+
+LORA_RUN_FILE = "lora_run.json"
+"""In each checkpoint of a LoRA run (and its OUT): the LoRA config (training/lora.py's
+``LoraConfig.to_dict()``, format ``attnlab-lora``, and the names trained in full). A checkpoint
+holds the base weights and the adapters unmerged (so ``--resume`` continues them); wherever it
+is opened as a model (:func:`load_model`: ``attnlab.load``, ``--init``, every verb; checkpoint
+averaging) the adapters are merged with the scale recorded here."""
+
+
+def lora_run_scale(directory: str | os.PathLike) -> float | None:
+    """The LoRA scale (alpha / rank) recorded in ``directory``'s :data:`LORA_RUN_FILE`, or None
+    where there is none; ValueError naming the file when it is malformed."""
+    path = Path(directory) / LORA_RUN_FILE
+    if not path.is_file():
+        return None
+    values = read_json_object(path, max_bytes=MAX_CONFIG_BYTES, what="a LoRA config object")
+    rank, alpha = values.get("rank"), values.get("alpha")
+    if values.get("format") != "attnlab-lora" or isinstance(rank, bool) or not isinstance(rank, int) or rank < 1 \
+            or isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) \
+            or alpha <= 0:
+        raise ValueError(f"{path}: not an attnlab LoRA record (format 'attnlab-lora', a whole rank >= 1, a "
+                         "positive alpha)")
+    return float(alpha) / rank
+
+
+def _load_merged(model: AttnlabModel, weights: Path, scale: float, device: str) -> tuple[list[str], list[str]]:
+    """Load a LoRA checkpoint's ``weights`` into ``model`` with the adapters merged
+    (:func:`attnlab.linear.merge_low_rank`); (missing, unexpected) as safetensors' load_model
+    (a tied weight stored once is not missing)."""
+    from safetensors.torch import load_file
+
+    from attnlab.linear import merge_low_rank
+
+    tensors = merge_low_rank(load_file(str(weights), device=device), scale, source=str(weights))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    state = model.state_dict()
+    loaded = {state[name].data_ptr() for name in tensors if name in state}
+    return [name for name in missing if state[name].data_ptr() not in loaded], list(unexpected)
+

@@ -455,12 +455,18 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, torch.T
 def _current_names(tensors: dict[str, torch.Tensor], file: Path) -> dict[str, torch.Tensor]:
     """The weights of an attnlab model directory under today's parameter names: a run that
     was resumed across a version that renamed parameters keeps checkpoints with both the old
-    and the new names, and their average must not fail on it. Files outside a model
-    directory (a bare .safetensors) are taken as they are."""
+    and the new names, and their average must not fail on it. A checkpoint of a LoRA run
+    (its ``lora_run.json``) has its adapters merged into the weights first. Files outside a
+    model directory (a bare .safetensors) are taken as they are."""
     directory = file.parent
     if not (directory / CONFIG_FILE).is_file() or not _is_attnlab_model(directory):
         return tensors
-    from attnlab.models.registry import load_config, model_class_for
+    from attnlab.linear import merge_low_rank
+    from attnlab.models.registry import load_config, lora_run_scale, model_class_for
+
+    scale = lora_run_scale(directory)
+    if scale is not None:  # a checkpoint of a LoRA run: average the merged weights (B A is not linear)
+        tensors = merge_low_rank(tensors, scale, source=str(file))
 
     try:
         config = load_config(directory)
@@ -543,7 +549,10 @@ def write_model_directory(
                 f"{copy_from / CONFIG_FILE}: file is missing; a model directory needs it "
                 "(give the Trainer a model_config)"
             )
-        sources = [f for f in copy_from.iterdir() if f.is_file() and f.name not in _TRAINING_ONLY_FILES]
+        from attnlab.models.registry import LORA_RUN_FILE  # the weights written here are merged
+
+        sources = [f for f in copy_from.iterdir()
+                   if f.is_file() and f.name not in _TRAINING_ONLY_FILES and f.name != LORA_RUN_FILE]
         for source in sources:
             if source.is_symlink():
                 raise ValueError(f"{source}: is a symlink (to {os.readlink(source)}); refusing to copy what it "

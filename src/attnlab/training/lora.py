@@ -44,7 +44,8 @@ from attnlab.layers.feedforward import FeedForward
 from attnlab.linear import Linear
 
 __all__ = ["LORA_TARGETS", "LoraConfig", "LoraLinear", "LoraReport", "apply_lora", "merge_lora", "lora_state_dict",
-           "save_lora", "load_lora", "has_lora", "LORA_WEIGHTS_FILE", "LORA_CONFIG_FILE"]
+           "save_lora", "load_lora", "has_lora", "lora_record", "read_lora_record", "LORA_WEIGHTS_FILE",
+           "LORA_CONFIG_FILE"]
 
 LORA_TARGETS = ("attention", "ffn")
 LORA_WEIGHTS_FILE = "lora.safetensors"
@@ -325,9 +326,25 @@ def save_lora(model: nn.Module, directory: str | os.PathLike) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write(directory / LORA_WEIGHTS_FILE,
                  lambda tmp: safetensors.torch.save_file(tensors, tmp, metadata={"format": "pt"}))
-    atomic_write_json(directory / LORA_CONFIG_FILE, {"format": _FORMAT, **state["config"].to_dict(),
-                                                     "trainable": list(state["trainable"])})
+    atomic_write_json(directory / LORA_CONFIG_FILE, lora_record(state["config"], state["trainable"]))
     return directory
+
+
+def lora_record(config: LoraConfig, trainable: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON record of a LoRA config and the names trained in full: ``lora.json`` of
+    :func:`save_lora`, and a LoRA run's ``lora_run.json`` (attnlab.models.registry.LORA_RUN_FILE)."""
+    return {"format": _FORMAT, **config.to_dict(), "trainable": list(trainable)}
+
+
+def read_lora_record(path: str | os.PathLike) -> tuple[LoraConfig, list[str]]:
+    """``(config, trainable)`` from a file :func:`lora_record` wrote; ValueError naming the file."""
+    values = read_json_object(path, max_bytes=_MAX_JSON_BYTES, what="a LoRA config object")
+    if values.pop("format", None) != _FORMAT:
+        raise ValueError(f"{path}: not an attnlab LoRA config (no format {_FORMAT!r})")
+    trainable = values.pop("trainable", [])
+    if not isinstance(trainable, list) or not all(isinstance(name, str) for name in trainable):
+        raise ValueError(f"{path}: 'trainable' must be a list of parameter names")
+    return LoraConfig.from_dict(values, str(path)), trainable
 
 
 def load_lora(model: nn.Module, directory: str | os.PathLike) -> LoraReport:
@@ -343,13 +360,7 @@ def load_lora(model: nn.Module, directory: str | os.PathLike) -> LoraReport:
         if not path.is_file():
             raise ValueError(f"{path}: no such file (a LoRA directory holds {LORA_CONFIG_FILE} and "
                              f"{LORA_WEIGHTS_FILE})")
-    values = read_json_object(config_path, max_bytes=_MAX_JSON_BYTES, what="a LoRA config object")
-    if values.pop("format", None) != _FORMAT:
-        raise ValueError(f"{config_path}: not an attnlab LoRA config (no format {_FORMAT!r})")
-    trainable = values.pop("trainable", [])
-    if not isinstance(trainable, list) or not all(isinstance(name, str) for name in trainable):
-        raise ValueError(f"{config_path}: 'trainable' must be a list of parameter names")
-    config = LoraConfig.from_dict(values, str(config_path))
+    config, trainable = read_lora_record(config_path)
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError) as error:
