@@ -92,6 +92,7 @@ def test_only_the_adapters_train_and_the_saved_model_is_plain_and_merged(start, 
     capsys.readouterr()
     assert main(["generate", "--model", str(lora_run / "model"), "--prompt", "the ", "--max-new-tokens", "3"]) == 0
     assert main(["evaluate", "--model", str(lora_run / "model")]) == 0
+    assert main(["export", "--model", str(lora_run / "model"), "--format", "hf", "-o", str(lora_run.parent / "hf")]) == 0
 
 
 def test_the_run_says_the_trainable_count_and_scores_before_and_after(start, tmp_path, capsys):
@@ -290,3 +291,45 @@ def test_a_translation_lora_run_averages_its_checkpoints_merged(tmp_path, capsys
     import attnlab
 
     assert isinstance(attnlab.load(out / "model").translate("ein haus 3"), str)
+
+
+def test_merge_low_rank_equals_merge_lora_in_float64_and_refuses_broken_pairs():
+    import attnlab
+    from attnlab.linear import merge_low_rank
+    from attnlab.training.lora import LoraConfig, apply_lora, merge_lora
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_tiny").double()
+    apply_lora(model, LoraConfig(rank=3, alpha=5.0, targets=("attention", "ffn")))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("lora_B"):
+                parameter.normal_()
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    merged = merge_low_rank(state, 5.0 / 3)
+    reference = _merged_reference(state, 5.0 / 3)
+    expected = merge_lora(model).state_dict()
+    assert merged.keys() == expected.keys() == reference.keys()
+    for name in merged:
+        torch.testing.assert_close(merged[name], expected[name], atol=1e-12, rtol=0)
+        torch.testing.assert_close(merged[name], reference[name], atol=1e-12, rtol=0)
+    broken = dict(state)
+    name = next(n for n in state if n.endswith("lora_B"))
+    del broken[name]
+    with pytest.raises(ValueError, match="no matching lora_B"):
+        merge_low_rank(broken, 1.0, source="f.safetensors")
+
+
+def test_a_checkpoint_with_adapters_and_a_bad_or_missing_record_is_refused_naming_the_file(lora_run, tmp_path):
+    import shutil
+
+    from attnlab.models.registry import load_model
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(sorted((lora_run / "checkpoints").iterdir())[-1], checkpoint)
+    (checkpoint / "lora_run.json").write_text(json.dumps({"format": "attnlab-lora", "rank": 0, "alpha": 8}))
+    with pytest.raises(ValueError, match="lora_run.json: not an attnlab LoRA record"):
+        load_model(checkpoint)
+    (checkpoint / "lora_run.json").unlink()
+    with pytest.raises(ValueError, match="holds LoRA adapters .*lora_run.json is missing"):
+        load_model(checkpoint)
