@@ -183,6 +183,45 @@ class StaticKVCache:
     def __getitem__(self, i: int) -> "_StaticLayerCache":
         return self.layers[i]
 
+    def step_tensors(self) -> list[Tensor]:
+        """Every tensor a fixed-shape step reads or writes, flat, in one fixed order:
+        ``write_index``, ``positions``, the key mask (made all-real when there is none),
+        the conditioning (when set), each layer's ``kv``, then each layer's cross-attention
+        keys and values (when the layers have them). An ahead-of-time compiled step
+        (:mod:`attnlab.generation.aot`) takes its cache as these plain inputs, written in
+        place; :meth:`over_step_tensors` is the inverse."""
+        tensors = [self.write_index, self.positions, self.full_key_mask()]
+        if self.conditioning is not None:
+            tensors.append(self.conditioning)
+        tensors.extend(self.kv)
+        for layer in self.layers:
+            if layer.cross_attn is not None:
+                tensors += [layer.cross_attn.k, layer.cross_attn.v]
+        return tensors
+
+    @classmethod
+    def over_step_tensors(cls, tensors: list[Tensor], *, num_layers: int, conditioning: bool,
+                          cross_attention: bool) -> "StaticKVCache":
+        """A fixed-shape cache over the tensors of :meth:`step_tensors` (no copies: the
+        step's writes go into them); the host's count of positions starts at 0 and is not
+        read by a fixed-shape step."""
+        tensors = list(tensors)
+        cache = cls.__new__(cls)
+        cache.write_index, cache.positions, cache.key_mask = tensors[:3]
+        cache.conditioning = tensors[3] if conditioning else None
+        first = 4 if conditioning else 3
+        cache.kv = tensors[first:first + num_layers]
+        cache.capacity = cache.kv[0].shape[3]
+        cache.fixed_shape = True
+        cache.length = 0
+        cache._spares = None
+        cache.layers = [_StaticLayerCache(cache, kv, cross_attention) for kv in cache.kv]
+        if cross_attention:
+            memory = tensors[first + num_layers:]
+            for i, layer in enumerate(cache.layers):
+                layer.cross_attn.set(memory[2 * i], memory[2 * i + 1])
+        return cache
+
     def advance(self, count: int) -> None:
         """``count`` positions were written (the stack calls this after each forward/step).
 
