@@ -291,23 +291,24 @@ class StaticKVCache:
 
     def reorder(self, index: Tensor, *, include_memory: bool = True) -> None:
         """Keep batch rows ``index``: only the filled prefix is copied (beam search reorders
-        every step; the slots after it are never read), the whole buffer in fixed-shape mode
-        (whose steps read every slot)."""
+        every step; the slots after it are never read as keys: a fixed-shape step reads them
+        but masks them by position, so its spare buffers start as zeros, never NaN)."""
         index = torch.as_tensor(index)
         spares = self._spares if self._spares is not None else [None] * len(self.layers)
         for i, layer in enumerate(self.layers):
             kv = layer.self_attn.kv
-            if self.fixed_shape or self.length >= self.capacity:
+            if self.length >= self.capacity:
                 layer.self_attn.kv = kv.index_select(1, index)
                 continue
             # Into the buffer the previous reorder left (same rows): no fresh allocation, and
             # so no page faults, every step.
             selected = spares[i]
             if selected is None or selected.shape[1] != len(index):
-                selected = kv.new_empty((kv.shape[0], len(index), *kv.shape[2:]))
+                shape = (kv.shape[0], len(index), *kv.shape[2:])
+                selected = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
             torch.index_select(kv.narrow(3, 0, self.length), 1, index, out=selected.narrow(3, 0, self.length))
             layer.self_attn.kv, spares[i] = selected, kv
-        self._spares = None if self.fixed_shape else spares
+        self._spares = spares
         if include_memory:
             self.reorder_memory(index)
         self.kv = [layer.self_attn.kv for layer in self.layers]

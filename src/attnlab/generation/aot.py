@@ -64,6 +64,7 @@ from torch import Tensor, nn
 from attnlab.attention.cache import StaticKVCache
 from attnlab.files import atomic_write_json, fsync_path, read_json_object
 from attnlab.generation import compiled as _compiled
+from attnlab.linear import packed_inference
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_step", "cache_directory", "package_key", "use_aot"]
 
@@ -178,28 +179,52 @@ def package_key(structure: dict) -> str:
 
 
 def _example_inputs(model, layout: Layout, cache: StaticKVCache, memory_mask: Tensor | None):
-    """Example inputs for export and their dynamic shapes."""
+    """Example inputs for export (zeros shaped like ``cache``'s step tensors, every dynamic
+    size at least 2: export would specialise a size of 1) and their dynamic shapes."""
     state = cache.step_tensors()
-    rows = state[1].shape[0]
-    tokens = torch.zeros(rows, dtype=torch.long, device=state[0].device)
     num_layers = len(cache.layers)
-    first = 4 if cache.conditioning is not None else 3
     Dim = torch.export.Dim
     limit = getattr(getattr(model, "config", None), "max_positions", None) or (1 << 20)
     capacity = None if layout.capacity is not None else Dim("capacity", min=MIN_CAPACITY, max=max(limit, 8))
+    sizes = {3: max(state[2].shape[3], MIN_CAPACITY)} if capacity is not None else {}
+
+    def like(t: Tensor, changes: dict[int, int]) -> Tensor:
+        shape = [changes.get(dim, size) for dim, size in enumerate(t.shape)]
+        return torch.ones(shape, dtype=t.dtype, device=t.device) if t.dtype == torch.bool else t.new_zeros(shape)
+
     if layout.kind == "search":
-        sources = Dim("sources", min=1, max=1 << 16)
-        rows_dim = layout.beam * sources if layout.beam > 1 else sources
+        memory = cache.layers[0].cross_attn.k
+        if memory_mask is None:
+            memory_mask = torch.ones(memory.shape[0], 1, 1, memory.shape[2], dtype=torch.bool, device=memory.device)
         source_length = Dim("source_length", min=MIN_CAPACITY, max=1 << 20)
-        shapes = [None, {0: rows_dim}, {0: rows_dim, 3: capacity}]
-        shapes += [{1: rows_dim, 3: capacity}] * num_layers
-        shapes += [{0: sources, 2: source_length}] * (2 * num_layers)
-        return (tokens, state, memory_mask), ({0: rows_dim}, shapes, {0: sources, 3: source_length})
-    shapes = [None, None, None if capacity is None else {3: capacity}]
-    if first == 4:
-        shapes.append(None)
-    shapes += [None if capacity is None else {3: capacity}] * num_layers
-    return (tokens, state), (None, shapes)
+        length = max(memory.shape[2], MIN_CAPACITY)
+        if layout.batch == 1:  # one row: a fixed batch (the step's one-row products)
+            rows_dim = sources = None
+            n_rows, n_sources = 1, 1
+        else:
+            sources = Dim("sources", min=1 if layout.beam > 1 else MIN_CAPACITY, max=1 << 16)
+            rows_dim = layout.beam * sources if layout.beam > 1 else sources
+            n_sources = max(memory.shape[0], MIN_CAPACITY)
+            n_rows = layout.beam * n_sources
+        rows_change = {0: n_rows} if rows_dim is not None else {}
+        example = [like(state[0], {}), like(state[1], rows_change), like(state[2], {**rows_change, **sizes})]
+        example += [like(kv, {**({1: n_rows} if rows_dim is not None else {}), **sizes}) for kv in state[3:3 + num_layers]]
+        example += [like(m, {0: n_sources, 2: length}) for m in state[3 + num_layers:]]
+        tokens = torch.zeros(n_rows, dtype=torch.long, device=memory.device)
+        mask = like(memory_mask, {0: n_sources, 3: length})
+        row = None if rows_dim is None else {0: rows_dim}
+        shapes = [None, row, {**(row or {}), **({3: capacity} if capacity is not None else {})}]
+        shapes += [{**({1: rows_dim} if rows_dim is not None else {}), **({3: capacity} if capacity is not None
+                                                                            else {})}] * num_layers
+        shapes += [{**({0: sources} if sources is not None else {}), 2: source_length}] * (2 * num_layers)
+        mask_shape = {**({0: sources} if sources is not None else {}), 3: source_length}
+        return (tokens, example, mask), (row, shapes, mask_shape)
+    first = 4 if cache.conditioning is not None else 3
+    dynamic = None if capacity is None else {3: capacity}
+    example = [like(t, sizes if i == 2 or i >= first else {}) for i, t in enumerate(state)]
+    shapes = [None, None, dynamic] + [None] * (first - 3) + [dynamic] * num_layers
+    tokens = torch.zeros(state[1].shape[0], dtype=torch.long, device=state[0].device)
+    return (tokens, example), (None, shapes)
 
 
 # --------------------------------------------------------------------------------------- #
@@ -291,7 +316,9 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
               f"structure) into {paths.package}", file=sys.stderr, flush=True)
     temporary = paths.directory / f".{paths.package.stem}.tmp-{os.getpid()}.pt2"
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        # Plain products in the graph: oneDNN's reordered weights (packed_inference, beam
+        # search) are opaque objects export cannot name.
+        with torch.no_grad(), packed_inference(False), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 exported = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=True)
@@ -360,6 +387,17 @@ class AotStep:
             self._loader.load_constants(constants, False, True, True)  # user_managed: the model's storage
             self._constants, self._bound = constants, bound
 
+    def accepts(self, cache: StaticKVCache) -> bool:
+        """Whether a cache of this many rows and memory positions fits the package (a search
+        package for several rows takes at least 2 per step and 2 memory positions)."""
+        if self.layout.kind != "search":
+            return True
+        rows = cache.positions.shape[0]
+        memory = cache.layers[0].cross_attn.k
+        if memory.shape[2] < MIN_CAPACITY:
+            return False
+        return rows == 1 if self.layout.batch == 1 else rows >= MIN_CAPACITY
+
     def __call__(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
         inputs = [tokens, *cache.step_tensors()]
         if self.layout.kind == "search":
@@ -383,11 +421,13 @@ def _named_tensors(model) -> dict[str, Tensor]:
 _STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {key: AotStep | reason}
 
 
-def _layout_of(model, kind: str, batch: int | None, beam: int | None, cache: StaticKVCache) -> Layout:
+def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache) -> Layout:
     windows = [getattr(layer.self_attn.pattern, "cache_window", None) for layer in _stack(model).layers]
     fixed = kind == "image" or any(w is not None for w in windows)
-    return Layout(kind, batch=None if kind == "search" else batch, beam=beam if kind == "search" else None,
-                  capacity=cache.capacity if fixed else None)
+    if kind == "search":  # the rows vary (sources leave the batch), except a single row
+        return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
+                      capacity=cache.capacity if fixed else None)
+    return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None)
 
 
 def _stack(model):
