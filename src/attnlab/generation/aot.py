@@ -169,7 +169,9 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype, 
     return {"format": FORMAT, "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
             "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "tensors": tensors}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "gpu": (torch.cuda.get_device_name(device), list(torch.cuda.get_device_capability(device)))
+            if device.type == "cuda" else None, "tensors": tensors}
 
 
 def package_key(structure: dict) -> str:

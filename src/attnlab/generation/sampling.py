@@ -191,7 +191,7 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     history = [list(p) for p in prompts]  # for the sliding window
 
     ids, mask = _left_pad(prompts, config.pad_id, device)
-    graph_fits = greedy and not (watch or sliding_window) and device.type == "cuda"
+    graph_fits = greedy and not (watch or sliding_window) and device.type == "cuda" and compile != "aot"
     if cuda_graph and not graph_fits:
         raise ValueError("cuda_graph=True needs greedy decoding on a CUDA device without stops, on_token or "
                          "sliding_window")
