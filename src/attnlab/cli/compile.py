@@ -73,9 +73,11 @@ def example_cache(model, kind: str, batch: int, beam: int):
     """A fixed-shape cache shaped as decoding makes it (the package's example inputs)."""
     import torch
 
+    from attnlab.generation.aot import aot_capacity
+
     device = next(model.parameters()).device
     if kind == "causal":
-        return model.new_cache(batch, min(16, model.config.max_positions), fixed_shape=True)
+        return model.new_cache(batch, aot_capacity(model, min(16, model.config.max_positions)), fixed_shape=True)
     if kind == "image":
         c = model.config
         cache = model.new_cache(batch, fixed_shape=True)

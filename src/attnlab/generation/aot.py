@@ -66,7 +66,8 @@ from attnlab.files import atomic_write_json, fsync_path, read_json_object
 from attnlab.generation import compiled as _compiled
 from attnlab.linear import packed_inference
 
-__all__ = ["AotStep", "AotUnavailable", "Layout", "aot_step", "cache_directory", "package_key", "use_aot"]
+__all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
+           "package_key", "use_aot"]
 
 FORMAT = 1
 """Bumped whenever what a package takes or returns changes (part of every key)."""
@@ -423,9 +424,32 @@ def _named_tensors(model) -> dict[str, Tensor]:
 _STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {key: AotStep | reason}
 
 
+DYNAMIC_CAPACITY_PATTERNS = ("causal", "full")
+"""Patterns whose step exports with the capacity as a dynamic size. Others branch on it (a
+window, the relative patterns' clipped distances: export then guards a range): their packages
+have a fixed capacity, rounded up by :func:`aot_capacity` so that nearby lengths share one."""
+
+
+def dynamic_capacity(model) -> bool:
+    """Whether ``model``'s step exports for any cache capacity (one package for every length)."""
+    for layer in _stack(model).layers:
+        spec = layer.self_attn.pattern.spec()
+        if (spec if isinstance(spec, str) else spec.get("name")) not in DYNAMIC_CAPACITY_PATTERNS:
+            return False
+    return True
+
+
+def aot_capacity(model, needed: int) -> int:
+    """The cache capacity a package for ``model`` is built for when ``needed`` positions are:
+    ``needed`` itself where the capacity is dynamic, else rounded up to a multiple of 256
+    (:func:`~attnlab.generation.compiled.bucket_capacity`, at most the context)."""
+    if dynamic_capacity(model):
+        return needed
+    return _compiled.bucket_capacity(needed, getattr(model.config, "max_positions", None))
+
+
 def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache) -> Layout:
-    windows = [getattr(layer.self_attn.pattern, "cache_window", None) for layer in _stack(model).layers]
-    fixed = kind == "image" or any(w is not None for w in windows)
+    fixed = kind == "image" or not dynamic_capacity(model)
     if kind == "search":  # the rows vary (sources leave the batch), except a single row
         return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
                       capacity=cache.capacity if fixed else None)

@@ -38,7 +38,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from attnlab.generation.aot import use_aot
+from attnlab.generation.aot import aot_capacity, use_aot
 from attnlab.generation.compiled import bucket_capacity, check_compile, compiled_step, use_compiled
 
 TokenCallback = Callable[[int, int], None]
@@ -205,8 +205,8 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     decode_step = model.step
     aot = None
     if compile == "aot":
-        # One package for every capacity (a dynamic size): the cache is sized exactly.
-        cache = model.new_cache(batch, capacity, fixed_shape=True)
+        # One package for every capacity where the pattern allows (a dynamic size), else per bucket.
+        cache = model.new_cache(batch, aot_capacity(model, capacity), fixed_shape=True)
         aot = use_aot(model, "causal", cache)
         if aot is None:
             cache = model.new_cache(batch, capacity)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
                                           max_lengths)
-from attnlab.generation.aot import use_aot
+from attnlab.generation.aot import aot_capacity, use_aot
 from attnlab.generation.compiled import check_compile
 from attnlab.linear import packed_inference
 
@@ -60,6 +60,8 @@ class _Decoder:
             memory_mask = memory_mask.expand(memory.shape[0], *memory_mask.shape[1:])
         if self.fast:
             # One row per source to start with; the first reorder expands them.
+            if self.aot:
+                capacity = aot_capacity(model, capacity)
             self.cache = model.new_step_cache(memory, rows_per_source=1, capacity=capacity, fixed_shape=self.aot)
             self.memory = None
             self.memory_mask = None if memory_mask is None or bool(memory_mask.all()) else memory_mask
