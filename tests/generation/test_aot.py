@@ -137,10 +137,13 @@ def copied(built, tmp_path, monkeypatch):
 
 
 def test_a_corrupt_or_truncated_package_is_refused_and_rebuilt(copied, monkeypatch):
+    leftover = copied.parent / f".{copied.stem}.tmp-999999999.pt2"  # what a killed build leaves
+    leftover.write_bytes(b"half a package")
     data = bytearray(copied.read_bytes())
     data[len(data) // 2] ^= 0xFF
     copied.write_bytes(bytes(data))
     _refused_then_rebuilt(monkeypatch, "a corrupt package was loaded")
+    assert not leftover.exists()  # a dead process's temporary package: removed before building
     copied.write_bytes(bytes(data[: len(data) // 3]))
     _refused_then_rebuilt(monkeypatch, "a truncated package was loaded")
 

@@ -62,7 +62,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StaticKVCache
-from attnlab.files import atomic_write_json, fsync_path, read_json_object
+from attnlab.files import atomic_write_json, fsync_path, pid_alive, read_json_object
 from attnlab.generation import compiled as _compiled
 from attnlab.linear import packed_inference
 
@@ -354,6 +354,15 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         print(f"attnlab: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
+def _remove_leftovers(paths: _Paths) -> None:
+    """Delete the temporary packages of this key that killed builds left (``.<key>.tmp-PID.pt2``
+    of a process that no longer exists; called under the key's lock)."""
+    for leftover in paths.directory.glob(f".{paths.package.stem}.tmp-*.pt2"):
+        pid = leftover.name.rsplit("-", 1)[-1].split(".")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and not leftover.is_symlink():
+            leftover.unlink(missing_ok=True)
+
+
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [""])[0][:200]
 
@@ -506,6 +515,7 @@ def _load_or_build(model, layout, cache, memory_mask, derived, structure, key, q
             module = _StepModule(model, layout, derived, len(stack.layers), cache.conditioning is not None,
                                  stack.has_cross_attention)
             example, shapes = _example_inputs(model, layout, cache, memory_mask)
+            _remove_leftovers(paths)
             _build(module, example, shapes, structure, paths, quiet=quiet)
         try:
             return AotStep(paths.package, layout, names, key)
