@@ -137,8 +137,9 @@ def copied(built, tmp_path, monkeypatch):
 
 
 def test_a_corrupt_or_truncated_package_is_refused_and_rebuilt(copied, monkeypatch):
-    leftover = copied.parent / f".{copied.stem}.tmp-999999999.pt2"  # what a killed build leaves
-    leftover.write_bytes(b"half a package")
+    leftover = copied.parent / f".{copied.stem}.tmp-999999999"  # what a killed build leaves
+    leftover.mkdir()
+    (leftover / copied.name).write_bytes(b"half a package")
     data = bytearray(copied.read_bytes())
     data[len(data) // 2] ^= 0xFF
     copied.write_bytes(bytes(data))

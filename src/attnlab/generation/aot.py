@@ -33,7 +33,8 @@ version), a package whose checksum does not match its manifest (corrupt, truncat
 missing package is rebuilt, never run; a file at either name that attnlab did not write (no
 attnlab manifest) is never replaced: decoding then runs eagerly and says why. Builds of one
 package are serialised by an ``flock`` on ``.<key>.lock``; the package is written under a
-temporary name, its manifest (with the checksum) written atomically, and only then renamed
+temporary directory (``.<key>.tmp-PID/``, removed by the next build once that process is
+gone), its manifest (with the checksum) written atomically, and only then renamed
 into place. Loading a package loads native code, so the cache directory must be as trusted
 as the Python environment (it is the user's own, like torch's inductor cache).
 
@@ -51,6 +52,7 @@ import inspect
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 import warnings
@@ -62,7 +64,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StaticKVCache
-from attnlab.files import atomic_write_json, fsync_path, pid_alive, read_json_object
+from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries
 from attnlab.generation import compiled as _compiled
 from attnlab.linear import packed_inference
 
@@ -317,7 +319,9 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
     if not quiet:
         print(f"attnlab: compiling the decode step ahead of time (AOTInductor; about 25-60 s, once per model "
               f"structure) into {paths.package}", file=sys.stderr, flush=True)
-    temporary = paths.directory / f".{paths.package.stem}.tmp-{os.getpid()}.pt2"
+    workspace = paths.directory / f".{paths.package.stem}.tmp-{os.getpid()}"
+    workspace.mkdir()
+    temporary = workspace / paths.package.name  # the package's own name: its archive is named after it
     try:
         # Plain products in the graph: oneDNN's reordered weights (packed_inference, beam
         # search) are opaque objects export cannot name.
@@ -349,18 +353,15 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         os.replace(temporary, paths.package)
         fsync_path(paths.directory)
     finally:
-        temporary.unlink(missing_ok=True)
+        shutil.rmtree(workspace, ignore_errors=True)
     if not quiet:
         print(f"attnlab: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 def _remove_leftovers(paths: _Paths) -> None:
-    """Delete the temporary packages of this key that killed builds left (``.<key>.tmp-PID.pt2``
-    of a process that no longer exists; called under the key's lock)."""
-    for leftover in paths.directory.glob(f".{paths.package.stem}.tmp-*.pt2"):
-        pid = leftover.name.rsplit("-", 1)[-1].split(".")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and not leftover.is_symlink():
-            leftover.unlink(missing_ok=True)
+    """Delete what killed builds of this key left (``.<key>.tmp-PID/`` of a process that no
+    longer exists; called under the key's lock)."""
+    remove_stale_temporaries(paths.directory, f".{paths.package.stem}.tmp-*")
 
 
 def _first_line(error: BaseException) -> str:
