@@ -47,10 +47,14 @@ CTranslate2 is a benchmark-only dependency (``pip install ctranslate2``); withou
 
 ``--compile`` adds a column: attnlab fp32 with the compiled step (``generate(...,
 compile=True)``, attnlab.generation.compiled); its compilation happens in the untimed first
-call, and its tokens are compared with the eager ones.
+call, and its tokens are compared with the eager ones. ``--aot`` adds attnlab fp32 with the
+step compiled ahead of time (``compile="aot"``, attnlab.generation.aot; the package is built
+or loaded from $ATTNLAB_CACHE in the untimed first call) to the greedy rows and to
+``--translate``'s beam search (its best hypotheses compared with the eager search's too).
+int8 has no AOT column: its prepacked weights do not export (the aot module says why).
 
 Run:  python benchmarks/cpu_engines.py [--quick] [--sizes small medium gpt2] [--threads 1 2]
-      [--repeats 5] [--kernels] [--no-ct2] [--compile]
+      [--repeats 5] [--kernels] [--no-ct2] [--compile] [--aot]
       python benchmarks/cpu_engines.py --translate [--shapes transformer_base multi30k] [--batches 1 32]
       python benchmarks/cpu_engines.py --bandwidth
 """
@@ -116,7 +120,7 @@ def hf_generate(hf, prompt: torch.Tensor, new_tokens: int) -> list[int]:
     return out[0, prompt.shape[1]:].tolist()
 
 
-def ours_generate(model, prompt: torch.Tensor, new_tokens: int, compile: bool = False) -> list[int]:
+def ours_generate(model, prompt: torch.Tensor, new_tokens: int, compile: bool | str = False) -> list[int]:
     return generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile=compile)[0]
 
 
@@ -135,7 +139,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, with_ct2: bool,
-             compile: bool = False) -> None:
+             compile: bool = False, aot: bool = False) -> None:
     with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf, ours, converted = build(size, directory, with_ct2)
@@ -157,6 +161,8 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
             }
             if compile:  # its first call (below, for the tokens) compiles; the timed runs reuse it
                 runs["attnlab compiled"] = lambda: ours_generate(ours, prompt, new_tokens, compile=True)
+            if aot:  # the first call builds or loads the package (untimed)
+                runs["attnlab aot"] = lambda: ours_generate(ours, prompt, new_tokens, compile="aot")
             if with_ct2:
                 runs["CT2 fp32"] = lambda: ct2_generate(engines["float32"], prompt, new_tokens)
                 runs["CT2 int8"] = lambda: ct2_generate(engines["int8"], prompt, new_tokens)
@@ -171,6 +177,9 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
             if compile:
                 where = first_difference(tokens["attnlab fp32"], tokens["attnlab compiled"])
                 checks.append("compiled == fp32" if where is None else f"compiled differs from token {where}")
+            if aot:
+                where = first_difference(tokens["attnlab fp32"], tokens["attnlab aot"])
+                checks.append("aot == fp32" if where is None else f"aot differs from token {where}")
             for name in [n for n in runs if "int8" in n]:  # greedy paths diverge for good after one difference
                 where = first_difference(tokens["attnlab fp32"], tokens[name])
                 checks.append(f"{name} == fp32" if where is None else f"{name} follows fp32 for {where} tokens")
@@ -186,7 +195,9 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
                       f"{rate['attnlab int8'] / rate['CT2 int8']:.2f}x" if with_ct2 else "")
                   + (f", compiled/eager fp32 {rate['attnlab compiled'] / rate['attnlab fp32']:.2f}x" if compile else "")
                   + (f", compiled/CT2 fp32 {rate['attnlab compiled'] / rate['CT2 fp32']:.2f}x"
-                     if compile and with_ct2 else ""))
+                     if compile and with_ct2 else "")
+                  + (f", aot/eager fp32 {rate['attnlab aot'] / rate['attnlab fp32']:.2f}x" if aot else "")
+                  + (f", aot/CT2 fp32 {rate['attnlab aot'] / rate['CT2 fp32']:.2f}x" if aot and with_ct2 else ""))
 
 
 def kernels(repeats: int, quick: bool) -> None:
@@ -315,7 +326,7 @@ def translation_batches(tokenizer, sentences: list[str], batch: int, pad_id: int
 
 
 def run_translate(shape: str, threads_list: list[int], batch_sizes: list[int], sentences: dict[int, int],
-                  repeats: int, directory: str, spm_model: str) -> list[dict]:
+                  repeats: int, directory: str, spm_model: str, aot: bool = False) -> list[dict]:
     import ctranslate2
 
     from attnlab.generation import beam_search
@@ -340,10 +351,10 @@ def run_translate(shape: str, threads_list: list[int], batch_sizes: list[int], s
             translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32", intra_threads=threads)
             outputs: dict[str, list] = {}
 
-            def ours():
-                outputs["attnlab"] = [hyps[0].tokens for src, _, limit in batches
-                                      for hyps in beam_search(model, src, beam_size=4, alpha=0.0, max_len_a=0,
-                                                              max_len_b=limit)]
+            def ours(compile=False, name="attnlab"):
+                outputs[name] = [hyps[0].tokens for src, _, limit in batches
+                                 for hyps in beam_search(model, src, beam_size=4, alpha=0.0, max_len_a=0,
+                                                         max_len_b=limit, compile=compile)]
 
             def theirs():
                 outputs["CT2"] = [[piece_to_id[piece] for piece in result.hypotheses[0]]
@@ -352,7 +363,11 @@ def run_translate(shape: str, threads_list: list[int], batch_sizes: list[int], s
                                       source, beam_size=4, length_penalty=0.0, max_decoding_length=limit,
                                       min_decoding_length=0, max_batch_size=0)]
 
-            medians = interleaved_medians({"attnlab": ours, "CT2": theirs}, repeats=repeats)
+            runs = {"attnlab": ours, "CT2": theirs}
+            if aot:
+                runs["attnlab aot"] = lambda: ours("aot", "attnlab aot")
+                runs["attnlab aot"]()  # builds or loads the package, untimed
+            medians = interleaved_medians(runs, repeats=repeats)
             ours_tokens = [[t for t in tokens if t != config.eos_id] for tokens in outputs["attnlab"]]
             same = sum(a == b for a, b in zip(ours_tokens, outputs["CT2"]))
             ended = sum(bool(tokens) and tokens[-1] == config.eos_id for tokens in outputs["attnlab"])
@@ -362,15 +377,22 @@ def run_translate(shape: str, threads_list: list[int], batch_sizes: list[int], s
                        mean_out=sum(lengths) / len(lengths),
                        mean_src=sum(n for _, ls, _ in batches for n in ls) / count)
             row["ratio"] = row["attnlab"] / row["ct2"]
+            aot_text = ""
+            if aot:
+                row["aot"] = count / medians["attnlab aot"]
+                aot_same = sum(a == b for a, b in zip(outputs["attnlab aot"], outputs["attnlab"]))
+                aot_text = (f"; aot {row['aot']:7.2f} sent/s, aot/CT2 {row['aot'] / row['ct2']:.2f}x, aot/eager "
+                            f"{row['aot'] / row['attnlab']:.2f}x, aot best == eager best {aot_same}/{count}")
             rows.append(row)
             print(f"  {shape:16s} batch {batch:2d}, {threads} thread(s), {count} sentences: attnlab "
                   f"{row['attnlab']:7.2f} sent/s, CT2 {row['ct2']:7.2f} sent/s, attnlab/CT2 {row['ratio']:.2f}x; "
                   f"identical best hypotheses {same}/{count}; mean source {row['mean_src']:.1f}, mean output "
-                  f"{row['mean_out']:.1f} tokens, {ended} ended in EOS", flush=True)
+                  f"{row['mean_out']:.1f} tokens, {ended} ended in EOS{aot_text}", flush=True)
     return rows
 
 
-def translate(shapes: list[str], threads_list: list[int], batch_sizes: list[int], repeats: int, quick: bool) -> None:
+def translate(shapes: list[str], threads_list: list[int], batch_sizes: list[int], repeats: int, quick: bool,
+              aot: bool = False) -> None:
     print("\nbeam-4 translation, attnlab vs CTranslate2 Translator, same random Marian weights; alpha 0 (plain "
           "log-prob: CT2 length_penalty=0), min length 0, max length ceil(1.2 x longest source + 10) per batch; "
           "Multi30k test_2016_flickr German sources; medians of interleaved runs")
@@ -384,7 +406,7 @@ def translate(shapes: list[str], threads_list: list[int], batch_sizes: list[int]
         hf_logging.set_verbosity_error()
         spm_model = train_sentencepiece(directory)
         for shape in shapes:
-            run_translate(shape, threads_list, batch_sizes, sentences, repeats, directory, spm_model)
+            run_translate(shape, threads_list, batch_sizes, sentences, repeats, directory, spm_model, aot)
 
 
 # -- GPT-2 small decoding as a fraction of the memory-bandwidth bound ----------------------
@@ -464,6 +486,8 @@ def main() -> None:
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--compile", action="store_true",
                         help="also attnlab fp32 with the compiled step (generate(..., compile=True))")
+    parser.add_argument("--aot", action="store_true",
+                        help="also attnlab fp32 with the step compiled ahead of time (compile='aot')")
     parser.add_argument("--quick", action="store_true",
                         help="a check that everything runs: small only, 1 thread, 16 new tokens, 2 repeats; "
                              "the translation rows at multi30k, batches 1 and 4; the bandwidth rows with 16 tokens")
@@ -485,12 +509,14 @@ def main() -> None:
     start = time.perf_counter()
     if engines:
         for size in args.sizes:
-            run_size(size, args.threads, args.repeats, 16 if args.quick else SIZES[size][1], with_ct2, args.compile)
+            run_size(size, args.threads, args.repeats, 16 if args.quick else SIZES[size][1], with_ct2, args.compile,
+                     args.aot)
     if args.kernels or args.quick:
         kernels(args.repeats, args.quick)
     if args.translate:
         if with_ct2:
-            translate(args.shapes, args.threads, args.batches, 1 if args.quick else args.repeats, args.quick)
+            translate(args.shapes, args.threads, args.batches, 1 if args.quick else args.repeats, args.quick,
+                      args.aot)
         else:
             print("\n--translate compares with CTranslate2, which is not available: skipped")
     if args.bandwidth:

@@ -1,6 +1,6 @@
 """GPU speed of attnlab against its peers: one process, the same shapes and weights for each.
 
-    PYTHONPATH=src python3 benchmarks/gpu.py [--quick] [--translation-model DIR] [--only decode,train,varlen,translate]
+    PYTHONPATH=src python3 benchmarks/gpu.py [--quick] [--translation-model DIR] [--only decode,train,varlen,translate,aot]
 
 Needs torch with CUDA and transformers (the peers). Every figure is a median of timed
 repetitions after a warm-up, with ``torch.cuda.synchronize()`` around each; the runs of the
@@ -24,6 +24,14 @@ libraries being compared are interleaved (A B A B ...) so a clock or thermal dri
   loaded and warmed up: sentences/s of the eager beam search and of ``cuda_graph=True``
   (graphs captured per batch and length bucket on the first pass, replayed after), and how
   many translations agree.
+* **aot** (only when named: ``--only aot``): GPT-2-small greedy b1 (fp32 and bf16, ``--aot-dtypes``)
+  with the decode step compiled ahead of time for CUDA (``generate(..., compile="aot")``,
+  :mod:`attnlab.generation.aot`: torch.export + AOTInductor, Triton kernels called from a C++
+  wrapper, no Python in the step; the package is built into a fresh ``$ATTNLAB_CACHE`` and its
+  build time printed), the same package's step replayed from a CUDA graph captured around the
+  runner call where capture works (inductor makes no CUDA graphs in an AOT package itself), attnlab's
+  own CUDA-graph greedy path, and HF with its static cache (not compiled: that takes minutes
+  per configuration). Sized to finish in about 3 minutes, builds included, on an H200.
 """
 
 from __future__ import annotations
@@ -106,6 +114,87 @@ def decode(batch: int, dtype: torch.dtype, new_tokens: int, repeats: int, hf_com
           f"vs fastest ({fastest_peer}) {seconds[fastest_peer] / seconds['attnlab']:4.2f}x | "
           f"bound ~{bound:6.0f} ({tokens / seconds['attnlab'] / bound:5.1%}) | identical tokens "
           + ", ".join(f"{name}: {value}" for name, value in same.items()))
+
+
+# ------------------------------------------------------------------------------ ahead of time
+def decode_aot(dtype: torch.dtype, new_tokens: int, repeats: int) -> None:
+    import os
+    import tempfile
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from attnlab.generation import generate
+    from attnlab.generation.aot import aot_step
+    from attnlab.interop import from_hf_gpt2
+
+    os.environ.setdefault("ATTNLAB_CACHE", tempfile.mkdtemp(prefix="attnlab-aot-"))
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(bos_token_id=0, eos_token_id=0)).eval()
+    ours = from_hf_gpt2(hf)
+    hf, ours = hf.cuda().to(dtype), ours.cuda().to(dtype).eval()
+    prompt = torch.randint(1, 50257, (1, 16), device="cuda")
+    started = time.perf_counter()
+    aot_tokens = generate(ours, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")  # builds
+    torch.cuda.synchronize()
+    built = time.perf_counter() - started
+
+    def graphed_aot():
+        """The package's step captured once in a CUDA graph and replayed per token (the
+        greedy choice inside the graph too): what is left of per-token host work."""
+        with torch.inference_mode():
+            cache = ours.new_cache(1, prompt.shape[1] + new_tokens, fixed_shape=True)
+            step = aot_step(ours, "causal", cache)
+            logits = ours.prefill(prompt, cache)
+            current = logits.argmax(-1)
+            produced = torch.empty(1, new_tokens, dtype=torch.long, device="cuda")
+            inputs = [current, *cache.step_tensors()]
+            run = step._loader.run
+            snapshot = cache.snapshot()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # warm-up off the capture
+                current.copy_(run(inputs)[0].argmax(-1))
+            torch.cuda.current_stream().wait_stream(stream)
+            cache.restore(snapshot)
+            current.copy_(logits.argmax(-1))
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                current.copy_(run(inputs)[0].argmax(-1))
+            for t in range(new_tokens):
+                produced[:, t] = current
+                if t < new_tokens - 1:
+                    graph.replay()
+            return produced.tolist()
+
+    runs = {"attnlab aot": lambda: generate(ours, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot"),
+            "attnlab aot+graph": graphed_aot,
+            "attnlab graph": lambda: generate(ours, prompt, max_new_tokens=new_tokens, greedy=True),
+            "attnlab eager": lambda: generate(ours, prompt, max_new_tokens=new_tokens, greedy=True, cuda_graph=False)}
+
+    def hf_static():
+        with torch.inference_mode():
+            out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                              min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+                              cache_implementation="static")
+        return out[:, prompt.shape[1]:].tolist()
+
+    runs["HF static"] = hf_static
+    outputs = {}
+    for name, fn in list(runs.items()):
+        try:
+            outputs[name] = fn()
+        except Exception as error:  # say what could not run, go on with the others
+            print(f"  ({name} skipped: {type(error).__name__}: {str(error)[:160]})")
+            del runs[name]
+    seconds = interleaved(runs, repeats)
+    rates = " | ".join(f"{name} {new_tokens / t:7.0f}" for name, t in seconds.items())
+    same = ", ".join(f"{name}: {outputs[name] == aot_tokens}" for name in outputs)
+    print(f"aot gpt2-small b1 {str(dtype)[6:]}: package built in {built:.0f} s | tok/s: {rates} | "
+          + (f"aot / HF static {seconds['HF static'] / seconds['attnlab aot']:4.2f}x"
+             if "HF static" in seconds and "attnlab aot" in seconds else "")
+          + (f", aot+graph / HF static {seconds['HF static'] / seconds['attnlab aot+graph']:4.2f}x"
+             if "attnlab aot+graph" in seconds and "HF static" in seconds else "")
+          + f" | tokens identical to aot: {same}", flush=True)
 
 
 # ------------------------------------------------------------------------------ training
@@ -236,6 +325,7 @@ def main() -> None:
                              "3: big 25.6k bf16; default: all)")
     parser.add_argument("--translate-batches", default="100,500,1000",
                         help="comma-separated batch sizes of the beam-4 translation figure (default: 100,500,1000)")
+    parser.add_argument("--aot-dtypes", default="fp32,bf16", help="--only aot: which dtypes (default: both)")
     parser.add_argument("--no-hf-compile", action="store_true", help="skip HF's compiled static cache (minutes of "
                                                                      "compilation per configuration)")
     args = parser.parse_args()
@@ -259,6 +349,10 @@ def main() -> None:
             varlen(preset, 400, 64, 32000, repeats)
     if "translate" in sections and args.translation_model:
         translate(args.translation_model, repeats, tuple(int(b) for b in args.translate_batches.split(",")))
+    if "aot" in sections:
+        names = {"fp32": torch.float32, "bf16": torch.bfloat16}
+        for name in args.aot_dtypes.split(","):
+            decode_aot(names[name], 64 if args.quick else 128, repeats)
 
 
 if __name__ == "__main__":

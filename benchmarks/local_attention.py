@@ -143,7 +143,7 @@ def sampling_model(name: str):
     return attnlab.create_model(preset, **overrides).eval()
 
 
-def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS, compile: bool = False) -> list[dict]:
+def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS, compile: bool | str = False) -> list[dict]:
     from attnlab.generation.images import sample_images
 
     rows = []
@@ -153,7 +153,7 @@ def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS, compil
         cached, compiled, compile_seconds = [], [], None
         if compile:  # the first compiled call compiles: timed apart, then interleaved with the eager runs
             start = time.perf_counter()
-            sample_images(model, 1, generator=torch.Generator().manual_seed(0), compile=True)
+            sample_images(model, 1, generator=torch.Generator().manual_seed(0), compile=compile)
             compile_seconds = time.perf_counter() - start
         for _ in range(repeats):
             start = time.perf_counter()
@@ -161,7 +161,7 @@ def benchmark_sampling(subset: int, repeats: int, models=SAMPLING_MODELS, compil
             cached.append(time.perf_counter() - start)
             if compile:
                 start = time.perf_counter()
-                sample_images(model, 1, generator=torch.Generator().manual_seed(0), compile=True)
+                sample_images(model, 1, generator=torch.Generator().manual_seed(0), compile=compile)
                 compiled.append(time.perf_counter() - start)
         sequence = model.images_to_sequence(image.long())
         points = sorted({round(i * (length - 1) / (subset - 1)) for i in range(subset)})
@@ -212,12 +212,15 @@ def main() -> None:
                         help="sampling: presets, PRESET:HxWxC for another image size")
     parser.add_argument("--compile", action="store_true",
                         help="sampling: also the compiled step (sample_images(..., compile=True)), interleaved")
+    parser.add_argument("--aot", action="store_true",
+                        help="sampling: the compiled column with the step compiled ahead of time (compile='aot', "
+                             "attnlab.generation.aot; its first call builds or loads the package) instead")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)", flush=True)
     if args.what == "attention":
         benchmark_attention(args.lengths, args.repeats)
     else:
-        benchmark_sampling(args.subset, args.repeats, args.models, args.compile)
+        benchmark_sampling(args.subset, args.repeats, args.models, "aot" if args.aot else args.compile)
 
 
 if __name__ == "__main__":

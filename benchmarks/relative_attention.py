@@ -162,18 +162,20 @@ def sampling_part(args) -> None:
           f"{c.num_heads} heads, attention {c.attention}): with cache {with_cache:.2f} s "
           f"({args.sample_tokens / with_cache:.0f} tok/s), without {without:.2f} s "
           f"({args.sample_tokens / without:.1f} tok/s): {without / with_cache:.1f}× (same tokens)")
-    if args.compile:  # the compiled step: a first call that compiles, then eager and compiled interleaved
+    if args.compile or args.aot:  # the compiled step: a first call that compiles, then eager and compiled interleaved
+        mode = "aot" if args.aot else True
         start = time.perf_counter()
-        compiled_tokens = generate(model, [prompt], max_new_tokens=args.sample_tokens, greedy=True, compile=True)[0]
+        compiled_tokens = generate(model, [prompt], max_new_tokens=args.sample_tokens, greedy=True, compile=mode)[0]
         first = time.perf_counter() - start
         times = {"eager": [], "compiled": []}
         for _ in range(args.repeats):
             for name in times:
                 start = time.perf_counter()
-                generate(model, [prompt], max_new_tokens=args.sample_tokens, greedy=True, compile=name == "compiled")
+                generate(model, [prompt], max_new_tokens=args.sample_tokens, greedy=True,
+                         compile=mode if name == "compiled" else False)
                 times[name].append(time.perf_counter() - start)
         eager, compiled = (sorted(times[name])[len(times[name]) // 2] for name in ("eager", "compiled"))
-        print(f"compiled step: first call {first:.1f} s (compiling), then with cache eager {eager:.2f} s, compiled "
+        print(f"{'aot' if args.aot else 'compiled'} step: first call {first:.1f} s (compiling), then with cache eager {eager:.2f} s, compiled "
               f"{compiled:.2f} s (medians of {args.repeats}): {eager / compiled:.2f}×; against no cache "
               f"{without / compiled:.1f}×; tokens {'the same' if compiled_tokens == cached else 'DIFFERENT'}")
 
@@ -194,6 +196,8 @@ def main() -> None:
     parser.add_argument("--sample-preset", default="music_performance_small")
     parser.add_argument("--compile", action="store_true",
                         help="sampling: also generate(..., compile=True) (attnlab.generation.compiled)")
+    parser.add_argument("--aot", action="store_true",
+                        help="sampling: that column with the step compiled ahead of time (compile='aot')")
     parser.add_argument("--memory-child", nargs=3, metavar=("PATTERN", "LENGTH", "SHARED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

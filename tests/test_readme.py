@@ -195,6 +195,7 @@ def checkout(tmp_path):
     data.mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONPATH": str(copy / "src"), "ATTNLAB_DATA": str(data), "OMP_NUM_THREADS": "1",
+           "ATTNLAB_CACHE": str(root / "cache"),  # `attnlab compile`'s packages: not in the user's home
            "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("ATTNLAB_DEBUG", None)
     where = "import importlib.util; print(importlib.util.find_spec('attnlab').origin)"

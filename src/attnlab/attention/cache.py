@@ -183,6 +183,45 @@ class StaticKVCache:
     def __getitem__(self, i: int) -> "_StaticLayerCache":
         return self.layers[i]
 
+    def step_tensors(self) -> list[Tensor]:
+        """Every tensor a fixed-shape step reads or writes, flat, in one fixed order:
+        ``write_index``, ``positions``, the key mask (made all-real when there is none),
+        the conditioning (when set), each layer's ``kv``, then each layer's cross-attention
+        keys and values (when the layers have them). An ahead-of-time compiled step
+        (:mod:`attnlab.generation.aot`) takes its cache as these plain inputs, written in
+        place; :meth:`over_step_tensors` is the inverse."""
+        tensors = [self.write_index, self.positions, self.full_key_mask()]
+        if self.conditioning is not None:
+            tensors.append(self.conditioning)
+        tensors.extend(self.kv)
+        for layer in self.layers:
+            if layer.cross_attn is not None:
+                tensors += [layer.cross_attn.k, layer.cross_attn.v]
+        return tensors
+
+    @classmethod
+    def over_step_tensors(cls, tensors: list[Tensor], *, num_layers: int, conditioning: bool,
+                          cross_attention: bool) -> "StaticKVCache":
+        """A fixed-shape cache over the tensors of :meth:`step_tensors` (no copies: the
+        step's writes go into them); the host's count of positions starts at 0 and is not
+        read by a fixed-shape step."""
+        tensors = list(tensors)
+        cache = cls.__new__(cls)
+        cache.write_index, cache.positions, cache.key_mask = tensors[:3]
+        cache.conditioning = tensors[3] if conditioning else None
+        first = 4 if conditioning else 3
+        cache.kv = tensors[first:first + num_layers]
+        cache.capacity = cache.kv[0].shape[3]
+        cache.fixed_shape = True
+        cache.length = 0
+        cache._spares = None
+        cache.layers = [_StaticLayerCache(cache, kv, cross_attention) for kv in cache.kv]
+        if cross_attention:
+            memory = tensors[first + num_layers:]
+            for i, layer in enumerate(cache.layers):
+                layer.cross_attn.set(memory[2 * i], memory[2 * i + 1])
+        return cache
+
     def advance(self, count: int) -> None:
         """``count`` positions were written (the stack calls this after each forward/step).
 
@@ -252,23 +291,24 @@ class StaticKVCache:
 
     def reorder(self, index: Tensor, *, include_memory: bool = True) -> None:
         """Keep batch rows ``index``: only the filled prefix is copied (beam search reorders
-        every step; the slots after it are never read), the whole buffer in fixed-shape mode
-        (whose steps read every slot)."""
+        every step; the slots after it are never read as keys: a fixed-shape step reads them
+        but masks them by position, so its spare buffers start as zeros, never NaN)."""
         index = torch.as_tensor(index)
         spares = self._spares if self._spares is not None else [None] * len(self.layers)
         for i, layer in enumerate(self.layers):
             kv = layer.self_attn.kv
-            if self.fixed_shape or self.length >= self.capacity:
+            if self.length >= self.capacity:
                 layer.self_attn.kv = kv.index_select(1, index)
                 continue
             # Into the buffer the previous reorder left (same rows): no fresh allocation, and
             # so no page faults, every step.
             selected = spares[i]
             if selected is None or selected.shape[1] != len(index):
-                selected = kv.new_empty((kv.shape[0], len(index), *kv.shape[2:]))
+                shape = (kv.shape[0], len(index), *kv.shape[2:])
+                selected = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
             torch.index_select(kv.narrow(3, 0, self.length), 1, index, out=selected.narrow(3, 0, self.length))
             layer.self_attn.kv, spares[i] = selected, kv
-        self._spares = None if self.fixed_shape else spares
+        self._spares = spares
         if include_memory:
             self.reorder_memory(index)
         self.kv = [layer.self_attn.kv for layer in self.layers]

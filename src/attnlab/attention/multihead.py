@@ -148,7 +148,9 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
                 query_rows = (key, (weight.detach() if plain else weight)[:d])  # the table must not keep its key alive
                 if plain:
                     _QUERY_ROWS[weight] = query_rows
-            query_bias = None if bias is None else bias[:d]
+            # detached, as the weight's rows: an ahead-of-time compiled step (generation/aot.py)
+            # reads both as named inputs, which a view of a Parameter cannot be
+            query_bias = None if bias is None else bias.detach()[:d]
         self._step_plan = (weight, bias, query_rows[1], query_bias, out_weight, out_bias,
                            self.num_heads, self.head_dim, self.pattern.forward, self.pattern.cache_window,
                            step_linear(weight))

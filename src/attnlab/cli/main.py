@@ -26,6 +26,7 @@ SHARED_VERBS = {
     "data": "attnlab.cli.data",
     "train": "attnlab.cli.train",
     "evaluate": "attnlab.cli.evaluate",
+    "compile": "attnlab.cli.compile",
 }
 SHARED_TOOLS = {
     "explore": "attnlab.cli.explore",

@@ -264,6 +264,23 @@ def apply_quantize(model, mode: str | None, device: str) -> None:
     model.quantize(mode)
 
 
+# -- the decoding verbs' --compile (generation/aot.py) ----------------------------------------
+DECODE_COMPILE_CHOICES = ("off", "aot")
+
+
+def add_decode_compile_argument(parser) -> None:
+    """``--compile aot``: decode through the step compiled ahead of time (attnlab.generation.aot)."""
+    parser.add_argument("--compile", choices=DECODE_COMPILE_CHOICES, default="off",
+                        help="aot: run each decode step compiled ahead of time (AOTInductor; built once per model "
+                             "structure into $ATTNLAB_CACHE or ~/.cache/attnlab, 25-60 s, or beforehand by "
+                             "`attnlab compile`); off: eager steps (default: off)")
+
+
+def decode_compile(args) -> bool | str:
+    """What ``--compile`` asks of the decoding functions' ``compile=``."""
+    return "aot" if getattr(args, "compile", "off") == "aot" else False
+
+
 def add_precision_argument(parser) -> None:
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                         help="auto: bf16 autocast (float32 master weights) on a GPU that supports it, float32 "

@@ -40,7 +40,8 @@ import weakref
 import torch
 from torch import Tensor
 
-__all__ = ["CompiledStep", "bucket_capacity", "compiled_step", "unavailable_reason", "use_compiled"]
+__all__ = ["COMPILE_MODES", "CompiledStep", "bucket_capacity", "check_compile", "compiled_step", "unavailable_reason",
+           "use_compiled"]
 
 LENGTH_MULTIPLE = 256
 """Capacities are rounded up to a multiple of this (at most the model's context), so that
@@ -59,10 +60,22 @@ def unavailable_reason() -> str | None:
     return None
 
 
+COMPILE_MODES = (False, True, "aot")
+"""What the decoding functions take as ``compile``: eager, ``torch.compile``'d, or compiled ahead
+of time (:mod:`attnlab.generation.aot`)."""
+
+
+def check_compile(compile) -> None:
+    """ValueError unless ``compile`` is one of :data:`COMPILE_MODES` (None counts as False)."""
+    if compile is not None and not any(compile is mode or (isinstance(mode, str) and compile == mode)
+                                       for mode in COMPILE_MODES):
+        raise ValueError(f"compile={compile!r} must be False, True (torch.compile) or 'aot' (ahead of time)")
+
+
 def use_compiled(compile: bool, device: torch.device) -> bool:
     """Whether a caller that was asked for ``compile`` gets a compiled step: False (with one
     warning saying why) when the step cannot be compiled here, so decoding runs eagerly."""
-    if not compile:
+    if compile is not True:
         return False
     reason = unavailable_reason() if device.type == "cpu" else None
     if reason is not None:

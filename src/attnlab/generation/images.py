@@ -17,7 +17,8 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from attnlab.generation.compiled import compiled_step, use_compiled
+from attnlab.generation.aot import use_aot
+from attnlab.generation.compiled import check_compile, compiled_step, use_compiled
 from attnlab.generation.sampling import choose_next
 
 
@@ -25,7 +26,7 @@ from attnlab.generation.sampling import choose_next
 def sample_images(model, count: int, *, labels=None, low_res: Tensor | None = None, given: Tensor | None = None,
                   temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                   generator: torch.Generator | None = None,
-                  progress: Callable[[int], None] | None = None, compile: bool = False) -> Tensor:
+                  progress: Callable[[int], None] | None = None, compile: bool | str = False) -> Tensor:
     """``count`` images ``(count, C, H, W)`` uint8.
 
     Args:
@@ -38,7 +39,9 @@ def sample_images(model, count: int, *, labels=None, low_res: Tensor | None = No
         compile: run the step compiled by ``torch.compile`` over a fixed-shape cache
             (:mod:`attnlab.generation.compiled`): a compilation on the first call per batch
             size (seconds), then faster steps on small models; the same values up to float
-            rounding. Without a C++ compiler: a warning, and eager steps.
+            rounding. Without a C++ compiler: a warning, and eager steps. ``compile="aot"``:
+            the step compiled ahead of time (:mod:`attnlab.generation.aot`; one package per
+            model structure and batch size, built once into the user cache, then loaded).
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count={count!r} must be a positive integer")
@@ -52,10 +55,13 @@ def sample_images(model, count: int, *, labels=None, low_res: Tensor | None = No
         raise ValueError(f"{given.shape[0]} given prefixes for {count} images")
     sequence = torch.empty(count, length, dtype=torch.long, device=device)
     sequence[:, :given.shape[1]] = given
+    check_compile(compile)
     compiled = use_compiled(compile, device)
-    cache = model.new_cache(count, fixed_shape=compiled)
+    cache = model.new_cache(count, fixed_shape=compiled or compile == "aot")
     step = partial(compiled_step(model), model) if compiled else model.step
     logits = model.prefill(given, cache, labels, low_res)
+    if compile == "aot":  # after the prefill, which sets the conditioning the step reads
+        step = use_aot(model, "image", cache) or model.step
     for t in range(given.shape[1], length):
         value = choose_next(logits, greedy=temperature == 0, temperature=temperature or 1.0, top_k=top_k,
                             top_p=top_p, generator=generator)

@@ -38,7 +38,8 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from attnlab.generation.compiled import bucket_capacity, compiled_step, use_compiled
+from attnlab.generation.aot import aot_capacity, use_aot
+from attnlab.generation.compiled import bucket_capacity, check_compile, compiled_step, use_compiled
 
 TokenCallback = Callable[[int, int], None]
 
@@ -124,7 +125,7 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
              generator: torch.Generator | None = None, stop_ids: Sequence[int] = (),
              stop_strings: Sequence[str] = (), tokenizer=None, on_token: TokenCallback | None = None,
              sliding_window: bool = False, cuda_graph: bool | None = None,
-             compile: bool = False) -> list[list[int]]:
+             compile: bool | str = False) -> list[list[int]]:
     """Continue each prompt by up to ``max_new_tokens`` tokens.
 
     Args:
@@ -150,12 +151,18 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
             call per batch size and capacity bucket compiles (seconds), later steps skip
             most per-operator overhead. The logits equal the eager step's up to float
             rounding. Without a C++ compiler: a warning, and eager steps.
+            ``compile="aot"``: the step compiled ahead of time (:mod:`attnlab.generation.aot`:
+            no Python in the step; one package per model structure and batch size, built once
+            into the user cache, 25-60 s, then loaded); the greedy tokens equal the eager
+            step's. Without a C++ compiler, or where export fails: one warning, eager steps.
     Returns:
         The new tokens of each row (not the prompt), cut after a stop.
     """
     prompts = _check_arguments(model, prompts, max_new_tokens, temperature, top_k, top_p, sliding_window)
+    check_compile(compile)
     if compile and sliding_window:
-        raise ValueError("compile=True needs a fixed cache capacity; it cannot be combined with sliding_window=True")
+        raise ValueError(f"compile={compile!r} needs a fixed cache capacity; it cannot be combined with "
+                         "sliding_window=True")
     if stop_strings and tokenizer is None:
         raise ValueError(f"stop_strings={list(stop_strings)!r} need a tokenizer to decode the text")
     was_training = model.training
@@ -184,7 +191,7 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     history = [list(p) for p in prompts]  # for the sliding window
 
     ids, mask = _left_pad(prompts, config.pad_id, device)
-    graph_fits = greedy and not (watch or sliding_window) and device.type == "cuda"
+    graph_fits = greedy and not (watch or sliding_window) and device.type == "cuda" and compile != "aot"
     if cuda_graph and not graph_fits:
         raise ValueError("cuda_graph=True needs greedy decoding on a CUDA device without stops, on_token or "
                          "sliding_window")
@@ -196,7 +203,16 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
         return greedy_graphs(model)(ids, mask, max_new_tokens).tolist()
     capacity = ids.shape[1] + max_new_tokens
     decode_step = model.step
-    if use_compiled(compile, device):
+    aot = None
+    if compile == "aot":
+        # One package for every capacity where the pattern allows (a dynamic size), else per bucket.
+        cache = model.new_cache(batch, aot_capacity(model, capacity), fixed_shape=True)
+        aot = use_aot(model, "causal", cache)
+        if aot is None:
+            cache = model.new_cache(batch, capacity)
+        else:
+            decode_step = aot
+    elif use_compiled(compile, device):
         # Every step the same shapes: one compilation serves all steps of this bucket.
         cache = model.new_cache(batch, bucket_capacity(capacity, config.max_positions), fixed_shape=True)
         decode_step = partial(compiled_step(model), model)

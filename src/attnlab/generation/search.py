@@ -24,6 +24,8 @@ from torch import Tensor
 
 from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
                                           max_lengths)
+from attnlab.generation.aot import aot_capacity, use_aot
+from attnlab.generation.compiled import check_compile
 from attnlab.linear import packed_inference
 
 __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty"]
@@ -46,16 +48,21 @@ class _Decoder:
     """
 
     def __init__(self, model, memory: Tensor, memory_mask: Tensor | None, capacity: int, use_cache: bool,
-                 rows_per_source: int = 1) -> None:
+                 rows_per_source: int = 1, compile: bool | str = False) -> None:
         self.model = model
         self.rows_per_source = rows_per_source
         self.fast = use_cache and hasattr(model, "decode_step") and hasattr(model, "new_step_cache")
         self.expanded = True
+        # compile="aot": the step compiled ahead of time (generation/aot.py) over a fixed-shape
+        # cache, from the first step of k rows per source (the first, one row per source, is eager).
+        self.aot = compile == "aot" and self.fast
         if memory_mask is not None:
             memory_mask = memory_mask.expand(memory.shape[0], *memory_mask.shape[1:])
         if self.fast:
             # One row per source to start with; the first reorder expands them.
-            self.cache = model.new_step_cache(memory, rows_per_source=1, capacity=capacity)
+            if self.aot:
+                capacity = aot_capacity(model, capacity)
+            self.cache = model.new_step_cache(memory, rows_per_source=1, capacity=capacity, fixed_shape=self.aot)
             self.memory = None
             self.memory_mask = None if memory_mask is None or bool(memory_mask.all()) else memory_mask
             self.expanded = rows_per_source == 1
@@ -72,6 +79,11 @@ class _Decoder:
         on the step path's first step (one row per source; the k rows of a source are equal)."""
         if self.fast:
             tokens = step_input.view(-1) if self.expanded else step_input.view(-1, self.rows_per_source)[:, 0]
+            if self.aot is True and self.expanded:
+                self.aot = use_aot(self.model, "search", self.cache, beam=self.rows_per_source,
+                                   memory_mask=self.memory_mask) or False
+            if self.aot and self.expanded and self.aot.accepts(self.cache):
+                return self.aot(tokens, self.cache, self.memory_mask)
             return self.model.decode_step(tokens, self.cache, self.memory_mask)
         if self.cache is None:
             self.prefix = torch.cat([self.prefix, step_input], dim=1)
@@ -108,19 +120,29 @@ class _Decoder:
             self.cache.reorder_memory(rows)
 
 
+def _check_search_compile(compile, use_cache: bool) -> None:
+    check_compile(compile)
+    if compile is True:
+        raise ValueError("compile=True (torch.compile) is not offered for search; use compile='aot'")
+    if compile == "aot" and not use_cache:
+        raise ValueError("compile='aot' compiles the cached step: use_cache=False cannot go with it")
+
+
 @torch.no_grad()
 @packed_inference()
 def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: float = 50,
-                  alpha: float = 0.6, use_cache: bool = True) -> list[Hypothesis]:
+                  alpha: float = 0.6, use_cache: bool = True, compile: bool | str = False) -> list[Hypothesis]:
     """Pick the most probable token at every step. Returns one :class:`Hypothesis` per source.
 
-    ``src_ids`` is whatever ``model.encode`` takes (token ids, image features, ...)."""
+    ``src_ids`` is whatever ``model.encode`` takes (token ids, image features, ...).
+    ``compile="aot"``: see :func:`beam_search`."""
     check_common(src_ids, max_len_a, max_len_b, alpha)
+    _check_search_compile(compile, use_cache)
     config = model.config
     batch = src_ids.shape[0]
     memory, memory_mask = model.encode(src_ids)
     limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
-    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache)
+    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, compile=compile)
     step_input = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=memory.device)
     tokens = [[] for _ in range(batch)]
     log_probs = [0.0] * batch
@@ -144,7 +166,7 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
 @packed_inference()
 def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
                 max_len_b: float = 50, nbest: int = 1, use_cache: bool = True,
-                cuda_graph: bool = False) -> list[list[Hypothesis]]:
+                cuda_graph: bool = False, compile: bool | str = False) -> list[list[Hypothesis]]:
     """Beam search over a batch of sources of different lengths.
 
     Every step expands each of the ``beam_size`` live hypotheses of a source, takes the
@@ -161,7 +183,14 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     (:func:`~attnlab.generation.graphs.beam_search_fixed_shape`): no shrinking batch and no
     host synchronisation between tokens; the captures are kept with the model, one per
     bucket of batch, output and source length (:class:`~attnlab.generation.graphs.BeamGraphs`).
+
+    ``compile="aot"`` (a model with the step path, the Transformer): every step after the
+    first runs the decoder's step compiled ahead of time (:mod:`attnlab.generation.aot`; one
+    package per model structure and beam size, for any batch, source and output length,
+    built once into the user cache): the same search, the logits equal up to float
+    rounding. Without a C++ compiler, or where export fails: one warning, eager steps.
     """
+    _check_search_compile(compile, use_cache)
     if cuda_graph:
         if not use_cache:
             raise ValueError("cuda_graph=True decodes through the cache: use_cache=False cannot go with it")
@@ -178,7 +207,7 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     device = memory.device
     limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
     # Every hypothesis row b·k + j belongs to source b.
-    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, rows_per_source=k)
+    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, rows_per_source=k, compile=compile)
 
     active = list(range(batch))  # original index of each source still in the batch
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]

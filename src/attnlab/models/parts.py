@@ -139,14 +139,16 @@ class TokenDecoder(DecodeCaches, _Embedder):
         self._step_head()  # current for this cache's steps (a compiled step reads it unchecked)
         return self.stack.new_static_cache(batch, capacity, fixed_shape=fixed_shape)
 
-    def new_search_cache(self, memory: Tensor, rows_per_source: int, capacity: int) -> StaticKVCache:
+    def new_search_cache(self, memory: Tensor, rows_per_source: int, capacity: int, *,
+                         fixed_shape: bool = False) -> StaticKVCache:
         """A preallocated cache for decoding ``rows_per_source`` consecutive rows per source
         of ``memory`` ``(B, S, d_model)`` (beam search: the ``k`` hypotheses of a source) with
         :meth:`step`, for up to ``capacity`` positions. Every cross-attention layer's keys
         and values are computed here, once per source, and kept one row per source: the
         step's cross-attention reads a source's row for all of its decoder rows (so
-        :meth:`step` then takes a ``memory_mask`` with one row per source too)."""
-        cache = self.new_cache(memory.shape[0] * rows_per_source, capacity)
+        :meth:`step` then takes a ``memory_mask`` with one row per source too). ``fixed_shape``:
+        see :class:`StaticKVCache` (an ahead-of-time compiled search step, generation/aot.py)."""
+        cache = self.new_cache(memory.shape[0] * rows_per_source, capacity, fixed_shape=fixed_shape)
         for layer, layer_cache in zip(self.stack.layers, cache.layers):
             attention = layer.cross_attn
             d = attention.d_model

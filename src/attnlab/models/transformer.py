@@ -204,13 +204,14 @@ class Transformer(AttnlabModel):
         """An empty growing decoder cache for incremental decoding (search reorders it)."""
         return self.decoder.new_growing_cache(capacity)
 
-    def new_step_cache(self, memory: Tensor, *, rows_per_source: int = 1, capacity: int = 64) -> StaticKVCache:
+    def new_step_cache(self, memory: Tensor, *, rows_per_source: int = 1, capacity: int = 64,
+                       fixed_shape: bool = False) -> StaticKVCache:
         """A preallocated cache for :meth:`decode_step` over ``rows_per_source`` consecutive
         rows per source of the encoded ``memory`` (the search's fast path), with the
         cross-attention keys and values already computed from it, one row per source.
         ``cache.reorder`` moves decoder rows (any number per source, e.g. one before beam
         search expands to k); ``cache.reorder_memory`` keeps sources."""
-        return self.decoder.new_search_cache(memory, rows_per_source, capacity)
+        return self.decoder.new_search_cache(memory, rows_per_source, capacity, fixed_shape=fixed_shape)
 
     def decode_step(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None) -> Tensor:
         """One token per row ``(R,)`` -> next-token logits ``(R, V)`` (suppressed ids -inf):

@@ -361,6 +361,9 @@ def add_sampling_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runtime_arguments(parser)
+    from attnlab.cli.options import add_decode_compile_argument
+
+    add_decode_compile_argument(parser)
 
 
 def sampling_options(args, device) -> dict:
@@ -374,7 +377,10 @@ def sampling_options(args, device) -> dict:
         raise ValueError(f"--temperature={args.temperature} must be >= 0")
     if args.top_k is not None and not 1 <= args.top_k <= 256:
         raise ValueError(f"--top-k={args.top_k} must be in 1..256")
-    return {"temperature": args.temperature, "top_k": args.top_k, "generator": torch.Generator(device=device).manual_seed(args.seed)}
+    from attnlab.cli.options import decode_compile
+
+    return {"temperature": args.temperature, "top_k": args.top_k, "generator": torch.Generator(device=device).manual_seed(args.seed),
+            "compile": decode_compile(args)}
 
 
 if __name__ == "__main__":

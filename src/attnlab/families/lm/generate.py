@@ -34,10 +34,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sliding-window", action="store_true",
                         help="allow generating past the model's context (drops the oldest half when full)")
     from attnlab.cli.options import add_runtime_arguments
-    from attnlab.cli.options import add_quantize_argument
+    from attnlab.cli.options import add_decode_compile_argument, add_quantize_argument
 
     add_runtime_arguments(parser)
     add_quantize_argument(parser)
+    add_decode_compile_argument(parser)
 
 
 class Continuation:
@@ -72,7 +73,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from attnlab.cli.options import resolve_device
-    from attnlab.cli.options import apply_quantize
+    from attnlab.cli.options import apply_quantize, decode_compile
 
     device = resolve_device(args.device)
     model, tokenizer = load_language_model(args.model, device=device, name=f"--model {args.model}")
@@ -94,7 +95,7 @@ def run(args) -> int:
     outputs = generate(model, encoded, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                        stop_strings=args.stop, tokenizer=tokenizer, on_token=on_token,
-                       sliding_window=args.sliding_window)
+                       sliding_window=args.sliding_window, compile=decode_compile(args))
     if stream:
         sys.stdout.write("\n")
     else:

@@ -44,12 +44,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sample-rate", type=int, default=44100, help="WAV sample rate in Hz (default: 44100)")
     add_force_argument(parser, "the MIDI, PNG and WAV files")
     add_runtime_arguments(parser)
+    from attnlab.cli.options import add_decode_compile_argument
+
+    add_decode_compile_argument(parser)
 
 
 def run(args) -> int:
     import sys
 
-    from attnlab.cli.options import apply_threads, resolve_device
+    from attnlab.cli.options import apply_threads, decode_compile, resolve_device
     from attnlab.data.music import END, describe_notes, seconds, write_midi
     from attnlab.files import check_output_file
     from attnlab.generation import generate
@@ -72,7 +75,7 @@ def run(args) -> int:
         raise ValueError(f"primer ({len(prompt)} tokens) + --length {args.length} exceeds the model's "
                          f"max_positions={model.config.max_positions}")
     new = generate(model, [prompt], max_new_tokens=args.length, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p, seed=args.seed, stop_ids=[END])[0]
+                   top_p=args.top_p, seed=args.seed, stop_ids=[END], compile=decode_compile(args))[0]
     primer_notes = tokens_to_notes(encoding, prompt)
     notes = tokens_to_notes(encoding, prompt + new)
     write_midi(notes, out)

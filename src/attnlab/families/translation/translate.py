@@ -46,6 +46,9 @@ def add_arguments(parser) -> None:
 
     add_force_argument(parser, "--output")
     add_quantize_argument(parser)
+    from attnlab.cli.options import add_decode_compile_argument
+
+    add_decode_compile_argument(parser)
 
 
 def add_batch_arguments(parser) -> None:
@@ -97,13 +100,14 @@ def run(args) -> int:
         sentences = [line.strip() for line in text.split("\n")]
         if sentences and sentences[-1] == "":
             sentences.pop()  # the final newline
-    from attnlab.cli.options import apply_quantize, resolve_device
+    from attnlab.cli.options import apply_quantize, decode_compile, resolve_device
 
     device = resolve_device(args.device)
     batching = batch_options(args, device)
     translator = Translator.load(args.model, device=device)
     apply_quantize(translator.model, args.quantize, device)
-    translations = translator.translate(sentences, **batching, **decoding_options(args))
+    translations = translator.translate(sentences, **batching, **decoding_options(args),
+                                        compile=decode_compile(args))
     text = "".join(t + "\n" for t in translations)
     if args.output:
         atomic_write_bytes(args.output, text.encode("utf-8"))  # a killed run leaves no half-written file

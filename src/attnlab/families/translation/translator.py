@@ -140,14 +140,15 @@ class Translator:
         return batch.to(self.device)
 
     def _search(self, src: Tensor, beam_size: int, alpha: float, max_len_a: float, max_len_b: float,
-                use_cache: bool = True, cuda_graph: bool = False) -> list[list[int]]:
+                use_cache: bool = True, cuda_graph: bool = False, compile: bool | str = False) -> list[list[int]]:
         if beam_size == 1 and not cuda_graph:
             hypotheses = greedy_search(self.model, src, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b,
-                                       use_cache=use_cache)
+                                       use_cache=use_cache, compile=compile)
         else:
             hypotheses = [best[0] for best in beam_search(self.model, src, beam_size=beam_size, alpha=alpha,
                                                           max_len_a=max_len_a, max_len_b=max_len_b,
-                                                          use_cache=use_cache, cuda_graph=cuda_graph)]
+                                                          use_cache=use_cache, cuda_graph=cuda_graph,
+                                                          compile=compile)]
         return [h.tokens for h in hypotheses]
 
     def _decoding(self, beam, beam_size, alpha, max_len_a, max_len_b) -> int:
@@ -170,7 +171,8 @@ class Translator:
     @torch.no_grad()
     def translate(self, sentences: Sequence[str], *, beam: int | None = None, alpha: float = 0.6,
                   batch_size: int = 32, max_len_a: float = 1.5, max_len_b: float = 10,
-                  use_cache: bool = True, cuda_graph: bool = False, beam_size: int | None = None) -> list[str]:
+                  use_cache: bool = True, cuda_graph: bool = False, beam_size: int | None = None,
+                  compile: bool | str = False) -> list[str]:
         """Translations of ``sentences``, in the same order and number.
 
         Sentences are sorted by length and decoded ``batch_size`` at a time (similar lengths
@@ -182,6 +184,7 @@ class Translator:
         ``use_cache=False`` decodes naively, recomputing every prefix (same output, slower).
         ``cuda_graph=True`` (a model on a CUDA device): every batch's search replays one
         captured CUDA graph per token (:func:`~attnlab.generation.search.beam_search`).
+        ``compile="aot"``: the decoder's step compiled ahead of time (:mod:`attnlab.generation.aot`).
         """
         sentences, single = check_texts(sentences, "sentences")
         if single:  # a str would be translated character by character
@@ -196,7 +199,7 @@ class Translator:
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
             tokens = self._search(self._pad([source_ids[i] for i in chunk]), beam_size, alpha, max_len_a, max_len_b,
-                                  use_cache, cuda_graph)
+                                  use_cache, cuda_graph, compile)
             for i, ids in zip(chunk, tokens):
                 outputs[i] = self.tokenizer.decode(ids)
         return outputs

@@ -1,0 +1,92 @@
+"""``attnlab compile --model DIR``: build the model's decode step ahead of time (AOTInductor).
+
+    attnlab compile --model runs/shakespeare/model             # then: attnlab generate ... --compile aot
+    attnlab compile --model runs/m30k/model --beam 4 --batch 32 # translate ... --compile aot
+
+The package (:mod:`attnlab.generation.aot`) goes to the user cache (``$ATTNLAB_CACHE/aot``,
+default ``~/.cache/attnlab/aot``), keyed by the model's structure, dtype, batch (a language
+model, music or image model's rows; a translation model's beam size) and torch version; a
+decoding verb given ``--compile aot`` then loads it instead of building it on first use. An
+existing valid package is only checked. Nothing is written next to the model.
+"""
+
+from __future__ import annotations
+
+HELP = "compile a model's decode step ahead of time (AOTInductor) for `--compile aot`"
+
+
+def add_arguments(parser) -> None:
+    from attnlab.cli.options import add_runtime_arguments, bounded_int
+
+    parser.add_argument("--model", required=True, help="a model directory that decodes (language model, music, "
+                                                        "image, text-to-image, translation)")
+    parser.add_argument("--batch", type=bounded_int(1, 4096), default=1, metavar="N",
+                        help="rows decoded together (language, music and image models: one package per batch "
+                             "size; default: 1)")
+    parser.add_argument("--beam", type=bounded_int(1, 64), default=4, metavar="K",
+                        help="translation models: the beam size (any batch and length; default: 4)")
+    add_runtime_arguments(parser)
+
+
+def run(args) -> int:
+    import time
+
+    import torch
+
+    from attnlab.cli.options import resolve_device
+    from attnlab.generation.aot import AotUnavailable, aot_step, cache_directory
+    from attnlab.generation.compiled import unavailable_reason
+    from attnlab.models.registry import load_model
+
+    device = resolve_device(args.device)
+    if device.startswith("cpu") and unavailable_reason() is not None:
+        raise ValueError(f"attnlab compile: {unavailable_reason()}")
+    model = load_model(args.model, device=device).eval()
+    kind = decoding_kind(model, args.model)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        cache = example_cache(model, kind, args.batch, args.beam)
+        try:
+            step = aot_step(model, kind, cache, beam=args.beam if kind == "search" else None)
+        except AotUnavailable as error:
+            raise ValueError(f"--model {args.model}: the step cannot be compiled ahead of time: {error}") from None
+    print(f"{step.path} ({kind} step, {'beam ' + str(args.beam) if kind == 'search' else 'batch ' + str(args.batch)}"
+          f"; ready in {time.perf_counter() - start:.1f} s; cache: {cache_directory()})")
+    return 0
+
+
+def decoding_kind(model, name: str) -> str:
+    """The package kind a model's decoding uses, or a ValueError naming the directory."""
+    from attnlab.models.image_transformer import ImageTransformer
+
+    if isinstance(model, ImageTransformer):
+        return "image"
+    if hasattr(model, "decode_step") and hasattr(model, "new_step_cache"):
+        return "search"
+    if hasattr(model, "step") and hasattr(model, "prefill"):
+        return "causal"
+    raise ValueError(f"--model {name}: a {type(model).__name__} has no step-by-step decoding to compile "
+                     "(the captioner decodes through its growing cache)")
+
+
+def example_cache(model, kind: str, batch: int, beam: int):
+    """A fixed-shape cache shaped as decoding makes it (the package's example inputs)."""
+    import torch
+
+    from attnlab.generation.aot import aot_capacity
+
+    device = next(model.parameters()).device
+    if kind == "causal":
+        return model.new_cache(batch, aot_capacity(model, min(16, model.config.max_positions)), fixed_shape=True)
+    if kind == "image":
+        c = model.config
+        cache = model.new_cache(batch, fixed_shape=True)
+        labels = torch.zeros(batch, dtype=torch.long, device=device) if c.num_classes else None
+        low_res = (torch.zeros(batch, c.channels, c.low_resolution, c.low_resolution, dtype=torch.long,
+                               device=device) if c.low_resolution else None)
+        model.prefill(torch.zeros(batch, 0, dtype=torch.long, device=device), cache, labels, low_res)
+        return cache
+    sources = 1 if beam == 1 and batch == 1 else 2  # several rows: one package for any number
+    source = torch.full((sources, 2), model.config.eos_id, dtype=torch.long, device=device)
+    memory, _ = model.encode(source)
+    return model.new_step_cache(memory, rows_per_source=beam, capacity=8, fixed_shape=True)

@@ -1,0 +1,546 @@
+"""A decode step compiled ahead of time (``torch.export`` + AOTInductor): no Python in the step.
+
+The opt-in ``torch.compile``'d step (:mod:`attnlab.generation.compiled`) still runs dynamo's
+guard check before every call (0.1-0.17 ms of a 0.6-0.8 ms step of a small model). Here the
+model's own step (the one decoding road, nothing rewritten) over a ``fixed_shape``
+:class:`~attnlab.attention.cache.StaticKVCache` is exported once — the cache's tensors
+(:meth:`StaticKVCache.step_tensors`: write index, positions, key mask, conditioning, every
+layer's keys/values, the cross-attention memory) as plain inputs written in place — and
+compiled by AOTInductor into a shared library. A step is then one call of the library's
+runner on a list of tensors (``AOTIModelPackageLoader.run``: not ``AOTICompiledModel.__call__``,
+whose pytree flattening costs ~0.35 ms a call).
+
+Weights stay outside the package: the runner reads the model's own tensors
+(``load_constants(..., user_managed=True)``: their storage, no copy), so an in-place update
+(an optimizer step, ``load_state_dict``, ``copy_``) is seen by the next step. What the step
+derives from weights (the tied head's transposed copy, cross-attention's query rows) is
+named by the wrapper module too; :meth:`AotStep.bind` — called at the start of every
+decode — lets the model renew those copies by its own staleness rule
+(:func:`attnlab.linear.derived_key`) and hands the runner new storage whenever any tensor's
+storage moved, so a step never reads a stale copy.
+
+One package per (model structure, dtype, device, layout, batch bucket, torch version, CPU
+capability), keyed by a hash of all of them (weights' names, shapes and dtypes, not their
+values), in the user cache (``$ATTNLAB_CACHE/aot``, default ``~/.cache/attnlab/aot``):
+``<key>.pt2`` and its manifest ``<key>.json`` (what was built, the package's SHA-256). The
+cache capacity is a dynamic dimension (one package for every length) unless the pattern has
+a window (then the capacity is part of the key); beam search's rows and source length are
+dynamic too (sources × beam). Building takes 25-60 s on a small CPU (one progress line);
+``attnlab compile --model DIR`` builds ahead of time.
+
+Safety: a manifest that does not match what is asked (another structure, dtype, torch
+version), a package whose checksum does not match its manifest (corrupt, truncated) or a
+missing package is rebuilt, never run; a file at either name that attnlab did not write (no
+attnlab manifest) is never replaced: decoding then runs eagerly and says why. Builds of one
+package are serialised by an ``flock`` on ``.<key>.lock``; the package is written under a
+temporary directory (``.<key>.tmp-PID/``, removed by the next build once that process is
+gone), its manifest (with the checksum) written atomically, and only then renamed
+into place. Loading a package loads native code, so the cache directory must be as trusted
+as the Python environment (it is the user's own, like torch's inductor cache).
+
+Without a C++ compiler (:func:`attnlab.generation.compiled.unavailable_reason`), when export
+or compilation fails, or when the model's step reads something that cannot be exported
+(int8 weights: ``torch.ops.quantized`` prepacked weights are opaque objects export cannot
+name), decoding falls back to the eager step with one warning saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+import warnings
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.attention.cache import StaticKVCache
+from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries
+from attnlab.generation import compiled as _compiled
+from attnlab.linear import packed_inference
+
+__all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
+           "package_key", "use_aot"]
+
+FORMAT = 1
+"""Bumped whenever what a package takes or returns changes (part of every key)."""
+MANIFEST_BYTES = 1 << 16
+MIN_CAPACITY = 2  # export specialises sizes 0 and 1
+
+
+class AotUnavailable(RuntimeError):
+    """Why a step cannot be compiled ahead of time here (the caller decodes eagerly)."""
+
+
+def cache_directory() -> Path:
+    """Where packages live: ``$ATTNLAB_CACHE/aot``, else ``$XDG_CACHE_HOME/attnlab/aot``,
+    else ``~/.cache/attnlab/aot``."""
+    root = os.environ.get("ATTNLAB_CACHE")
+    if root:
+        return Path(root).expanduser() / "aot"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "attnlab" / "aot"
+
+
+# --------------------------------------------------------------------------------------- #
+# What is exported: the model's step over a cache given as plain tensors
+# --------------------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class Layout:
+    """How a model family's step is called and which of its sizes vary.
+
+    ``kind``: "causal" (``model.step(tokens, cache)``: language models, music, text-to-image),
+    "image" (the Image Transformer: the same call, a conditioning slot in the cache, a fixed
+    capacity) or "search" (``model.decode_step(tokens, cache, memory_mask)``: an
+    encoder–decoder's step over one memory row per source, ``beam`` rows per source).
+    ``batch``: the rows of a causal/image step (fixed); ``beam``: rows per source of a search
+    step (its sources, source length and capacity vary); ``capacity``: a fixed capacity (a
+    pattern with a window, the image sequence), None when it varies."""
+
+    kind: str
+    batch: int | None = None
+    beam: int | None = None
+    capacity: int | None = None
+
+
+class _StepModule(nn.Module):
+    """The exported module: the model's own step on a cache rebuilt over its inputs.
+
+    ``model`` is a submodule (its parameters and buffers are named ``model.<name>``); the
+    tensors the step derives from weights are registered as buffers ``derived_<i>`` (the same
+    tensor objects the step reads), so the package names every tensor it reads."""
+
+    def __init__(self, model, layout: Layout, derived: list[Tensor], num_layers: int, conditioning: bool,
+                 cross_attention: bool):
+        super().__init__()
+        self.model = model
+        for i, tensor in enumerate(derived):
+            self.register_buffer(f"derived_{i}", tensor, persistent=False)
+        self.layout = layout
+        self.shape = dict(num_layers=num_layers, conditioning=conditioning, cross_attention=cross_attention)
+        # The step's own code without its @torch.inference_mode() wrapper (export traces it).
+        self._step = inspect.unwrap(type(model).decode_step if layout.kind == "search" else type(model).step)
+
+    def forward(self, tokens: Tensor, state: list[Tensor], memory_mask: Tensor | None = None) -> Tensor:
+        cache = StaticKVCache.over_step_tensors(state, **self.shape)
+        if self.layout.kind == "search":
+            return self._step(self.model, tokens, cache, memory_mask)
+        return self._step(self.model, tokens, cache)
+
+
+def derived_tensors(model) -> list[Tensor]:
+    """The tensors a decode step reads that are neither parameters nor buffers: what the step
+    plans gathered (cross-attention's query rows, detached slices) and the head's transposed
+    copy, in module order (the same order for the same structure). The model makes them
+    current first: ``new_cache`` / ``new_static_cache`` renew them by their staleness rule."""
+    own = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
+    found: list[Tensor] = []
+    seen: set[int] = set()
+
+    def visit(value) -> None:
+        if isinstance(value, Tensor):
+            if id(value) not in own and id(value) not in seen:
+                seen.add(id(value))
+                found.append(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item)
+
+    for module in model.modules():
+        for name in getattr(module, "_decode_caches", ()):
+            if name != "_packed":  # Linear's MKL-packed weight: the step path does not read it
+                visit(getattr(module, name, None))
+    return found
+
+
+def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype, derived: list[Tensor]) -> dict:
+    """Everything a package depends on, as JSON: its key is this dict's hash."""
+    tensors = [[f"model.{name}", list(t.shape), str(t.dtype)]
+               for name, t in list(model.named_parameters(remove_duplicate=False))
+               + list(model.named_buffers(remove_duplicate=False))]
+    tensors += [[f"derived_{i}", list(t.shape), str(t.dtype)] for i, t in enumerate(derived)]
+    config = model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config)
+    return {"format": FORMAT, "model": f"{type(model).__module__}.{type(model).__qualname__}",
+            "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
+            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "gpu": (torch.cuda.get_device_name(device), list(torch.cuda.get_device_capability(device)))
+            if device.type == "cuda" else None, "tensors": tensors}
+
+
+def package_key(structure: dict) -> str:
+    """The hash naming a package: SHA-256 of its structure (the first 32 hex digits)."""
+    text = json.dumps(structure, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _example_inputs(model, layout: Layout, cache: StaticKVCache, memory_mask: Tensor | None):
+    """Example inputs for export (zeros shaped like ``cache``'s step tensors, every dynamic
+    size at least 2: export would specialise a size of 1) and their dynamic shapes."""
+    state = cache.step_tensors()
+    num_layers = len(cache.layers)
+    Dim = torch.export.Dim
+    limit = getattr(getattr(model, "config", None), "max_positions", None) or (1 << 20)
+    capacity = None if layout.capacity is not None else Dim("capacity", min=MIN_CAPACITY, max=max(limit, 8))
+    sizes = {3: max(state[2].shape[3], MIN_CAPACITY)} if capacity is not None else {}
+
+    def like(t: Tensor, changes: dict[int, int]) -> Tensor:
+        shape = [changes.get(dim, size) for dim, size in enumerate(t.shape)]
+        return torch.ones(shape, dtype=t.dtype, device=t.device) if t.dtype == torch.bool else t.new_zeros(shape)
+
+    if layout.kind == "search":
+        memory = cache.layers[0].cross_attn.k
+        if memory_mask is None:
+            memory_mask = torch.ones(memory.shape[0], 1, 1, memory.shape[2], dtype=torch.bool, device=memory.device)
+        source_length = Dim("source_length", min=MIN_CAPACITY, max=1 << 20)
+        length = max(memory.shape[2], MIN_CAPACITY)
+        if layout.batch == 1:  # one row: a fixed batch (the step's one-row products)
+            rows_dim = sources = None
+            n_rows, n_sources = 1, 1
+        else:
+            sources = Dim("sources", min=1 if layout.beam > 1 else MIN_CAPACITY, max=1 << 16)
+            rows_dim = layout.beam * sources if layout.beam > 1 else sources
+            n_sources = max(memory.shape[0], MIN_CAPACITY)
+            n_rows = layout.beam * n_sources
+        rows_change = {0: n_rows} if rows_dim is not None else {}
+        example = [like(state[0], {}), like(state[1], rows_change), like(state[2], {**rows_change, **sizes})]
+        example += [like(kv, {**({1: n_rows} if rows_dim is not None else {}), **sizes}) for kv in state[3:3 + num_layers]]
+        example += [like(m, {0: n_sources, 2: length}) for m in state[3 + num_layers:]]
+        tokens = torch.zeros(n_rows, dtype=torch.long, device=memory.device)
+        mask = like(memory_mask, {0: n_sources, 3: length})
+        row = None if rows_dim is None else {0: rows_dim}
+        shapes = [None, row, {**(row or {}), **({3: capacity} if capacity is not None else {})}]
+        shapes += [{**({1: rows_dim} if rows_dim is not None else {}), **({3: capacity} if capacity is not None
+                                                                            else {})}] * num_layers
+        shapes += [{**({0: sources} if sources is not None else {}), 2: source_length}] * (2 * num_layers)
+        mask_shape = {**({0: sources} if sources is not None else {}), 3: source_length}
+        return (tokens, example, mask), (row, shapes, mask_shape)
+    first = 4 if cache.conditioning is not None else 3
+    dynamic = None if capacity is None else {3: capacity}
+    example = [like(t, sizes if i == 2 or i >= first else {}) for i, t in enumerate(state)]
+    shapes = [None, None, dynamic] + [None] * (first - 3) + [dynamic] * num_layers
+    tokens = torch.zeros(state[1].shape[0], dtype=torch.long, device=state[0].device)
+    return (tokens, example), (None, shapes)
+
+
+# --------------------------------------------------------------------------------------- #
+# The package on disk
+# --------------------------------------------------------------------------------------- #
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class _Paths:
+    def __init__(self, directory: Path, key: str):
+        self.directory = directory
+        self.package = directory / f"{key}.pt2"
+        self.manifest = directory / f"{key}.json"
+        self.lock = directory / f".{key}.lock"
+
+
+def _check_directory(directory: Path) -> None:
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise AotUnavailable(f"the package cache {directory} is not a directory attnlab can write "
+                             "(set $ATTNLAB_CACHE to another place)")
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def _read_manifest(paths: _Paths) -> dict | None:
+    """The manifest attnlab wrote for this key, or None when there is none. A file there
+    that is not an attnlab manifest is refused (it is not ours to replace)."""
+    if not paths.manifest.exists() and not paths.manifest.is_symlink():
+        if paths.package.exists() or paths.package.is_symlink():
+            raise AotUnavailable(f"{paths.package} exists but attnlab did not write it (it has no manifest "
+                                 f"{paths.manifest.name}); it is left alone: remove it, or set $ATTNLAB_CACHE "
+                                 "to another directory")
+        return None
+    try:
+        if paths.manifest.is_symlink():
+            raise ValueError("a symlink")
+        manifest = read_json_object(paths.manifest, max_bytes=MANIFEST_BYTES, what="an attnlab package manifest")
+    except (OSError, ValueError) as error:
+        raise AotUnavailable(f"{paths.manifest} is not an attnlab package manifest ({error}); it is left "
+                             "alone: remove it, or set $ATTNLAB_CACHE to another directory") from None
+    if manifest.get("written_by") != "attnlab":
+        raise AotUnavailable(f"{paths.manifest} was not written by attnlab; it is left alone: remove it, or set "
+                             "$ATTNLAB_CACHE to another directory")
+    return manifest
+
+
+def _valid(paths: _Paths, manifest: dict | None, structure: dict) -> str | None:
+    """None when the package may be loaded; otherwise why it must be rebuilt."""
+    if manifest is None:
+        return "no package yet"
+    if manifest.get("structure") != json.loads(json.dumps(structure, default=str)):
+        return "its manifest describes another model structure, dtype or torch version"
+    if paths.package.is_symlink() or not paths.package.is_file():
+        return "the package file is missing"
+    if paths.package.stat().st_size != manifest.get("bytes"):
+        return "the package file has the wrong size (truncated?)"
+    if _sha256(paths.package) != manifest.get("sha256"):
+        return "the package file does not match its checksum (corrupt)"
+    return None
+
+
+@contextlib.contextmanager
+def _build_lock(paths: _Paths):
+    """An exclusive ``flock`` on the key's lock file for the whole check-and-build, so
+    concurrent builds of one package wait for each other instead of writing it twice."""
+    import fcntl
+
+    if paths.lock.is_symlink():
+        raise AotUnavailable(f"{paths.lock} is a symlink; attnlab writes its lock file itself")
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the lock; the empty lock file stays (deleting it would race a waiter)
+
+
+def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths: _Paths, *, quiet: bool) -> None:
+    reason = _compiled.unavailable_reason()
+    if reason is not None:
+        raise AotUnavailable(reason)
+    start = time.perf_counter()
+    if not quiet:
+        print(f"attnlab: compiling the decode step ahead of time (AOTInductor; about 25-60 s, once per model "
+              f"structure) into {paths.package}", file=sys.stderr, flush=True)
+    workspace = paths.directory / f".{paths.package.stem}.tmp-{os.getpid()}"
+    workspace.mkdir()
+    temporary = workspace / paths.package.name  # the package's own name: its archive is named after it
+    try:
+        # Plain products in the graph: oneDNN's reordered weights (packed_inference, beam
+        # search) are opaque objects export cannot name.
+        with torch.no_grad(), packed_inference(False), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                exported = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=True)
+            except Exception as error:
+                raise AotUnavailable(f"torch.export failed ({type(error).__name__}: {_first_line(error)})") from error
+            constants = exported.graph_signature.inputs_to_lifted_tensor_constants
+            if constants:  # a tensor the package would not read from the model: could go stale
+                raise AotUnavailable(f"the step reads tensors that are not the model's parameters or buffers "
+                                     f"({', '.join(sorted(constants.values())[:3])})")
+            try:
+                torch._inductor.aoti_compile_and_package(
+                    exported, package_path=str(temporary),
+                    inductor_configs={"aot_inductor.package_constants_in_so": False})
+            except Exception as error:
+                raise AotUnavailable(f"AOTInductor failed ({type(error).__name__}: {_first_line(error)})") from error
+        size = temporary.stat().st_size
+        with open(temporary, "rb") as f:
+            os.fsync(f.fileno())
+        # The manifest first (it claims the name for attnlab), then the package: a reader
+        # sees a complete package with its manifest, or a manifest without a package
+        # (rebuilt), never a package it cannot check.
+        atomic_write_json(paths.manifest, {"written_by": "attnlab", "sha256": _sha256(temporary), "bytes": size,
+                                           "built_seconds": round(time.perf_counter() - start, 1),
+                                           "structure": structure})
+        os.replace(temporary, paths.package)
+        fsync_path(paths.directory)
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    if not quiet:
+        print(f"attnlab: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+
+def _remove_leftovers(paths: _Paths) -> None:
+    """Delete what killed builds of this key left (``.<key>.tmp-PID/`` of a process that no
+    longer exists; called under the key's lock)."""
+    remove_stale_temporaries(paths.directory, f".{paths.package.stem}.tmp-*")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0][:200]
+
+
+# --------------------------------------------------------------------------------------- #
+# The runner
+# --------------------------------------------------------------------------------------- #
+class AotStep:
+    """A loaded package: ``logits = step(tokens, cache)`` (or ``step(tokens, cache,
+    memory_mask)`` for a search layout) on a ``fixed_shape`` cache of the model it was bound
+    to by :meth:`bind`. Moves the host's count of positions after each call (the package
+    moves the device cursor)."""
+
+    def __init__(self, path: Path, layout: Layout, names: list[str], key: str):
+        self.path, self.layout, self.key = path, layout, key
+        self._loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+        self._names = names
+        expected = set(self._loader.get_constant_fqns())
+        missing = sorted(expected - set(names))
+        if missing:
+            raise AotUnavailable(f"the package {path.name} reads tensors the model does not have ({missing[0]})")
+        self._bound: tuple = ()
+        self._constants: dict[str, Tensor] = {}
+        self._run = self._loader.run
+
+    def bind(self, model) -> None:
+        """Point the package at ``model``'s current tensors (call before each decode: cheap
+        when nothing moved). The derived copies are renewed by the model first."""
+        tensors = _named_tensors(model)
+        wanted = set(self._loader.get_constant_fqns()) if not self._constants else set(self._constants)
+        constants = {name: tensors[name] for name in wanted}
+        bound = tuple((name, t.data_ptr(), tuple(t.shape), t.dtype) for name, t in sorted(constants.items()))
+        if bound != self._bound:
+            self._loader.load_constants(constants, False, True, True)  # user_managed: the model's storage
+            self._constants, self._bound = constants, bound
+
+    def accepts(self, cache: StaticKVCache) -> bool:
+        """Whether a cache of this many rows and memory positions fits the package (a search
+        package for several rows takes at least 2 per step and 2 memory positions)."""
+        if self.layout.kind != "search":
+            return True
+        rows = cache.positions.shape[0]
+        memory = cache.layers[0].cross_attn.k
+        if memory.shape[2] < MIN_CAPACITY:
+            return False
+        return rows == 1 if self.layout.batch == 1 else rows >= MIN_CAPACITY
+
+    def __call__(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
+        inputs = [tokens, *cache.step_tensors()]
+        if self.layout.kind == "search":
+            if memory_mask is None:
+                memory = cache.layers[0].cross_attn.k
+                memory_mask = torch.ones(memory.shape[0], 1, 1, memory.shape[2], dtype=torch.bool,
+                                         device=memory.device)
+            inputs.append(memory_mask)
+        logits = self._run(inputs)[0]
+        cache.count_replayed(1)
+        return logits
+
+
+def _named_tensors(model) -> dict[str, Tensor]:
+    tensors = {f"model.{name}": t.detach() for name, t in model.named_parameters(remove_duplicate=False)}
+    tensors.update({f"model.{name}": t for name, t in model.named_buffers(remove_duplicate=False)})
+    tensors.update({f"derived_{i}": t for i, t in enumerate(derived_tensors(model))})
+    return tensors
+
+
+_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {key: AotStep | reason}
+
+
+DYNAMIC_CAPACITY_PATTERNS = ("causal", "full")
+"""Patterns whose step exports with the capacity as a dynamic size. Others branch on it (a
+window, the relative patterns' clipped distances: export then guards a range): their packages
+have a fixed capacity, rounded up by :func:`aot_capacity` so that nearby lengths share one."""
+
+
+def dynamic_capacity(model) -> bool:
+    """Whether ``model``'s step exports for any cache capacity (one package for every length)."""
+    for layer in _stack(model).layers:
+        spec = layer.self_attn.pattern.spec()
+        if (spec if isinstance(spec, str) else spec.get("name")) not in DYNAMIC_CAPACITY_PATTERNS:
+            return False
+    return True
+
+
+def aot_capacity(model, needed: int) -> int:
+    """The cache capacity a package for ``model`` is built for when ``needed`` positions are:
+    ``needed`` itself where the capacity is dynamic, else rounded up to a multiple of 256
+    (:func:`~attnlab.generation.compiled.bucket_capacity`, at most the context)."""
+    if dynamic_capacity(model):
+        return needed
+    return _compiled.bucket_capacity(needed, getattr(model.config, "max_positions", None))
+
+
+def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache) -> Layout:
+    fixed = kind == "image" or not dynamic_capacity(model)
+    if kind == "search":  # the rows vary (sources leave the batch), except a single row
+        return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
+                      capacity=cache.capacity if fixed else None)
+    return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None)
+
+
+def _stack(model):
+    stack = getattr(model, "stack", None)
+    return stack if stack is not None else model.decoder.stack
+
+
+def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
+             memory_mask: Tensor | None = None, quiet: bool = False) -> AotStep:
+    """The package for ``model``'s step in ``kind`` ("causal", "image", "search") shaped like
+    ``cache`` (a fixed-shape cache the caller made; for "search", ``beam`` rows per source):
+    loaded from the cache directory, or built there first. Bound to the model's current
+    tensors. Raises :class:`AotUnavailable` (with the reason) when it cannot be had."""
+    if not cache.fixed_shape:
+        raise ValueError("an ahead-of-time compiled step needs a fixed-shape cache (fixed_shape=True)")
+    weight = next(model.parameters())
+    layout = _layout_of(model, kind, cache.positions.shape[0], beam, cache)
+    derived = derived_tensors(model)
+    structure = _structure(model, layout, weight.device, weight.dtype, derived)
+    key = package_key(structure)
+    kept = _STEPS.setdefault(model, {})
+    step = kept.get(key)
+    if isinstance(step, AotUnavailable):
+        raise step
+    if step is None:
+        try:
+            step = kept[key] = _load_or_build(model, layout, cache, memory_mask, derived, structure, key, quiet)
+        except AotUnavailable as error:
+            kept[key] = error
+            raise
+    step.bind(model)
+    return step
+
+
+def _load_or_build(model, layout, cache, memory_mask, derived, structure, key, quiet) -> AotStep:
+    if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()) or any(
+            getattr(type(getattr(m, "weight", None)), "step_product", None) for m in model.modules()):
+        raise AotUnavailable("the model's weights are int8 (model.quantize('int8')): torch.ops.quantized's "
+                             "prepacked weights are opaque objects torch.export cannot name")
+    paths = _Paths(cache_directory(), key)
+    _check_directory(paths.directory)
+    names = sorted(_named_tensors(model))
+    with _build_lock(paths):
+        manifest = _read_manifest(paths)
+        why = _valid(paths, manifest, structure)
+        if why is not None:
+            if manifest is not None and not quiet:
+                print(f"attnlab: rebuilding {paths.package.name}: {why}", file=sys.stderr, flush=True)
+            stack = _stack(model)
+            module = _StepModule(model, layout, derived, len(stack.layers), cache.conditioning is not None,
+                                 stack.has_cross_attention)
+            example, shapes = _example_inputs(model, layout, cache, memory_mask)
+            _remove_leftovers(paths)
+            _build(module, example, shapes, structure, paths, quiet=quiet)
+        try:
+            return AotStep(paths.package, layout, names, key)
+        except RuntimeError as error:
+            if isinstance(error, AotUnavailable):
+                raise
+            raise AotUnavailable(f"the package {paths.package} could not be loaded ({_first_line(error)})") from None
+
+
+def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, memory_mask: Tensor | None = None,
+            quiet: bool = False) -> AotStep | None:
+    """:func:`aot_step`, or None after one warning saying why decoding runs eagerly."""
+    try:
+        return aot_step(model, kind, cache, beam=beam, memory_mask=memory_mask, quiet=quiet)
+    except AotUnavailable as error:
+        _warn_once(model, str(error))
+        return None
+
+
+_WARNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _warn_once(model, reason: str) -> None:
+    said = _WARNED.setdefault(model, set())
+    if reason not in said:
+        said.add(reason)
+        warnings.warn(f"compile='aot': {reason}; decoding eagerly", RuntimeWarning, stacklevel=4)

@@ -1,0 +1,290 @@
+"""The decode step compiled ahead of time (attnlab.generation.aot): the package's logits equal
+the eager step's up to float rounding at every position (teacher-forced, so a near-tie cannot
+make the two runs feed different tokens), greedy tokens are the eager ones, an in-place weight
+change is seen (the head's derived copy included), and the package cache refuses what it
+must not run or replace. One package is built for the fast tests (about 30-60 s on a 2-core
+machine), shared by the module; the other families' packages are under the slow mark."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import threading
+import warnings
+
+import pytest
+import torch
+
+import attnlab
+from attnlab.generation import generate
+from attnlab.generation import aot
+from attnlab.generation.compiled import unavailable_reason
+
+needs_compiler = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+# Fused kernels add in another order than the eager ones: float32 rounding, on any CPU.
+TOLERANCE = dict(atol=2e-5, rtol=2e-5)
+
+
+def lm():
+    torch.manual_seed(0)
+    return attnlab.create_model("lm_tiny", vocab_size=23, d_model=16, num_heads=2, d_ff=24, num_layers=2,
+                                max_positions=40).eval()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One model and its batch-1 package, built once into a module cache directory."""
+    if unavailable_reason() is not None:
+        pytest.skip(str(unavailable_reason()))
+    directory = tmp_path_factory.mktemp("aot-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATTNLAB_CACHE", str(directory))
+        model = lm()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
+            generate(model, [[3, 4, 5]], max_new_tokens=4, greedy=True, compile="aot")
+    packages = sorted((directory / "aot").glob("*.pt2"))
+    assert len(packages) == 1
+    return model, directory, packages[0]
+
+
+@pytest.fixture
+def cache_dir(built, monkeypatch):
+    """The module's cache directory in $ATTNLAB_CACHE, and a fresh model of the same structure
+    (packages are kept per model object, so every test loads from disk)."""
+    model, directory, package = built
+    monkeypatch.setenv("ATTNLAB_CACHE", str(directory))
+    return directory, package
+
+
+def _no_build(monkeypatch):
+    calls = []
+
+    def build(*args, **kwargs):
+        calls.append(args)
+        raise aot.AotUnavailable("test: no build here")
+
+    monkeypatch.setattr(aot, "_build", build)
+    return calls
+
+
+def _teacher_forced(model, step, ids, prompt):
+    eager_cache = model.new_cache(1, ids.shape[1])
+    fixed_cache = model.new_cache(1, ids.shape[1], fixed_shape=True)
+    with torch.inference_mode():
+        torch.testing.assert_close(model.prefill(ids[:, :prompt], fixed_cache), model.prefill(ids[:, :prompt], eager_cache),
+                                   **TOLERANCE)
+        if step is None:
+            step = aot.aot_step(model, "causal", fixed_cache)
+        for t in range(prompt, ids.shape[1]):
+            torch.testing.assert_close(step(ids[:, t], fixed_cache), model.step(ids[:, t], eager_cache), **TOLERANCE)
+            assert fixed_cache.length == eager_cache.length == t + 1  # counted on the host
+    assert fixed_cache.positions.tolist() == eager_cache.positions.tolist()
+
+
+def test_the_package_gives_the_eager_logits_at_every_position_and_the_eager_tokens(cache_dir, monkeypatch):
+    calls = _no_build(monkeypatch)  # loaded from the module's package, not built again
+    model = lm()
+    torch.manual_seed(1)
+    _teacher_forced(model, None, torch.randint(1, 23, (1, 33)), prompt=4)
+    for prompt in ([3, 4, 5], [7]):
+        assert generate(model, [prompt], max_new_tokens=30, greedy=True, compile="aot") == \
+            generate(model, [prompt], max_new_tokens=30, greedy=True)
+    assert calls == []
+
+
+def test_seeded_sampling_draws_as_the_eager_step_does(cache_dir):
+    model = lm()
+    for options in (dict(top_k=5), dict(top_p=0.8, temperature=0.7), dict(temperature=1.3)):
+        assert generate(model, [[3, 4]], max_new_tokens=25, seed=11, compile="aot", **options) == \
+            generate(model, [[3, 4]], max_new_tokens=25, seed=11, **options)
+
+
+def test_an_in_place_weight_change_is_seen_including_the_heads_derived_copy(cache_dir):
+    model = lm()
+    ids = torch.randint(1, 23, (1, 20))
+    _teacher_forced(model, None, ids, prompt=3)
+    with torch.no_grad():  # the tied embedding (the head's transposed copy derives from it) and a layer
+        model.decoder.embed.weight.mul_(-1.7).add_(0.05)
+        model.decoder.stack.layers[1].ffn.linear1.weight.mul_(2.0)
+    _teacher_forced(model, None, ids, prompt=3)
+    with torch.no_grad():  # a new tensor in place of a weight: the runner gets its storage
+        model.decoder.stack.layers[0].self_attn.out_proj.weight = torch.nn.Parameter(
+            torch.randn_like(model.decoder.stack.layers[0].self_attn.out_proj.weight))
+    _teacher_forced(model, None, ids, prompt=3)
+
+
+def _refused_then_rebuilt(monkeypatch, message):
+    calls = _no_build(monkeypatch)
+    model = lm()
+    with pytest.warns(RuntimeWarning, match="test: no build here; decoding eagerly"):
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot")
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True)
+    assert len(calls) == 1, message  # the file was not loaded: a build was asked for
+
+
+@pytest.fixture
+def copied(built, tmp_path, monkeypatch):
+    """A private copy of the module's package and manifest in a fresh $ATTNLAB_CACHE."""
+    _, directory, package = built
+    target = tmp_path / "aot"
+    target.mkdir()
+    shutil.copy2(package, target / package.name)
+    shutil.copy2(package.with_suffix(".json"), target / package.with_suffix(".json").name)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    return target / package.name
+
+
+def test_a_corrupt_or_truncated_package_is_refused_and_rebuilt(copied, monkeypatch):
+    leftover = copied.parent / f".{copied.stem}.tmp-999999999"  # what a killed build leaves
+    leftover.mkdir()
+    (leftover / copied.name).write_bytes(b"half a package")
+    data = bytearray(copied.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    copied.write_bytes(bytes(data))
+    _refused_then_rebuilt(monkeypatch, "a corrupt package was loaded")
+    assert not leftover.exists()  # a dead process's temporary package: removed before building
+    copied.write_bytes(bytes(data[: len(data) // 3]))
+    _refused_then_rebuilt(monkeypatch, "a truncated package was loaded")
+
+
+def test_a_manifest_for_another_structure_or_torch_version_is_refused_and_rebuilt(copied, monkeypatch):
+    manifest = copied.with_suffix(".json")
+    values = json.loads(manifest.read_text())
+    values["structure"]["torch"] = "1.0.0"
+    manifest.write_text(json.dumps(values))
+    _refused_then_rebuilt(monkeypatch, "a package for another torch version was loaded")
+
+
+def test_files_attnlab_did_not_write_are_left_alone(copied, monkeypatch):
+    calls = _no_build(monkeypatch)
+    manifest = copied.with_suffix(".json")
+    manifest.unlink()  # a package without an attnlab manifest: not ours
+    before = copied.read_bytes()
+    model = lm()
+    with pytest.warns(RuntimeWarning, match="attnlab did not write it.*decoding eagerly"):
+        generate(model, [[3, 4]], max_new_tokens=3, greedy=True, compile="aot")
+    assert copied.read_bytes() == before and not manifest.exists() and calls == []
+    manifest.write_text('{"note": "my own file"}')  # a manifest attnlab did not write
+    with pytest.warns(RuntimeWarning, match="was not written by attnlab"):
+        generate(lm(), [[3, 4]], max_new_tokens=3, greedy=True, compile="aot")
+    assert manifest.read_text() == '{"note": "my own file"}' and copied.read_bytes() == before and calls == []
+
+
+def test_concurrent_builds_of_one_package_wait_for_each_other(copied, monkeypatch):
+    calls = _no_build(monkeypatch)
+    model = lm()
+    cache = model.new_cache(1, 8, fixed_shape=True)
+    paths = aot._Paths(copied.parent, copied.stem)
+    done = []
+    with aot._build_lock(paths):  # another process building this package
+        worker = threading.Thread(target=lambda: done.append(aot.aot_step(model, "causal", cache)))
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive() and not done  # waits for the lock
+    worker.join(60)
+    assert len(done) == 1 and calls == []  # then loads what the other one built
+
+
+def test_without_a_compiler_one_warning_and_eager_steps(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    model = lm()
+    with pytest.warns(RuntimeWarning, match="no-such-c\\+\\+' is not found; decoding eagerly"):
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="aot")
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True)
+    assert not list(tmp_path.rglob("*.pt2")) and not list(tmp_path.rglob("*.json"))
+    with warnings.catch_warnings():  # said once per model and reason
+        warnings.simplefilter("error")
+        generate(model, [[3]], max_new_tokens=2, greedy=True, compile="aot")
+
+
+def test_int8_weights_decode_eagerly_and_say_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    model = lm()
+    model.quantize("int8")
+    with pytest.warns(RuntimeWarning, match="int8.*cannot name; decoding eagerly"):
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="aot")
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True)
+
+
+def test_compile_values_are_checked():
+    with pytest.raises(ValueError, match="compile='fast' must be False, True"):
+        generate(lm(), [[3]], max_new_tokens=2, compile="fast")
+    with pytest.raises(ValueError, match="sliding_window"):
+        generate(lm(), [[3]], max_new_tokens=2, compile="aot", sliding_window=True)
+
+
+def test_the_compile_verb_finds_the_built_package(cache_dir, tmp_path, monkeypatch, capsys):
+    from attnlab.cli.main import main
+
+    calls = _no_build(monkeypatch)
+    lm().save_pretrained(tmp_path / "model")
+    assert main(["compile", "--model", str(tmp_path / "model")]) == 0
+    assert str(cache_dir[1]) in capsys.readouterr().out and calls == []
+    attnlab.create_model("vit_tiny_patch4_28").save_pretrained(tmp_path / "vit")
+    assert main(["compile", "--model", str(tmp_path / "vit")]) == 2
+    assert "no step-by-step decoding" in capsys.readouterr().err
+
+
+# -- the other families (each builds its own package: slow) ------------------------------------
+@needs_compiler
+@pytest.mark.slow
+def test_a_padded_batch_gives_the_eager_tokens(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    model = lm()
+    prompts = [[3, 4, 5, 6, 7], [8, 9]]
+    assert generate(model, prompts, max_new_tokens=20, greedy=True, compile="aot") == \
+        generate(model, prompts, max_new_tokens=20, greedy=True)
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_music_relative_attention_through_the_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_tiny", vocab_size=23, d_model=16, num_heads=2, d_ff=24, num_layers=2,
+                                 max_positions=40, positional="none",
+                                 attention={"name": "relative_skew", "max_relative_position": 12}).eval()
+    torch.manual_seed(1)
+    _teacher_forced(model, None, torch.randint(1, 23, (1, 30)), prompt=3)
+
+
+@needs_compiler
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", [{"name": "local_1d", "block_length": 8},
+                                       {"name": "local_2d", "query_shape": [2, 3], "memory_flange": [1, 2]}])
+def test_image_samples_through_the_package(attention, tmp_path, monkeypatch):
+    from attnlab.generation import sample_images
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = attnlab.create_model("imagetransformer_mnist_small", height=6, width=6, channels=1, d_model=16,
+                                 num_heads=2, d_ff=24, num_layers=2, dropout=0.0, attention=attention).eval()
+    assert torch.equal(sample_images(model, 2, temperature=0, compile="aot"), sample_images(model, 2, temperature=0))
+    draws = [sample_images(model, 2, generator=torch.Generator().manual_seed(3), compile=mode) for mode in ("aot", False)]
+    assert torch.equal(*draws)
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
+    from attnlab.generation import beam_search, greedy_search
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny").eval()
+    src = torch.randint(4, 60, (5, 9))
+    src[1, 6:] = 0
+    src[3, 4:] = 0  # padded sources
+    options = dict(max_len_a=0, max_len_b=12)
+    for sources in (src, src[:1]):
+        compiled = beam_search(model, sources, beam_size=4, nbest=2, compile="aot", **options)
+        eager = beam_search(model, sources, beam_size=4, nbest=2, **options)
+        assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
+        for hyps, others in zip(compiled, eager):
+            for h, g in zip(hyps, others):
+                assert h.score == pytest.approx(g.score, abs=1e-4)
+    assert [h.tokens for h in greedy_search(model, src, compile="aot", **options)] == \
+        [h.tokens for h in greedy_search(model, src, **options)]
