@@ -128,6 +128,7 @@ def decode_aot(dtype: torch.dtype, new_tokens: int, repeats: int) -> None:
     from attnlab.interop import from_hf_gpt2
 
     os.environ.setdefault("ATTNLAB_CACHE", tempfile.mkdtemp(prefix="attnlab-aot-"))
+    os.environ.setdefault("ATTNLAB_AOT_CUDA", "1")  # aot.py keeps CUDA eager unless asked (see there)
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(bos_token_id=0, eos_token_id=0)).eval()
     ours = from_hf_gpt2(hf)

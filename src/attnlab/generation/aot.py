@@ -480,6 +480,12 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
     if not cache.fixed_shape:
         raise ValueError("an ahead-of-time compiled step needs a fixed-shape cache (fixed_shape=True)")
     weight = next(model.parameters())
+    if weight.device.type != "cpu" and not os.environ.get("ATTNLAB_AOT_CUDA"):
+        # Measured once (2026-11-27, H200, torch 2.11): the CUDA package built (97 s), then the
+        # process died with a segmentation fault while loading it (AOTIModelPackageLoader). Until a
+        # GPU run shows it loads and equals the eager step, CUDA decodes eagerly (its CUDA graphs).
+        raise AotUnavailable(f"the ahead-of-time step is CPU-only for now (on {weight.device.type} its package "
+                             "crashed while loading in the one GPU run; ATTNLAB_AOT_CUDA=1 tries it anyway)")
     layout = _layout_of(model, kind, cache.positions.shape[0], beam, cache)
     derived = derived_tensors(model)
     structure = _structure(model, layout, weight.device, weight.dtype, derived)
