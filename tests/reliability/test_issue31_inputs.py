@@ -209,6 +209,9 @@ def test_every_verb_here_refuses_threads_below_one(verb, threads, tmp_path, caps
 
 
 def test_evaluate_vit_refuses_images_of_another_size(vit_model, tmp_path, capsys):
-    folder = write_folder(tmp_path / "rgb", ("a", "b"), size=32, mode="RGB")
+    folder = write_folder(tmp_path / "rgb", ("class 0", "class 1"), size=32, mode="RGB")  # the model's classes
     refused(["evaluate-vit", "--model", str(vit_model), "--data", str(folder), "--device", "cpu"], capsys,
             f"--data {folder}", "32×32")
+    other = write_folder(tmp_path / "other", ("a", "b"), size=28, mode="L")  # classes the model lacks
+    refused(["evaluate-vit", "--model", str(vit_model), "--data", str(other), "--device", "cpu"], capsys,
+            f"--data {other}", "'a'")

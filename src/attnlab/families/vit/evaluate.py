@@ -48,8 +48,11 @@ def run(args) -> int:
     same = same_source(data_name, trained_on)
     # A folder the model was not trained on is scored whole (or its test/ part); its own
     # folder, on the part training held out.
-    data = load_images(data_name, args.split, image_size=c.image_size if same else None,
-                       channels=c.in_channels if same else None, whole=not same, classes=classes)
+    try:
+        data = load_images(data_name, args.split, image_size=c.image_size if same else None,
+                           channels=c.in_channels if same else None, whole=not same, classes=classes)
+    except ValueError as error:  # name the flag the folder came from
+        raise ValueError(str(error) if str(error).startswith("--data") else f"--data {error}") from None
     if tuple(data.images.shape[1:]) != (c.in_channels, c.image_size, c.image_size):
         _, channels, height, width = data.images.shape
         raise ValueError(f"--data {data_name}: its images are {width}×{height} with {channels} channel(s), but the "
