@@ -243,6 +243,12 @@ def bert_tiny() -> BertConfig:
 
 
 @register_preset
+def bert_classifier_tiny() -> BertClassifierConfig:
+    """A tiny BERT text classifier for tests: bert_tiny's layers, 3 labels."""
+    return BertClassifierConfig.of_encoder(bert_tiny(), 3)
+
+
+@register_preset
 def bert_mini() -> BertConfig:
     """BERT-Mini (Turc et al. 2019, "Well-Read Students Learn Better"): 4 layers, d_model=256,
     4 heads, d_ff=1024, with its masked-LM head; 128 positions and a vocabulary the
@@ -259,5 +265,5 @@ def minilm_l6_h384() -> BertConfig:
 
 
 __all__ = ["BertConfig", "BertEncoder", "BertOutput", "BertClassifierConfig", "BertClassifier", "encoder_config",
-           "bert_mini",
+           "bert_classifier_tiny", "bert_mini",
            "minilm_l6_h384", "mean_pool", "sentence_embeddings", "bert_base", "bert_tiny"]

@@ -130,17 +130,17 @@ def mlm_loss(model, batch: dict[str, Tensor]):
 def with_mlm_head(model) -> tuple[object, str | None]:
     """``(model, note)``: ``model`` itself when it has a masked-LM head, else a plain BERT
     encoder with its weights (a classifier's head dropped) and a new masked-LM head
-    initialised as BERT's, and the one line that says so."""
+    initialised as BERT's; ``note`` is the one line that says which."""
     from attnlab.models.bert import BertEncoder, encoder_config
 
     config = model.config
     if config.mlm_head and type(model) is BertEncoder:
-        return model, None
+        return model, "the model's own masked-LM head is kept"
     new = BertEncoder(encoder_config(config, mlm_head=True)).to(next(model.parameters()).device)
     weights = {name: value for name, value in model.state_dict().items() if not name.startswith("classifier")}
     missing, unexpected = new.load_state_dict(weights, strict=False)
     assert not unexpected and all(name.startswith("mlm_") for name in missing), (missing, unexpected)
     dropped = " (its classification head left out)" if type(model) is not BertEncoder else ""
     note = ("a new masked-LM head (initialised as BERT's: N(0, 0.02) weights, zero bias) is added: the model had none"
-            + dropped) if missing else f"the model's own masked-LM head is kept{dropped}"
+            + dropped)
     return new, note

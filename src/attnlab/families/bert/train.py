@@ -167,8 +167,11 @@ def build_model(args, data: MLMData, init_model=None):
 def adapt_after_init(model, args, data: MLMData):
     """``--init``'s model made ready for masked-LM training: ``(model, note)``, a new
     masked-LM head where it had none (said in ``note``)."""
+    import torch
+
     from attnlab.families.bert.task import with_mlm_head
 
+    torch.manual_seed(args.seed)  # a new head's initial weights
     return with_mlm_head(model)
 
 
