@@ -41,7 +41,7 @@ def test_embed_says_how_many_tokens_it_dropped(minilm_dir, capsys):
 
 def test_embed_on_another_family_says_it_is_not_bert(char_lm, capsys):
     code, _, err = _run(["embed", "--model", str(char_lm), "hello"], capsys)
-    assert code == 2 and "not a HuggingFace BERT directory" in err and "decoder_lm" in err
+    assert code == 2 and "holds a 'decoder_lm' model" in err and "not a BERT" in err and err.count("\n") == 1
     assert "vocab.txt: no such file" not in err
 
 

@@ -198,22 +198,21 @@ def score(model, data: MLMData, *, budget=None, progress: bool = True, device="c
 
 # -- the verb ----------------------------------------------------------------------------
 def run(args) -> int:
-    from attnlab.cli.options import check_positive
-    from attnlab.cli.window_runs import check_same_run, start_run
+    from attnlab.cli.options import check_positive, require_packages
+    from attnlab.cli.window_runs import start_run
     from attnlab.files import OutputLock
-    from attnlab.tasks.bert import describe_model, prepare_run, refuse_with_init, train_config, write_run_files
+    from attnlab.cli.bert_runs import describe_model, prepare_run, refuse_with_init, train_config, write_run_files
     from attnlab.training.outputs import save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
     from attnlab.training.trainer import Trainer
 
     budget = command_budget(args.max_minutes)
     check_positive(args, ("batch_size",))
+    require_packages("train bert", "tokenizers")
     refuse_with_init(args, {"--vocab-size": "vocab_size", "--cased": "cased", "--set": "set"})
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     warmup, device, bf16, out, previous = start_run(args)
     prepared, model, note = prepare_run(sys.modules[__name__], args, device, previous)
-    if previous is not None:
-        check_same_run(previous, prepared.run_info)
     if prepared.tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"the vocabulary has {prepared.tokenizer.vocab_size} tokens, more than the model's "
                          f"vocab_size={model.config.vocab_size}")

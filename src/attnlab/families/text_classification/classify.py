@@ -69,7 +69,9 @@ def split_pairs(texts: list[str], pairs: bool, where: str = "TEXT") -> tuple[lis
 
 
 def run(args) -> int:
-    from attnlab.cli.options import apply_threads, resolve_device
+    from attnlab.cli.options import apply_threads, require_packages, resolve_device
+
+    require_packages("classify-text", "tokenizers")
     from attnlab.families.text_classification.task import load_text_classifier, predict
 
     apply_threads(args)

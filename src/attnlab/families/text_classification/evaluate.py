@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from attnlab.cli.options import apply_threads, resolve_device
+    from attnlab.cli.options import apply_threads, require_packages, resolve_device
     from attnlab.families.text_classification.data import read_labelled
     from attnlab.families.text_classification.task import (EVALUATION_FILES, evaluate, load_text_classifier, summary,
                                                            write_evaluation)
@@ -33,6 +33,7 @@ def run(args) -> int:
 
     if args.out:  # before any work: the two files are replaced only with --force
         check_output_files(args.out, EVALUATION_FILES, force=args.force, flag="--out")
+    require_packages("evaluate-text-classifier", "tokenizers")
     apply_threads(args)
     model, tokenizer, labels, pairs = load_text_classifier(args.model, device=resolve_device(args.device))
     data = read_labelled(args.data, flag="--data")

@@ -11,7 +11,7 @@ __all__ = ["load_source", "source"]
 
 
 def source(model, tokenizer, labels) -> BertSource:
-    return BertSource(model, tokenizer, labels=labels, family="text_classification")
+    return BertSource(model, tokenizer, labels=labels, family="bert_classifier")
 
 
 def load_source(directory: Path, device: str) -> BertSource:

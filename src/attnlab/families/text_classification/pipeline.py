@@ -14,7 +14,7 @@ __all__ = ["TextClassifierPipeline"]
 class TextClassifierPipeline(Pipeline):
     """A BERT text classifier with its vocabulary and labels (``labels.json``)."""
 
-    family = "text_classification"
+    family = "bert_classifier"
 
     def __init__(self, model, tokenizer, labels: list[str], pairs: bool, directory=None):
         super().__init__(model, directory)

@@ -221,25 +221,24 @@ def score(model, data: ClassificationData, *, budget=None, progress: bool = True
 
 # -- the verb ----------------------------------------------------------------------------
 def run(args) -> int:
-    from attnlab.cli.options import check_positive
-    from attnlab.cli.window_runs import check_same_run, start_run
+    from attnlab.cli.options import check_positive, require_packages
+    from attnlab.cli.window_runs import start_run
     from attnlab.families.text_classification.task import (EVALUATION_FILES, LABELS_FILE, labels_file_bytes,
                                                            read_labels_file, summary, write_evaluation)
     from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.tasks.bert import describe_model, prepare_run, refuse_with_init, train_config, write_run_files
+    from attnlab.cli.bert_runs import describe_model, prepare_run, refuse_with_init, train_config, write_run_files
     from attnlab.training.outputs import save_run_model
     from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
     from attnlab.training.trainer import Trainer
 
     budget = command_budget(args.max_minutes)
     check_positive(args, ("batch_size",))
+    require_packages("train text-classification", "tokenizers")
     refuse_with_init(args, {"--vocab-size": "vocab_size", "--cased": "cased", "--set": "set"})
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     warmup, device, bf16, out, previous = start_run(args)
     labels = lambda checkpoint, config: read_labels_file(checkpoint, config.num_labels)[0]  # noqa: E731
     prepared, model, note = prepare_run(sys.modules[__name__], args, device, previous, labels=labels)
-    if previous is not None:
-        check_same_run(previous, prepared.run_info)
     lr = args.lr if args.lr is not None else (5e-5 if args.init else 5e-4)
     plan = budget_plan(budget, scoring="the held-out accuracy")
     if plan:
