@@ -12,7 +12,8 @@ from attnlab.cli.options import add_runtime_arguments, resolve_device
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True,
-                        help="HuggingFace-format BERT directory (config.json, model.safetensors, vocab.txt)")
+                        help="a BERT directory: HuggingFace-format (config.json, model.safetensors, vocab.txt) or one "
+                             "attnlab train bert / train text-classification wrote")
     parser.add_argument("sentences", nargs="+", help="one or more sentences")
     parser.add_argument("--vectors", action="store_true",
                         help="print each embedding (one line of numbers per sentence) instead of similarities")

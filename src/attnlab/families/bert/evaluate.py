@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
     from attnlab.cli.options import (SEED, add_force_argument, add_limit_argument, add_runtime_arguments, bounded_float,
                                      bounded_int)
 
-    parser.add_argument("--model", required=True, help="HuggingFace-format BERT directory with a masked-LM head")
+    parser.add_argument("--model", required=True, help="a BERT directory with a masked-LM head (HuggingFace-format, or attnlab train bert's)")
     parser.add_argument("--text", nargs="+", metavar="FILE",
                         help="held-out text files, one sequence a line (default: the English captions of "
                              "Multi30k's test split, shipped with attnlab)")

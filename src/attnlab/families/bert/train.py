@@ -60,7 +60,9 @@ def add_arguments(parser) -> None:
     model.add_argument("--preset", default="bert_mini", help="model preset from scratch (default: bert_mini)")
     add_set_argument(model, "num_layers=6")
     model.add_argument("--batch-size", type=int, default=32, help="windows per update (default: 32)")
-    add_schedule_arguments(model, max_steps=2000, lr=5e-4, warmup=100, lr_help="peak learning rate, cosine schedule")
+    add_schedule_arguments(model, max_steps=2000, warmup=100)
+    model.add_argument("--lr", type=bounded_float(0.0), help="peak learning rate, linear warm-up then cosine decay "
+                                                             "(default: 1e-4 with --init, 5e-4 from scratch)")
     model.add_argument("--weight-decay", type=bounded_float(0.0, 1.0), default=0.01,
                        help="AdamW weight decay (default: 0.01, BERT's)")
     add_precision_argument(model)
@@ -223,9 +225,9 @@ def run(args) -> int:
     if note:
         say(f"--init {args.init}: {note}")
     model.to(device)
-    say(describe_model(model, f"--init {args.init}" if args.init else args.preset, "windows", args, device, bf16,
-                       args.lr))
-    trainer = Trainer(model, loss, prepared.train, train_config(args, out, warmup=warmup, bf16=bf16, lr=args.lr),
+    lr = args.lr if args.lr is not None else (1e-4 if args.init else 5e-4)
+    say(describe_model(model, f"--init {args.init}" if args.init else args.preset, "windows", args, device, bf16, lr))
+    trainer = Trainer(model, loss, prepared.train, train_config(args, out, warmup=warmup, bf16=bf16, lr=lr),
                       valid_batches=prepared.valid_batches,
                       model_files=[out / name for name in prepared.tokenizer_files], run_info=prepared.run_info)
     # Every option is checked above; nothing is written to OUT before this point.
