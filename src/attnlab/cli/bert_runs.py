@@ -12,6 +12,53 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def add_bert_run_arguments(parser, *, init_help: str, unit: str, max_steps: int, init_lr: float, every: int):
+    """The options both BERT training verbs share, after each verb's data options:
+    ``--vocab-size``/``--cased`` (from scratch), ``--init``, ``--preset``, ``--set``,
+    ``--batch-size``, the schedule (``--lr`` defaulting to ``init_lr`` with --init, 5e-4 from
+    scratch), ``--weight-decay``, precision and the run group; returns the run group."""
+    from attnlab.cli.options import (add_precision_argument, add_run_group, add_schedule_arguments, add_set_argument,
+                                     bounded_float, bounded_int)
+
+    vocabulary = parser.add_argument_group("vocabulary (from scratch)")
+    vocabulary.add_argument("--vocab-size", type=bounded_int(16, 2**20), metavar="N",
+                            help="WordPiece vocabulary learned from the training text, special tokens included "
+                                 "(default: 8000; with --init the directory's vocabulary is used)")
+    vocabulary.add_argument("--cased", action="store_true", help="keep upper case in the learned vocabulary")
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument("--init", metavar="DIR", help=init_help)
+    model.add_argument("--preset", default="bert_mini", help="the BERT preset from scratch (default: bert_mini)")
+    add_set_argument(model, "num_layers=2")
+    model.add_argument("--batch-size", type=int, default=32, help=f"{unit} per update (default: 32)")
+    add_schedule_arguments(model, max_steps=max_steps, warmup=100)
+    model.add_argument("--lr", type=bounded_float(0.0), help=f"peak learning rate, linear warm-up then cosine decay "
+                                                             f"(default: {init_lr:g} with --init, 5e-4 from scratch)")
+    model.add_argument("--weight-decay", type=bounded_float(0.0, 1.0), default=0.01,
+                       help="AdamW weight decay (default: 0.01, BERT's)")
+    add_precision_argument(model)
+    return add_run_group(parser, every=every, seed=1)
+
+
+def peak_lr(args, init_lr: float) -> float:
+    """``--lr``, or its default: ``init_lr`` with ``--init``, 5e-4 from scratch."""
+    return args.lr if args.lr is not None else (init_lr if args.init else 5e-4)
+
+
+def scratch_config(args, tokenizer, max_positions: int, **fields):
+    """From scratch: ``--preset`` (a BERT preset) with the learned vocabulary, its [PAD], the
+    run's positions, ``fields`` and ``--set``; a ValueError naming ``--preset`` otherwise."""
+    import attnlab
+    from attnlab.cli.options import parse_overrides
+
+    preset = attnlab.get_preset(args.preset) if args.preset in attnlab.list_presets() else None
+    if preset is None or preset.family != "bert":
+        berts = [name for name in attnlab.list_presets() if attnlab.get_preset(name).family == "bert"]
+        raise ValueError(f"--preset {args.preset!r} is not a BERT preset; choose one of {', '.join(berts)}")
+    values = {"vocab_size": tokenizer.vocab_size, "max_positions": max_positions, "pad_id": tokenizer.pad_id,
+              **parse_overrides(args.set), **fields}
+    return preset.replace(**values)
+
+
 def refuse_with_init(args, flags: dict[str, str]) -> None:
     """``flags`` (``{"--vocab-size": "vocab_size", ...}``) given with ``--init``, whose
     directory decides them, are refused naming the flag."""
@@ -82,3 +129,45 @@ def prepare_run(parts, args, device: str, previous: Path | None, **resume_data):
         return (prepared, *parts.adapt_after_init(parts.build_model(args, prepared, model), args, prepared))
     prepared = parts.data(args)
     return prepared, parts.build_model(args, prepared), None
+
+
+def start_bert_run(parts, args, *, verb: str, unit: str, init_lr: float, scoring: str, model_files,
+                   **resume_data):
+    """Everything both BERT verbs do before training, in order, nothing written: the command's
+    budget, the options checked (``tokenizers`` installed, what ``--init`` decides, ``--out``),
+    the data, vocabulary and model (:func:`prepare_run`), the lines saying how the run is
+    set up, and the Trainer (``model_files(prepared)``: the files OUT and every checkpoint
+    keep). Returns ``SimpleNamespace(budget, say, device, out, prepared, model, trainer)``."""
+    import sys
+    from types import SimpleNamespace
+
+    from attnlab.cli.options import check_positive, require_packages
+    from attnlab.cli.window_runs import start_run
+    from attnlab.training.phases import budget_plan, command_budget
+    from attnlab.training.trainer import Trainer
+
+    budget = command_budget(args.max_minutes)
+    check_positive(args, ("batch_size",))
+    require_packages(verb, "tokenizers")
+    refuse_with_init(args, {"--vocab-size": "vocab_size", "--cased": "cased", "--set": "set"})
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    warmup, device, bf16, out, previous = start_run(args)
+    prepared, model, note = prepare_run(parts, args, device, previous, **resume_data)
+    if prepared.tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"the vocabulary has {prepared.tokenizer.vocab_size} tokens, more than the model's "
+                         f"vocab_size={model.config.vocab_size}")
+    plan = budget_plan(budget, scoring=scoring)
+    if plan:
+        say(plan)
+    say(prepared.description)
+    if note:
+        say(f"--init {args.init}: {note}")
+    model.to(device)
+    lr = peak_lr(args, init_lr)
+    say(describe_model(model, f"--init {args.init}" if args.init else args.preset, unit, args, device, bf16, lr))
+    trainer = Trainer(model, parts.loss, parts.batches(prepared), train_config(args, out, warmup=warmup, bf16=bf16,
+                                                                                lr=lr),
+                      valid_batches=prepared.valid_batches, model_files=[out / name for name in model_files(prepared)],
+                      run_info=prepared.run_info)
+    return SimpleNamespace(budget=budget, say=say, device=device, out=out, prepared=prepared, model=model,
+                           trainer=trainer)

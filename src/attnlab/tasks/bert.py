@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["BERT_FAMILIES", "SPECIAL_TOKENS", "TOKENIZER_FILES", "load_bert_directory", "learn_wordpiece",
+__all__ = ["BERT_FAMILIES", "SPECIAL_TOKENS", "TOKENIZER_FILES", "load_bert_directory", "load_init", "learn_wordpiece",
            "tokenizer_files", "resumed_run"]
 
 BERT_FAMILIES = ("bert", "bert_classifier")
@@ -58,6 +58,13 @@ def load_bert_directory(directory: str | os.PathLike, *, device: str = "cpu", fl
     except ValueError as error:
         message = str(error)
         raise ValueError(message if message.startswith(flag) else f"{flag}: {message}") from None
+
+
+def load_init(directory: str | os.PathLike, device: str = "cpu"):
+    """``--init DIR`` of the BERT training verbs (each verb's ``load_init`` part): ``(model,
+    tokenizer)`` of any BERT directory, another family's refused naming ``--init``. The shared
+    training lifecycle's ``--init`` takes this place when it lands."""
+    return load_bert_directory(directory, device=device, flag="--init")
 
 
 def learn_wordpiece(lines: Iterable[str], directory: str | os.PathLike, *, vocab_size: int, lowercase: bool = True,

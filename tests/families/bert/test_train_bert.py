@@ -29,16 +29,6 @@ def _text(rows: int, seed: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     from attnlab.tasks.bert import learn_wordpiece
@@ -175,7 +165,7 @@ def test_a_tiny_run_learns_and_scores_as_evaluate_bert(trained, capsys):
     assert accuracy > 0.3 and scores["nll"] < 0.5 * math.log(60)
 
 
-def test_init_from_a_bert_without_its_masked_lm_head_adds_one(trained, capsys):
+def test_init_from_a_bert_without_its_masked_lm_head_adds_one(trained, run_verb):
     root, out, _ = trained
     import attnlab
     from attnlab.models.bert import encoder_config
@@ -188,16 +178,16 @@ def test_init_from_a_bert_without_its_masked_lm_head_adds_one(trained, capsys):
         (root / "bare" / name).write_bytes((out / "model" / name).read_bytes())
     for directory, said in ((root / "bare", "a new masked-LM head"), (out / "model", "the model's own masked-LM head is kept")):
         target = root / f"from-{directory.name}"
-        code, _, err = _run(["train", "bert", "--text", str(root / "train.txt"), "--init", str(directory),
+        code, _, err = run_verb(["train", "bert", "--text", str(root / "train.txt"), "--init", str(directory),
                              "--max-steps", "2", "--batch-size", "4", "--val-every", "0", "--no-progress",
-                             "--out", str(target)], capsys)
+                             "--out", str(target)])
         assert code == 0 and said in err, err
         trained_model = attnlab.load_model(target / "model")
         assert trained_model.config.mlm_head and trained_model.config.num_layers == 2
         assert (target / "model" / "vocab.txt").read_bytes() == (out / "model" / "vocab.txt").read_bytes()
 
 
-def test_init_from_a_huggingface_bert_keeps_its_vocabulary(tmp_path, capsys):
+def test_init_from_a_huggingface_bert_keeps_its_vocabulary(tmp_path, run_verb):
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(vocab_size=len(WORDS) + 5, hidden_size=32, num_hidden_layers=1,
                                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=32)
@@ -205,9 +195,9 @@ def test_init_from_a_huggingface_bert_keeps_its_vocabulary(tmp_path, capsys):
     transformers.BertModel(config).save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
     (tmp_path / "hf" / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
     (tmp_path / "text.txt").write_text(_text(50))
-    code, _, err = _run(["train", "bert", "--text", str(tmp_path / "text.txt"), "--init", str(tmp_path / "hf"),
+    code, _, err = run_verb(["train", "bert", "--text", str(tmp_path / "text.txt"), "--init", str(tmp_path / "hf"),
                          "--max-steps", "2", "--batch-size", "4", "--val-every", "0", "--no-progress",
-                         "--out", str(tmp_path / "run")], capsys)
+                         "--out", str(tmp_path / "run")])
     assert code == 0, err
     assert "a new masked-LM head" in err and "WordPiece vocabulary of 23" in err
     assert "windows of up to 32 tokens" in err  # the context fits the model's 32 positions
@@ -215,28 +205,28 @@ def test_init_from_a_huggingface_bert_keeps_its_vocabulary(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, flag", [(["--vocab-size", "100"], "--vocab-size"), (["--cased"], "--cased"),
                                          (["--set", "num_layers=1"], "--set")])
-def test_options_that_init_decides_are_refused(tmp_path, capsys, extra, flag):
+def test_options_that_init_decides_are_refused(tmp_path, run_verb, extra, flag):
     (tmp_path / "t.txt").write_text(_text(20))
-    code, _, err = _run(["train", "bert", "--text", str(tmp_path / "t.txt"), "--init", str(tmp_path),
-                         "--out", str(tmp_path / "run"), *extra], capsys)
+    code, _, err = run_verb(["train", "bert", "--text", str(tmp_path / "t.txt"), "--init", str(tmp_path),
+                         "--out", str(tmp_path / "run"), *extra])
     assert code == 2 and err.count("\n") == 1 and flag in err
     assert not (tmp_path / "run").exists()
 
 
-def test_init_on_a_vit_directory_is_refused_and_nothing_is_written(tmp_path, capsys):
+def test_init_on_a_vit_directory_is_refused_and_nothing_is_written(tmp_path, run_verb):
     from attnlab import create_model
 
     create_model("vit_tiny_patch4_28", num_classes=10).save_pretrained(tmp_path / "vit")
     (tmp_path / "t.txt").write_text(_text(20))
-    code, _, err = _run(["train", "bert", "--text", str(tmp_path / "t.txt"), "--init", str(tmp_path / "vit"),
-                         "--out", str(tmp_path / "run")], capsys)
+    code, _, err = run_verb(["train", "bert", "--text", str(tmp_path / "t.txt"), "--init", str(tmp_path / "vit"),
+                         "--out", str(tmp_path / "run")])
     assert code == 2 and err.count("\n") == 1
     assert f"--init {tmp_path / 'vit'}: holds a 'vit' model" in err and "not a BERT" in err
     assert not (tmp_path / "run").exists()
 
 
-def test_a_text_with_invalid_utf8_is_named_with_its_line(tmp_path, capsys):
+def test_a_text_with_invalid_utf8_is_named_with_its_line(tmp_path, run_verb):
     (tmp_path / "t.txt").write_bytes(b"the dog runs .\nthe cat \xff sleeps .\n")
-    code, _, err = _run(["train", "bert", "--text", str(tmp_path / "t.txt"), "--out", str(tmp_path / "run")], capsys)
+    code, _, err = run_verb(["train", "bert", "--text", str(tmp_path / "t.txt"), "--out", str(tmp_path / "run")])
     assert code == 2 and err.count("\n") == 1 and "t.txt, line 2: not valid UTF-8" in err
     assert not (tmp_path / "run").exists()

@@ -7,20 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.cli.main import main
 from attnlab.families.text_classification.data import MAX_LINE_BYTES, read_labelled
 
 pytest.importorskip("tokenizers")
-
-
-def _run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
 
 
 def test_tsv_csv_and_jsonl_are_read(tmp_path):
@@ -67,7 +56,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_a_bad_training_file_is_one_line_and_nothing_is_written(case, tmp_path, capsys):
+def test_a_bad_training_file_is_one_line_and_nothing_is_written(case, tmp_path, run_verb):
     content, expected = BAD[case]
     suffix = {"jsonl field": ".jsonl", "jsonl type": ".jsonl", "unknown format": ".txt"}.get(case, ".tsv")
     path = tmp_path / f"train{suffix}"
@@ -82,38 +71,38 @@ def test_a_bad_training_file_is_one_line_and_nothing_is_written(case, tmp_path, 
     argv = ["train", "text-classification", "--train", str(path), "--out", str(out)]
     if case == "pairs and singles":
         argv += ["--valid", str(tmp_path / "valid.tsv")]
-    code, _, err = _run(argv, capsys)
+    code, _, err = run_verb(argv)
     assert code == 2 and err.count("\n") == 1, err
     assert expected.format(p=path, v=tmp_path / "valid.tsv") in err, err
     assert not out.exists()
 
 
-def test_a_label_seen_only_in_the_valid_file_is_refused(tmp_path, capsys):
+def test_a_label_seen_only_in_the_valid_file_is_refused(tmp_path, run_verb):
     (tmp_path / "train.csv").write_text("text,label\na,x\nb,y\n")
     (tmp_path / "valid.csv").write_text("text,label\nc,x\nd,z\n")
-    code, _, err = _run(["train", "text-classification", "--train", str(tmp_path / "train.csv"), "--valid",
-                         str(tmp_path / "valid.csv"), "--out", str(tmp_path / "run")], capsys)
+    code, _, err = run_verb(["train", "text-classification", "--train", str(tmp_path / "train.csv"), "--valid",
+                         str(tmp_path / "valid.csv"), "--out", str(tmp_path / "run")])
     assert code == 2 and err.count("\n") == 1
     assert f"--valid {tmp_path / 'valid.csv'}, line 3: the label 'z' does not occur in --train" in err
     assert not (tmp_path / "run").exists()
 
 
-def test_init_on_a_vit_directory_is_refused_before_reading_data(tmp_path, capsys):
+def test_init_on_a_vit_directory_is_refused_before_reading_data(tmp_path, run_verb):
     from attnlab import create_model
 
     create_model("vit_tiny_patch4_28", num_classes=10).save_pretrained(tmp_path / "vit")
     (tmp_path / "train.csv").write_text("text,label\na,x\nb,y\n")
-    code, _, err = _run(["train", "text-classification", "--train", str(tmp_path / "train.csv"), "--init",
-                         str(tmp_path / "vit"), "--out", str(tmp_path / "run")], capsys)
+    code, _, err = run_verb(["train", "text-classification", "--train", str(tmp_path / "train.csv"), "--init",
+                         str(tmp_path / "vit"), "--out", str(tmp_path / "run")])
     assert code == 2 and err.count("\n") == 1 and "holds a 'vit' model" in err and "not a BERT" in err
     assert not (tmp_path / "run").exists()
 
 
-def test_classify_text_on_a_model_of_another_family_says_which(tmp_path, capsys):
+def test_classify_text_on_a_model_of_another_family_says_which(tmp_path, run_verb):
     from attnlab import create_model
 
     create_model("vit_tiny_patch4_28", num_classes=10).save_pretrained(tmp_path / "vit")
-    code, out, err = _run(["classify-text", "--model", str(tmp_path / "vit"), "hello"], capsys)
+    code, out, err = run_verb(["classify-text", "--model", str(tmp_path / "vit"), "hello"])
     assert code == 2 and err.count("\n") == 1 and not out
     assert f"--model {tmp_path / 'vit'}: holds a Vision Transformer ('vit'), not a text classifier" in err
     assert "attnlab classify" in err  # where a ViT goes instead

@@ -31,55 +31,36 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnlab.tasks.bert import load_init  # the --init part: any BERT directory (tasks/bert.py)
+
 HELP = "pre-train a BERT (masked-LM) on your text files, from scratch or from a BERT directory (--init)"
 
+INIT_LR = 1e-4  # the peak learning rate from --init
 SCORE_BATCH = 32  # evaluate-bert's default --batch-size: the same batches mask the same tokens
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import (add_precision_argument, add_run_group, add_schedule_arguments, add_set_argument,
-                                     bounded_float, bounded_int)
+    from attnlab.cli.bert_runs import add_bert_run_arguments
+    from attnlab.cli.options import bounded_int
     from attnlab.families.bert.task import WINDOW_MODES
 
     data = parser.add_argument_group("data")
     data.add_argument("--text", nargs="+", required=True, metavar="FILE", help="training text files (UTF-8)")
     data.add_argument("--valid-text", nargs="+", metavar="FILE",
                       help="held-out text files, one sequence a line (default: the last 10%% of the training lines)")
-    data.add_argument("--vocab-size", type=bounded_int(16, 2**20), metavar="N",
-                      help="WordPiece vocabulary learned from the text, special tokens included (default: 8000; "
-                           "not with --init, whose vocabulary is used)")
-    data.add_argument("--cased", action="store_true", help="keep upper case in the learned vocabulary")
     data.add_argument("--context", type=bounded_int(3, 2**16), metavar="N",
                       help="tokens per window, [CLS] and [SEP] included (default: 128, or --init's max_positions "
                            "if smaller)")
     data.add_argument("--windows", choices=WINDOW_MODES, default="sentences",
                       help="windows of whole lines, or of the packed token stream (default: sentences)")
-    model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--init", metavar="DIR",
-                       help="start from this BERT directory (HuggingFace or attnlab): its layers and vocabulary")
-    model.add_argument("--preset", default="bert_mini", help="model preset from scratch (default: bert_mini)")
-    add_set_argument(model, "num_layers=6")
-    model.add_argument("--batch-size", type=int, default=32, help="windows per update (default: 32)")
-    add_schedule_arguments(model, max_steps=2000, warmup=100)
-    model.add_argument("--lr", type=bounded_float(0.0), help="peak learning rate, linear warm-up then cosine decay "
-                                                             "(default: 1e-4 with --init, 5e-4 from scratch)")
-    model.add_argument("--weight-decay", type=bounded_float(0.0, 1.0), default=0.01,
-                       help="AdamW weight decay (default: 0.01, BERT's)")
-    add_precision_argument(model)
-    run = add_run_group(parser, every=250, seed=1)
+    run = add_bert_run_arguments(parser, init_help="start from this BERT directory (HuggingFace or attnlab): its "
+                                                   "layers and vocabulary", unit="windows", max_steps=2000,
+                                 init_lr=INIT_LR, every=250)
     run.add_argument("--val-lines", type=bounded_int(1, 10**6), default=1000, metavar="N",
                      help="held-out lines validated during training (default: 1000)")
 
 
 # -- the parts -------------------------------------------------------------------------
-def load_init(directory, device: str):
-    """``--init DIR``: ``(model, tokenizer)`` of any BERT directory (the ``--init`` the
-    training lifecycle will share; here the family's own loader)."""
-    from attnlab.tasks.bert import load_bert_directory
-
-    return load_bert_directory(directory, device=device, flag="--init")
-
-
 @dataclass
 class MLMData:
     tokenizer: object
@@ -151,19 +132,14 @@ def build_model(args, data: MLMData, init_model=None):
     the learned vocabulary and ``max_positions`` = the context."""
     import torch
 
-    import attnlab
-    from attnlab.cli.options import parse_overrides
+    from attnlab.cli.bert_runs import scratch_config
+    from attnlab.models.bert import BertEncoder
 
     if init_model is not None:
         return init_model
-    preset = attnlab.get_preset(args.preset) if args.preset in attnlab.list_presets() else None
-    if preset is None or preset.family != "bert":
-        berts = [name for name in attnlab.list_presets() if attnlab.get_preset(name).family == "bert"]
-        raise ValueError(f"--preset {args.preset!r} is not a BERT preset; choose one of {', '.join(berts)}")
-    overrides = {"vocab_size": data.tokenizer.vocab_size, "max_positions": data.context, "mlm_head": True,
-                 "pad_id": data.tokenizer.pad_id, **parse_overrides(args.set)}
+    config = scratch_config(args, data.tokenizer, data.context, mlm_head=True)
     torch.manual_seed(args.seed)
-    return attnlab.create_model(args.preset, **overrides)
+    return BertEncoder(config)
 
 
 def adapt_after_init(model, args, data: MLMData):
@@ -199,37 +175,20 @@ def score(model, data: MLMData, *, budget=None, progress: bool = True, device="c
 
 
 # -- the verb ----------------------------------------------------------------------------
-def run(args) -> int:
-    from attnlab.cli.options import check_positive, require_packages
-    from attnlab.cli.window_runs import start_run
-    from attnlab.files import OutputLock
-    from attnlab.cli.bert_runs import describe_model, prepare_run, refuse_with_init, train_config, write_run_files
-    from attnlab.training.outputs import save_run_model
-    from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
-    from attnlab.training.trainer import Trainer
+def batches(data: MLMData):
+    return data.train
 
-    budget = command_budget(args.max_minutes)
-    check_positive(args, ("batch_size",))
-    require_packages("train bert", "tokenizers")
-    refuse_with_init(args, {"--vocab-size": "vocab_size", "--cased": "cased", "--set": "set"})
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    warmup, device, bf16, out, previous = start_run(args)
-    prepared, model, note = prepare_run(sys.modules[__name__], args, device, previous)
-    if prepared.tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"the vocabulary has {prepared.tokenizer.vocab_size} tokens, more than the model's "
-                         f"vocab_size={model.config.vocab_size}")
-    plan = budget_plan(budget, scoring="the held-out masked-token scores")
-    if plan:
-        say(plan)
-    say(prepared.description)
-    if note:
-        say(f"--init {args.init}: {note}")
-    model.to(device)
-    lr = args.lr if args.lr is not None else (1e-4 if args.init else 5e-4)
-    say(describe_model(model, f"--init {args.init}" if args.init else args.preset, "windows", args, device, bf16, lr))
-    trainer = Trainer(model, loss, prepared.train, train_config(args, out, warmup=warmup, bf16=bf16, lr=lr),
-                      valid_batches=prepared.valid_batches,
-                      model_files=[out / name for name in prepared.tokenizer_files], run_info=prepared.run_info)
+
+def run(args) -> int:
+    from attnlab.cli.bert_runs import start_bert_run, write_run_files
+    from attnlab.files import OutputLock
+    from attnlab.training.outputs import save_run_model
+    from attnlab.training.phases import budget_report, scoring_reserve, train_within
+
+    files = lambda prepared: prepared.tokenizer_files  # noqa: E731
+    run = start_bert_run(sys.modules[__name__], args, verb="train bert", unit="windows", init_lr=INIT_LR,
+                         scoring="the held-out masked-token scores", model_files=files)
+    budget, say, out, model, trainer, prepared = run.budget, run.say, run.out, run.model, run.trainer, run.prepared
     # Every option is checked above; nothing is written to OUT before this point.
     with OutputLock(out, purpose="attnlab train bert"):
         write_run_files(out, prepared.tokenizer_files)
@@ -237,7 +196,7 @@ def run(args) -> int:
         if not trainer.context.is_main:
             return 0
         model_dir = save_run_model(model, out / "model", extra_files=prepared.tokenizer_files, replace=args.force)
-    result, scoring = score(model, prepared, budget=budget, progress=not args.no_progress, device=device)
+    result, scoring = score(model, prepared, budget=budget, progress=not args.no_progress, device=run.device)
     say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'), 'nats per masked token')}")
     say(f"held-out ({scoring.summary('lines')}), evaluate-bert's protocol: masked-token accuracy "
         f"{result['accuracy']:.4f}, {result['nll']:.4f} nats per masked token (perplexity {result['perplexity']:.2f}) "

@@ -27,14 +27,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnlab.tasks.bert import load_init  # the --init part: any BERT directory (tasks/bert.py)
+
 HELP = "train a BERT text classifier (single texts or pairs) on a labelled TSV/CSV/JSONL file, from --init or scratch"
 
 VALID_SHARE = 0.1
+INIT_LR = 5e-5  # the peak learning rate from --init (BERT's fine-tuning range)
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import (add_precision_argument, add_run_group, add_schedule_arguments, add_set_argument,
-                                     bounded_float, bounded_int)
+    from attnlab.cli.bert_runs import add_bert_run_arguments
+    from attnlab.cli.options import bounded_int
 
     data = parser.add_argument_group("data")
     data.add_argument("--train", required=True, metavar="FILE",
@@ -44,34 +47,13 @@ def add_arguments(parser) -> None:
     data.add_argument("--max-length", type=bounded_int(3, 2**16), metavar="N",
                       help="tokens per input, [CLS]/[SEP] included; longer inputs are truncated (default: 128, or "
                            "the model's max_positions if smaller)")
-    data.add_argument("--vocab-size", type=bounded_int(16, 2**20), metavar="N",
-                      help="from scratch: WordPiece vocabulary learned from the training texts (default: 8000)")
-    data.add_argument("--cased", action="store_true", help="from scratch: keep upper case in the vocabulary")
-    model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--init", metavar="DIR",
-                       help="start from this BERT directory (all-MiniLM-L6-v2, a HuggingFace BERT, attnlab train "
-                            "bert's model): its layers and vocabulary, with a new classification head")
-    model.add_argument("--preset", default="bert_mini", help="from scratch: the BERT preset (default: bert_mini)")
-    add_set_argument(model, "num_layers=2")
-    model.add_argument("--batch-size", type=int, default=32, help="texts per update (default: 32)")
-    add_schedule_arguments(model, max_steps=1000, warmup=100)
-    model.add_argument("--lr", type=bounded_float(0.0), help="peak learning rate, linear warm-up then cosine decay "
-                                                             "(default: 5e-5 with --init, 5e-4 from scratch)")
-    model.add_argument("--weight-decay", type=bounded_float(0.0, 1.0), default=0.01,
-                       help="AdamW weight decay (default: 0.01)")
-    add_precision_argument(model)
-    add_run_group(parser, every=100, seed=1)
+    add_bert_run_arguments(parser, init_help="start from this BERT directory (all-MiniLM-L6-v2, a HuggingFace BERT, "
+                                             "attnlab train bert's model): its layers and vocabulary, with a new "
+                                             "classification head", unit="texts", max_steps=1000, init_lr=INIT_LR,
+                           every=100)
 
 
 # -- the parts -------------------------------------------------------------------------
-def load_init(directory, device: str):
-    """``--init DIR``: ``(model, tokenizer)`` of any BERT directory (the ``--init`` the
-    training lifecycle will share; here the family's own loader)."""
-    from attnlab.tasks.bert import load_bert_directory
-
-    return load_bert_directory(directory, device=device, flag="--init")
-
-
 @dataclass
 class ClassificationData:
     train: object  # LabelledTexts
@@ -155,18 +137,12 @@ def build_model(args, data: ClassificationData, init_model=None):
     with the learned vocabulary and ``max_positions`` = ``--max-length``."""
     import torch
 
-    import attnlab
-    from attnlab.cli.options import parse_overrides
+    from attnlab.cli.bert_runs import scratch_config
     from attnlab.models.bert import BertClassifier, BertClassifierConfig
 
     if init_model is not None:
         return init_model
-    preset = attnlab.get_preset(args.preset) if args.preset in attnlab.list_presets() else None
-    if preset is None or preset.family != "bert":
-        berts = [name for name in attnlab.list_presets() if attnlab.get_preset(name).family == "bert"]
-        raise ValueError(f"--preset {args.preset!r} is not a BERT preset; choose one of {', '.join(berts)}")
-    config = preset.replace(vocab_size=data.tokenizer.vocab_size, max_positions=data.max_length,
-                            pad_id=data.tokenizer.pad_id, **parse_overrides(args.set))
+    config = scratch_config(args, data.tokenizer, data.max_length)
     torch.manual_seed(args.seed)
     return BertClassifier(BertClassifierConfig.of_encoder(config, len(data.labels)))
 
@@ -220,38 +196,25 @@ def score(model, data: ClassificationData, *, budget=None, progress: bool = True
 
 
 # -- the verb ----------------------------------------------------------------------------
+def batches(data: ClassificationData):
+    return data.batches
+
+
 def run(args) -> int:
-    from attnlab.cli.options import check_positive, require_packages
-    from attnlab.cli.window_runs import start_run
+    from attnlab.cli.bert_runs import start_bert_run, write_run_files
     from attnlab.families.text_classification.task import (EVALUATION_FILES, LABELS_FILE, labels_file_bytes,
                                                            read_labels_file, summary, write_evaluation)
     from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.cli.bert_runs import describe_model, prepare_run, refuse_with_init, train_config, write_run_files
     from attnlab.training.outputs import save_run_model
-    from attnlab.training.phases import budget_plan, budget_report, command_budget, scoring_reserve, train_within
-    from attnlab.training.trainer import Trainer
+    from attnlab.training.phases import budget_report, scoring_reserve, train_within
 
-    budget = command_budget(args.max_minutes)
-    check_positive(args, ("batch_size",))
-    require_packages("train text-classification", "tokenizers")
-    refuse_with_init(args, {"--vocab-size": "vocab_size", "--cased": "cased", "--set": "set"})
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    warmup, device, bf16, out, previous = start_run(args)
+    files = lambda prepared: {**prepared.tokenizer_files,  # noqa: E731
+                              LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs)}
     labels = lambda checkpoint, config: read_labels_file(checkpoint, config.num_labels)[0]  # noqa: E731
-    prepared, model, note = prepare_run(sys.modules[__name__], args, device, previous, labels=labels)
-    lr = args.lr if args.lr is not None else (5e-5 if args.init else 5e-4)
-    plan = budget_plan(budget, scoring="the held-out accuracy")
-    if plan:
-        say(plan)
-    say(prepared.description)
-    if note:
-        say(f"--init {args.init}: {note}")
-    model.to(device)
-    say(describe_model(model, f"--init {args.init}" if args.init else args.preset, "texts", args, device, bf16, lr))
-    model_files = {**prepared.tokenizer_files, LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs)}
-    trainer = Trainer(model, loss, prepared.batches, train_config(args, out, warmup=warmup, bf16=bf16, lr=lr),
-                      valid_batches=prepared.valid_batches, model_files=[out / name for name in model_files],
-                      run_info=prepared.run_info)
+    run = start_bert_run(sys.modules[__name__], args, verb="train text-classification", unit="texts",
+                         init_lr=INIT_LR, scoring="the held-out accuracy", model_files=files, labels=labels)
+    budget, say, out, model, trainer, prepared = run.budget, run.say, run.out, run.model, run.trainer, run.prepared
+    model_files = files(prepared)
     # Every option is checked above; nothing is written to OUT before this point.
     with OutputLock(out, purpose="attnlab train text-classification"):
         write_run_files(out, model_files, also=("evaluation",))
