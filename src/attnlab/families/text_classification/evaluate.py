@@ -17,6 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", help="write results.json and confusion_matrix.png here (made if missing; other "
                                       "files in it are left alone)")
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32, help="texts per batch (default: 32)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_force_argument(parser, "results.json and confusion_matrix.png in --out")
     add_limit_argument(parser, "rows of --data")
     add_runtime_arguments(parser)
@@ -48,7 +49,14 @@ def run(args) -> int:
     rows = range(min(len(data), args.limit)) if args.limit is not None else None
     if rows is not None and len(rows) < len(data):
         print(f"scoring the first {len(rows):,d} of the {len(data):,d} rows of {args.data} (--limit)")
-    scores, confusion = evaluate(model, tokenizer, data, labels, rows=rows, batch_size=args.batch_size)
+    import sys
+
+    from tqdm import tqdm
+
+    with tqdm(total=len(rows) if rows is not None else len(data), desc="scoring", unit="text", file=sys.stderr,
+              leave=False, disable=args.no_progress) as bar:
+        scores, confusion = evaluate(model, tokenizer, data, labels, rows=rows, batch_size=args.batch_size,
+                                     progress=bar.update)
     print(summary(scores))
     if args.out:
         write_evaluation(scores, confusion, labels, Path(args.out), data=str(args.data))

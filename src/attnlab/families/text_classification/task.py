@@ -123,8 +123,10 @@ def classification_loss(model, batch: dict[str, Tensor]):
 
 
 @torch.no_grad()
-def predict(model, tokenizer, texts: list[str], pairs: list[str] | None = None, *, batch_size: int = 32) -> Tensor:
-    """Label probabilities ``(N, num_labels)`` (float32, CPU) of ``texts`` (and ``pairs``)."""
+def predict(model, tokenizer, texts: list[str], pairs: list[str] | None = None, *, batch_size: int = 32,
+            progress=None) -> Tensor:
+    """Label probabilities ``(N, num_labels)`` (float32, CPU) of ``texts`` (and ``pairs``);
+    ``progress(n)`` is called after each batch of n texts."""
     model.eval()
     device = next(model.parameters()).device
     parts = []
@@ -135,10 +137,13 @@ def predict(model, tokenizer, texts: list[str], pairs: list[str] | None = None, 
         logits = model.classify(batch["ids"], attention_mask=batch["attention_mask"],
                                 token_type_ids=batch["token_type_ids"])
         parts.append(logits.float().softmax(-1).cpu())
+        if progress is not None:
+            progress(len(parts[-1]))
     return torch.cat(parts) if parts else torch.zeros(0, model.config.num_labels)
 
 
-def evaluate(model, tokenizer, data, labels: list[str], *, batch_size: int = 32, rows=None) -> tuple[dict, Tensor]:
+def evaluate(model, tokenizer, data, labels: list[str], *, batch_size: int = 32, rows=None,
+             progress=None) -> tuple[dict, Tensor]:
     """``(scores, confusion)`` of ``model`` on the labelled texts ``data`` (the rows ``rows``,
     default all): :func:`attnlab.evaluation.classification.classification_scores`."""
     from attnlab.evaluation.classification import classification_scores, confusion_matrix
@@ -146,7 +151,8 @@ def evaluate(model, tokenizer, data, labels: list[str], *, batch_size: int = 32,
     rows = list(range(len(data))) if rows is None else list(rows)
     index = {label: i for i, label in enumerate(labels)}
     probabilities = predict(model, tokenizer, [data.texts[i] for i in rows],
-                            None if data.pairs is None else [data.pairs[i] for i in rows], batch_size=batch_size)
+                            None if data.pairs is None else [data.pairs[i] for i in rows], batch_size=batch_size,
+                            progress=progress)
     true = torch.tensor([index[data.labels[i]] for i in rows], dtype=torch.long)
     confusion = confusion_matrix(true, probabilities.argmax(-1), len(labels))
     return classification_scores(confusion, labels), confusion
