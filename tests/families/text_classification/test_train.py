@@ -131,6 +131,17 @@ def test_every_road_gives_the_same_answer(single, tmp_path, capsys):
     assert "--force" in capsys.readouterr().err
 
 
+def test_batched_predictions_equal_one_text_at_a_time(single):
+    import attnlab
+    from attnlab.families.text_classification.task import predict
+
+    pipeline = attnlab.load(single[0] / "model")
+    texts = ["the dog", "snow and rain and the storm in the mist", "a cat", "it is a horse and a cow on the sun"] * 3
+    batched = predict(pipeline.model, pipeline.tokenizer, texts, batch_size=5)
+    alone = torch.cat([predict(pipeline.model, pipeline.tokenizer, [text]) for text in texts])
+    assert torch.allclose(batched, alone, atol=1e-5)  # batched by length, given back in order
+
+
 def test_pairs_go_in_as_pairs(pair, capsys):
     import attnlab
     from attnlab.families.text_classification.data import read_labelled

@@ -125,21 +125,25 @@ def classification_loss(model, batch: dict[str, Tensor]):
 @torch.no_grad()
 def predict(model, tokenizer, texts: list[str], pairs: list[str] | None = None, *, batch_size: int = 32,
             progress=None) -> Tensor:
-    """Label probabilities ``(N, num_labels)`` (float32, CPU) of ``texts`` (and ``pairs``);
-    ``progress(n)`` is called after each batch of n texts."""
+    """Label probabilities ``(N, num_labels)`` (float32, CPU) of ``texts`` (and ``pairs``), in
+    their order; ``progress(n)`` is called after each batch of n texts. The texts are batched
+    by length (longest first), so a batch pads little; padding is masked, so the order
+    changes no probability beyond float rounding."""
     model.eval()
     device = next(model.parameters()).device
-    parts = []
-    for start in range(0, len(texts), batch_size):
-        batch, _ = tokenizer.encode(texts[start:start + batch_size],
-                                    None if pairs is None else pairs[start:start + batch_size])
+    sizes = [len(text) + (len(pairs[i]) if pairs is not None else 0) for i, text in enumerate(texts)]
+    order = sorted(range(len(texts)), key=lambda i: -sizes[i])
+    result = torch.zeros(len(texts), model.config.num_labels)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        batch, _ = tokenizer.encode([texts[i] for i in rows], None if pairs is None else [pairs[i] for i in rows])
         batch = {name: value.to(device) for name, value in batch.items()}
         logits = model.classify(batch["ids"], attention_mask=batch["attention_mask"],
                                 token_type_ids=batch["token_type_ids"])
-        parts.append(logits.float().softmax(-1).cpu())
+        result[rows] = logits.float().softmax(-1).cpu()
         if progress is not None:
-            progress(len(parts[-1]))
-    return torch.cat(parts) if parts else torch.zeros(0, model.config.num_labels)
+            progress(len(rows))
+    return result
 
 
 def evaluate(model, tokenizer, data, labels: list[str], *, batch_size: int = 32, rows=None,
