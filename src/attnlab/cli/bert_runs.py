@@ -1,10 +1,13 @@
 """What the two BERT training verbs share (``attnlab train bert``, ``attnlab train
-text-classification``), as :mod:`attnlab.cli.window_runs` does for the LM verbs: the options
-``--init`` decides, the run's start (resumed, from ``--init`` or from scratch, through each
-verb's parts), the Trainer's settings, the files written into OUT before training.
+text-classification``): the options ``--init`` decides, the run's start (resumed, from
+``--init`` or from scratch, through each verb's parts), the Trainer's settings, the files
+written into OUT before training.
 
-TRAINING-LIFECYCLE SEAM: the shared lifecycle (``--init`` for every train verb) replaces
-:func:`prepare_run`'s ``--init`` branch (each verb's ``load_init``) when it lands.
+TRAINING-LIFECYCLE SEAM: these verbs were written beside the shared lifecycle
+(cli/training_run.py, which landed meanwhile) as parts a ``TrainingTask`` can call
+(``load_init``, ``data``, ``build_model``, ``adapt_after_init``, ``loss``, ``score``);
+moving them onto it replaces this module (and gives them ``--lora``; see
+tests/families/test_registry.py's NOT_ON_THE_LIFECYCLE).
 """
 
 from __future__ import annotations
@@ -59,6 +62,50 @@ def scratch_config(args, tokenizer, max_positions: int, **fields):
     return preset.replace(**values)
 
 
+def start_run(args):
+    """The checks and settings a BERT run starts with, before reading data: ``(warmup, device,
+    bf16, out, checkpoint to resume or None)``; a warm-up longer than the run is cut to a
+    tenth of it, and said."""
+    import sys
+
+    from attnlab.cli.options import apply_threads, check_positive, resolve_device, resolve_precision
+    from attnlab.training.outputs import check_run_output
+
+    check_positive(args, ("max_steps", "batch_size"))
+    warmup = args.warmup
+    if warmup > args.max_steps:
+        warmup = max(1, args.max_steps // 10)
+        print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
+              "updates (a tenth of the run) instead", file=sys.stderr)
+    device = resolve_device(args.device)
+    bf16 = resolve_precision(args, device)
+    out = Path(args.out)
+    previous = check_run_output(out, resume=args.resume, force=args.force)
+    apply_threads(args)
+    return warmup, device, bf16, out, previous
+
+
+RUN_FLAGS = {"text": "--text", "valid_text": "--valid-text", "train": "--train", "valid": "--valid",
+             "vocab_size": "--vocab-size", "context": "--context", "max_length": "--max-length",
+             "windows": "--windows", "labels": "--train (its labels)", "preset": "--preset", "set": "--set",
+             "init": "--init"}
+
+
+def check_same_run(checkpoint: Path, run_info: dict) -> None:
+    """Refuse to resume ``checkpoint`` on other data or another model (the vocabulary, windows
+    and labels would silently change meaning), naming the options that differ."""
+    from attnlab.training import load_training_state
+
+    saved = load_training_state(checkpoint).get("run_info")
+    if not isinstance(saved, dict):
+        return
+    changed = [RUN_FLAGS.get(key, key) for key in run_info if key in saved and saved[key] != run_info[key]]
+    if changed:
+        raise ValueError(f"--resume: {', '.join(changed)} differ(s) from the run saved in {checkpoint}; resuming "
+                         "on other data or another model would silently change what the ids mean. Give the same "
+                         "options as that run, or train into a new --out")
+
+
 def refuse_with_init(args, flags: dict[str, str]) -> None:
     """``flags`` (``{"--vocab-size": "vocab_size", ...}``) given with ``--init``, whose
     directory decides them, are refused naming the flag."""
@@ -109,8 +156,7 @@ def prepare_run(parts, args, device: str, previous: Path | None, **resume_data):
     vocabulary and layers from its checkpoint (``resume_data(checkpoint, config)`` adds
     what else ``data`` takes from it); else ``--init``'s, adapted (``note`` says how); else
     built from scratch. A resumed run on other data or options is refused
-    (:func:`attnlab.cli.window_runs.check_same_run`)."""
-    from attnlab.cli.window_runs import check_same_run
+    (:func:`check_same_run`)."""
     from attnlab.models.registry import model_class_for
     from attnlab.tasks.bert import resumed_run, tokenizer_files
 
@@ -142,7 +188,6 @@ def start_bert_run(parts, args, *, verb: str, unit: str, init_lr: float, scoring
     from types import SimpleNamespace
 
     from attnlab.cli.options import check_positive, require_packages
-    from attnlab.cli.window_runs import start_run
     from attnlab.training.phases import budget_plan, command_budget
     from attnlab.training.trainer import Trainer
 
