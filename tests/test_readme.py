@@ -55,6 +55,8 @@ BUDGET = {
     "train text-to-image": ["--max-steps", "1", "--batch-size", "4", "--vqvae-steps", "1", "--classifier-steps", "1",
                             "--train-images", "64", "--reader-images", "64", "--eval-prompts", "2"],
     "imagine": ["--n", "1"],
+    "train bert": ["--max-steps", "1", "--batch-size", "2", "--val-lines", "4"],
+    "train text-classification": ["--max-steps", "1", "--batch-size", "2"],
     "complexity": ["--n", "64,128", "--d", "32,64", "--repeats", "1"],
 }
 
@@ -92,7 +94,8 @@ OUTPUTS = {
     "attnlab data get jsb": ["chorale.mid", "phrase.mid"],
     "attnlab train caption": ["runs/caption/model/config.json", "imagined.png"],
     "attnlab positions": ["figures/positions", "figures/complexity"],
-    "pip install -e": ["minilm.onnx", "minilm-hf/model.safetensors"],
+    "pip install -e": ["minilm.onnx", "minilm-hf/model.safetensors", "runs/bert/model/vocab.txt",
+                       "runs/genre/model/labels.json", "runs/genre/test/confusion_matrix.png", "genre.onnx"],
 }
 
 

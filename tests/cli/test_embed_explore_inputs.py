@@ -7,20 +7,7 @@ import os
 
 import pytest
 
-from attnlab.cli.main import main
-
 from .conftest import char_lm_directory
-
-
-def _run(argv, capsys):
-    """(exit code, stdout, stderr); a parser refusal counts as its exit code."""
-    try:
-        code = main(argv)
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
 
 
 @pytest.fixture
@@ -30,18 +17,18 @@ def char_lm(tmp_path):
 
 
 # -- embed --------------------------------------------------------------------------------
-def test_embed_says_how_many_tokens_it_dropped(minilm_dir, capsys):
+def test_embed_says_how_many_tokens_it_dropped(minilm_dir, run_verb):
     long = " ".join(["word"] * 10_000)  # 10,000 pieces + [CLS] + [SEP]
-    code, out, err = _run(["embed", "--model", str(minilm_dir), "--device", "cpu", long, "a short one"], capsys)
+    code, out, err = run_verb(["embed", "--model", str(minilm_dir), "--device", "cpu", long, "a short one"])
     assert code == 0
     assert "sentence 1 has 10,002 tokens" in err and "512" in err and "9,490" in err
     assert "sentence 2" not in err
     assert "384 dimensions" in out and len(max(out.splitlines(), key=len)) < 200  # the table shows a short line
 
 
-def test_embed_on_another_family_says_it_is_not_bert(char_lm, capsys):
-    code, _, err = _run(["embed", "--model", str(char_lm), "hello"], capsys)
-    assert code == 2 and "not a HuggingFace BERT directory" in err and "decoder_lm" in err
+def test_embed_on_another_family_says_it_is_not_bert(char_lm, run_verb):
+    code, _, err = run_verb(["embed", "--model", str(char_lm), "hello"])
+    assert code == 2 and "holds a 'decoder_lm' model" in err and "not a BERT" in err and err.count("\n") == 1
     assert "vocab.txt: no such file" not in err
 
 
@@ -51,7 +38,7 @@ def test_embed_on_another_family_says_it_is_not_bert(char_lm, capsys):
     ("hidden_dropout_prob", 2, ["hidden_dropout_prob=2"]),
     ("num_hidden_layers", 0, ["num_hidden_layers=0"]),
 ])
-def test_bert_config_errors_name_the_huggingface_field(minilm_dir, tmp_path, capsys, field, value, needles):
+def test_bert_config_errors_name_the_huggingface_field(minilm_dir, tmp_path, run_verb, field, value, needles):
     broken = tmp_path / "bert"
     broken.mkdir()
     for name in ("model.safetensors", "vocab.txt"):
@@ -59,7 +46,7 @@ def test_bert_config_errors_name_the_huggingface_field(minilm_dir, tmp_path, cap
     config = json.loads((minilm_dir / "config.json").read_text())
     config[field] = value
     (broken / "config.json").write_text(json.dumps(config))
-    code, _, err = _run(["embed", "--model", str(broken), "hello"], capsys)
+    code, _, err = run_verb(["embed", "--model", str(broken), "hello"])
     assert code == 2 and "config.json" in err
     for needle in needles:
         assert needle in err
@@ -67,45 +54,45 @@ def test_bert_config_errors_name_the_huggingface_field(minilm_dir, tmp_path, cap
         assert ours not in err
 
 
-def test_a_config_holding_a_list_is_named(tmp_path, capsys):
+def test_a_config_holding_a_list_is_named(tmp_path, run_verb):
     (tmp_path / "config.json").write_text("[1, 2, 3]")
-    code, _, err = _run(["explore", "--model", str(tmp_path), "--html", str(tmp_path / "p.html"), "x"], capsys)
+    code, _, err = run_verb(["explore", "--model", str(tmp_path), "--html", str(tmp_path / "p.html"), "x"])
     assert code == 2 and "config.json: expected a JSON object" in err and "family None" not in err
 
 
-def test_a_huggingface_directory_given_to_an_attnlab_verb(minilm_dir, tmp_path, capsys):
-    code, _, err = _run(["caption", "--model", str(minilm_dir), str(tmp_path / "x.png")], capsys)
+def test_a_huggingface_directory_given_to_an_attnlab_verb(minilm_dir, tmp_path, run_verb):
+    code, _, err = run_verb(["caption", "--model", str(minilm_dir), str(tmp_path / "x.png")])
     assert code == 2 and "HuggingFace config" in err and "family None" not in err
 
 
 # -- explore ------------------------------------------------------------------------------
-def test_explore_default_text_fits_a_lower_case_char_lm(char_lm, tmp_path, capsys):
+def test_explore_default_text_fits_a_lower_case_char_lm(char_lm, tmp_path, run_verb):
     out = tmp_path / "page.html"
-    code, stdout, err = _run(["explore", "--model", str(char_lm), "--html", str(out)], capsys)
+    code, stdout, err = run_verb(["explore", "--model", str(char_lm), "--html", str(out)])
     assert code == 0, err
     assert out.read_text().startswith("<!DOCTYPE html>") and "self-contained" in stdout
 
 
-def test_explore_generate_is_checked_against_the_context(char_lm, tmp_path, capsys):
+def test_explore_generate_is_checked_against_the_context(char_lm, tmp_path, run_verb):
     out = tmp_path / "page.html"
-    code, _, err = _run(["explore", "--model", str(char_lm), "--html", str(out), "--generate", "256", "to be"], capsys)
+    code, _, err = run_verb(["explore", "--model", str(char_lm), "--html", str(out), "--generate", "256", "to be"])
     # "to be" is 5 characters of a 32-position context: 27 can follow
     assert code == 2 and "--generate 256" in err and "at most 27" in err
     assert not out.exists()
-    code, _, err = _run(["explore", "--model", str(char_lm), "--html", str(out), "--generate", "27", "to be"], capsys)
+    code, _, err = run_verb(["explore", "--model", str(char_lm), "--html", str(out), "--generate", "27", "to be"])
     assert code == 0, err
-    code, _, err = _run(["explore", "--model", str(char_lm), "--generate", "300", "--html", str(tmp_path / "q.html")],
-                        capsys)
+    code, _, err = run_verb(["explore", "--model", str(char_lm), "--generate", "300", "--html",
+                             str(tmp_path / "q.html")])
     assert code == 2 and "--generate" in err and "256" in err
-    code, _, err = _run(["explore", "--model", str(char_lm), "--generate", "4"], capsys)
+    code, _, err = run_verb(["explore", "--model", str(char_lm), "--generate", "4"])
     assert code == 2 and "--generate is for --html" in err
 
 
-def test_explore_html_keeps_a_symlink(char_lm, tmp_path, capsys):
+def test_explore_html_keeps_a_symlink(char_lm, tmp_path, run_verb):
     target = tmp_path / "target.html"
     target.write_text("mine")
     link = tmp_path / "link.html"
     link.symlink_to(target)
-    code, _, err = _run(["explore", "--model", str(char_lm), "--html", str(link), "hi"], capsys)
+    code, _, err = run_verb(["explore", "--model", str(char_lm), "--html", str(link), "hi"])
     assert code == 2 and "--html" in err and "symlink" in err
     assert link.is_symlink() and os.readlink(link) == str(target) and target.read_text() == "mine"

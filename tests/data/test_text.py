@@ -67,3 +67,16 @@ def test_text_windows_resume_and_validation_windows():
     batches = consecutive_windows(ids, batch_size=4, context=8)
     targets = torch.cat([b["ids"][:, 1:].flatten() for b in batches])
     assert targets.tolist() == list(range(1, 97))
+
+
+def test_shakespeare_speeches_are_the_lines_under_a_speaker(tmp_path):
+    from attnlab.data.text import Speech, shakespeare_speeches
+
+    (tmp_path / "tragedies").mkdir()
+    (tmp_path / "tragedies" / "othello.md").write_text(
+        "# Othello\n\n## ACT I\n\n_Enter RODERIGO and IAGO_\n\n**RODERIGO**  \nTush! never tell me;  \nI take it.\n\n"
+        "_Exit_\n\nMuch unkindly.\n\n**IAGO**  \n'Sblood, but you will not hear me:\n\n### SCENE II.\n\nNo one.\n",
+        encoding="utf-8")
+    assert shakespeare_speeches(tmp_path) == [
+        Speech("tragedies", "othello", "RODERIGO", "Tush! never tell me; I take it. Much unkindly."),
+        Speech("tragedies", "othello", "IAGO", "'Sblood, but you will not hear me:")]

@@ -1,6 +1,6 @@
 """ONNX export of the other families (issue 30: export for every family it can represent):
 the ViT, the captioner, text-to-image, the Image Transformer (local 1D, local 2D, class- and
-low-resolution-conditioned) and the Music Transformer give onnxruntime outputs equal to
+low-resolution-conditioned), the Music Transformer and the BERT text classifier give onnxruntime outputs equal to
 torch's (< 1e-4) at a batch size other than the export's; what is not exported says why."""
 
 import pytest
@@ -22,6 +22,7 @@ FAMILIES = [
     ("imagetransformer_mnist_small", {"num_layers": 2, "num_classes": 10}, ["images", "labels"]),
     ("imagetransformer_sr_mnist_small", {"num_layers": 2}, ["images", "low_res"]),
     ("music_tiny", {}, ["ids"]),
+    ("bert_classifier_tiny", {}, ["ids", "attention_mask", "token_type_ids"]),
 ]
 
 

@@ -79,6 +79,20 @@ def bert_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def text_classifier_dir(tmp_path_factory) -> Path:
+    """A ``bert_classifier`` directory as train text-classification writes it: save_pretrained
+    + vocab.txt + labels.json (random weights, 3 labels)."""
+    from attnlab.families.text_classification.task import LABELS_FILE, labels_file_bytes
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("bert_classifier_tiny", vocab_size=len(WORDS), max_positions=32)
+    directory = model.save_pretrained(tmp_path_factory.mktemp("classifier") / "model")
+    _vocab_file(directory)
+    (directory / LABELS_FILE).write_bytes(labels_file_bytes(["comedies", "histories", "tragedies"], False))
+    return directory
+
+
+@pytest.fixture(scope="session")
 def hf_bert_dir(tmp_path_factory) -> Path:
     """A HuggingFace-format BERT directory written by transformers (random weights)."""
     transformers = pytest.importorskip("transformers")

@@ -31,6 +31,7 @@ DIRECTORIES = {  # the example's directory -> the fixture standing in for it
     "runs/m30k/model": "translation_dir", "runs/shakespeare/model": "doc_lm_dir",
     "models/all-MiniLM-L6-v2": "bert_dir", "runs/vit-mnist/model": "vit_dir", "runs/caption/model": "captioner_dir",
     "runs/t2i/model": "text_to_image_dir", "runs/it-mnist/model": "image_dir", "runs/jsb/model": "doc_music_dir",
+    "runs/genre/model": "text_classifier_dir",
 }
 
 

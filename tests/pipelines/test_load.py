@@ -14,7 +14,7 @@ from attnlab.pipelines import Pipeline, known_pipelines
 FAMILY_FIXTURES = {
     "translation_dir": "transformer", "lm_char_dir": "decoder_lm", "bert_dir": "bert", "hf_bert_dir": "bert",
     "vit_dir": "vit", "captioner_dir": "captioner", "text_to_image_dir": "text_to_image",
-    "image_dir": "image_transformer", "music_dir": "music_transformer",
+    "image_dir": "image_transformer", "music_dir": "music_transformer", "text_classifier_dir": "bert_classifier",
 }
 
 
@@ -33,8 +33,8 @@ def test_each_directory_loads_its_familys_pipeline(fixture, request):
 
 
 def test_every_model_family_with_a_verb_has_a_pipeline():
-    assert known_pipelines() == ["bert", "captioner", "decoder_lm", "image_transformer", "music_transformer",
-                                 "text_to_image", "transformer", "vit"]
+    assert known_pipelines() == ["bert", "bert_classifier", "captioner", "decoder_lm", "image_transformer",
+                                 "music_transformer", "text_to_image", "transformer", "vit"]
 
 
 def _one_line_error(directory, *fragments, kind=ValueError):

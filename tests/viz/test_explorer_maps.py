@@ -101,6 +101,6 @@ def test_load_source_errors(tmp_path):
         load_source(tmp_path / "nope")
     with pytest.raises(ValueError, match="config.json: no such file"):
         load_source(tmp_path)
-    create_model("bert_tiny").save_pretrained(tmp_path / "b")  # an attnlab-format BERT has no tokenizer
-    with pytest.raises(ValueError, match=r"not a HuggingFace BERT directory \(an attnlab bert model directory\)"):
+    create_model("bert_tiny").save_pretrained(tmp_path / "b")  # an attnlab-format BERT without its vocabulary
+    with pytest.raises(ValueError, match=r"b/vocab.txt: no such file; a BERT directory holds its WordPiece vocabulary"):
         load_source(tmp_path / "b")

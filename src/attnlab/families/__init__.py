@@ -30,7 +30,7 @@ __all__ = ["Family", "register_family", "unregister_family", "families", "get_fa
            "family_for_directory", "used_with", "all_verbs", "resolve", "BUILTIN"]
 
 # The family packages attnlab ships, in the order the command line lists them.
-BUILTIN = ("translation", "lm", "bert", "vit", "caption", "text_to_image", "image", "music")
+BUILTIN = ("translation", "lm", "bert", "text_classification", "vit", "caption", "text_to_image", "image", "music")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _VERB = re.compile(r"^[a-z][a-z0-9-]*$")

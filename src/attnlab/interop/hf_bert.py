@@ -194,9 +194,14 @@ class WordPieceTokenizer:
         finally:
             self.tokenizer.enable_truncation(self.max_length)
 
-    def encode(self, texts: list[str]) -> tuple[dict[str, Tensor], list[list[str]]]:
-        """Texts -> ({ids, attention_mask, token_type_ids} each ``(B, L)``, tokens per text)."""
-        encodings = self.tokenizer.encode_batch(list(texts))
+    def encode(self, texts: list[str], pairs: list[str] | None = None) -> tuple[dict[str, Tensor], list[list[str]]]:
+        """Texts -> ({ids, attention_mask, token_type_ids} each ``(B, L)``, tokens per text).
+        With ``pairs`` (one second text per text) each row is ``[CLS] text [SEP] pair [SEP]``,
+        the pair's tokens of segment 1, the longer of the two truncated first."""
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"pairs: {len(pairs)} second texts for {len(texts)} texts")
+        inputs = list(texts) if pairs is None else list(zip(texts, pairs))
+        encodings = self.tokenizer.encode_batch(inputs)
         length = max((len(e.ids) for e in encodings), default=0)
         ids = torch.full((len(encodings), length), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(encodings), length), dtype=torch.long)

@@ -1,6 +1,7 @@
 """ONNX export of attnlab models with dynamic batch and length axes, checked with onnxruntime.
 
-One graph per model: BERT ``(ids, attention_mask, token_type_ids) -> hidden``, the
+One graph per model: BERT ``(ids, attention_mask, token_type_ids) -> hidden`` (a BERT text
+classifier: ``-> logits``), the
 decoder-only LM and the Music Transformer ``ids -> logits``, the translation Transformer
 ``(src_ids, tgt_in_ids) -> logits`` (teacher-forced: encoder and decoder in one graph), the
 ViT ``images -> logits`` (normalised pixels), the captioner ``(images, tgt_in_ids) ->
@@ -43,6 +44,11 @@ class _BertGraph(nn.Module):
 
     def forward(self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
         return self.model(ids, attention_mask=attention_mask, token_type_ids=token_type_ids).hidden
+
+
+class _BertClassifierGraph(_BertGraph):
+    def forward(self, ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+        return self.model.classify(ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
 
 class _LMGraph(nn.Module):
@@ -123,13 +129,16 @@ class OnnxGraph:
     """What a family exports: the module to trace, its input and output names,
     ``example(batch, length, generator) -> {input: tensor}`` (valid random inputs, padding
     in the last row where the inputs have any) and the inputs whose non-batch sizes are
-    fixed by the model (images, codes, labels); the others get a dynamic length."""
+    fixed by the model (images, codes, labels); the others get a dynamic length.
+    ``per_input`` names the outputs with one row per input and no length axis (a
+    classifier's logits)."""
 
     module: nn.Module
     inputs: list[str]
     outputs: list[str]
     example: Callable[[int, int, torch.Generator], dict[str, Tensor]]
     fixed: frozenset[str] = frozenset()
+    per_input: frozenset[str] = frozenset()
 
 
 def _graph(model) -> OnnxGraph:
@@ -166,6 +175,13 @@ def bert_graph(model) -> OnnxGraph:
         tokens[-1, length - 2:] = getattr(model.config, "pad_id", 0)
         return {"ids": tokens, "attention_mask": mask, "token_type_ids": torch.zeros_like(tokens)}
     return OnnxGraph(_BertGraph(model), ["ids", "attention_mask", "token_type_ids"], ["hidden"], example)
+
+
+def bert_classifier_graph(model) -> OnnxGraph:
+    """A BERT text classifier ``(ids, attention_mask, token_type_ids) -> logits (B, labels)``."""
+    graph = bert_graph(model)
+    return OnnxGraph(_BertClassifierGraph(model), graph.inputs, ["logits"], graph.example,
+                     per_input=frozenset({"logits"}))
 
 
 def lm_graph(model) -> OnnxGraph:
@@ -242,7 +258,8 @@ def _dynamic_axes(graph: OnnxGraph) -> dict[str, dict[int, str]]:
         axes["attention_mask"] = axes["token_type_ids"] = {0: "batch", 1: "ids_length"}
     token_inputs = [name for name in inputs if name not in fixed and name not in ("attention_mask", "token_type_ids")]
     for name in graph.outputs:
-        axes[name] = {0: "batch", 1: axes[token_inputs[-1]][1]} if token_inputs else {0: "batch"}
+        axes[name] = ({0: "batch", 1: axes[token_inputs[-1]][1]} if token_inputs and name not in graph.per_input
+                      else {0: "batch"})
     return axes
 
 

@@ -4,7 +4,7 @@ from attnlab.models.base import AttnlabModel, ModelConfig
 from attnlab.models.registry import create_model, get_preset, list_presets, load_model, register_family, register_preset
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
-from attnlab.models.bert import BertConfig, BertEncoder
+from attnlab.models.bert import BertClassifier, BertClassifierConfig, BertConfig, BertEncoder
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 from attnlab.models.captioner import Captioner, CaptionerConfig
 from attnlab.models.vqvae import VQVAE, VQVAEConfig
@@ -15,7 +15,7 @@ from attnlab.models.music import MusicTransformer, MusicTransformerConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
            "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
-           "BertConfig", "BertEncoder", "VisionTransformer", "VisionTransformerConfig",
+           "BertConfig", "BertEncoder", "BertClassifier", "BertClassifierConfig", "VisionTransformer", "VisionTransformerConfig",
            "Captioner", "CaptionerConfig", "VQVAE", "VQVAEConfig",
            "TextToImage", "TextToImageConfig", "SceneAttributeClassifier", "SceneAttributeConfig",
            "ImageTransformer", "ImageTransformerConfig",

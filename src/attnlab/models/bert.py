@@ -4,14 +4,16 @@ BERT §3 and Appendix A: token + learned position + segment ("token type") embed
 summed and LayerNorm-ed; a stack of the paper's post-LN encoder layers (GELU feed-forward,
 LayerNorm eps 1e-12); a pooler (``tanh(W h_[CLS] + b)``) for sentence-level tasks and a
 masked-LM head (dense + GELU + LayerNorm, then the output projection tied to the token
-embeddings, plus a bias). The layers are attnlab's shared
+embeddings, plus a bias); :class:`BertClassifier` adds BERT's sequence-classification head
+(§4.1: dropout + a linear layer on the pooled [CLS], as ``BertForSequenceClassification``).
+The layers are attnlab's shared
 :class:`~attnlab.layers.blocks.EncoderLayer` with full attention: the same layer code as
 the translation encoder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import ClassVar, NamedTuple
 
 import torch
@@ -153,6 +155,60 @@ class BertEncoder(AttnlabModel):
         return F.linear(h, self.embed.weight, self.mlm_bias)  # tied to the token embeddings
 
 
+def encoder_config(config: BertConfig, **changes) -> BertConfig:
+    """The plain :class:`BertConfig` of any BERT config (a classifier's: its encoder), with ``changes``."""
+    values = {f.name: getattr(config, f.name) for f in fields(BertConfig)}
+    return BertConfig(**{**values, **changes})
+
+
+@dataclass(frozen=True)
+class BertClassifierConfig(BertConfig):
+    """A :class:`BertClassifier`: a BERT encoder with its pooler and ``num_labels`` outputs.
+    Its ``config.json`` says ``"family": "bert_classifier"`` (a model of its own: it is
+    trained, scored and served as a text classifier)."""
+
+    family: ClassVar[str] = "bert_classifier"
+
+    num_labels: int = 2
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 2 <= self.num_labels <= 2**20:
+            raise ValueError(f"num_labels={self.num_labels}: a classifier needs 2 to {2**20:,d} labels")
+        if not self.pooler or self.mlm_head:
+            raise ValueError("a BERT classifier has the pooler (pooler=True) and no masked-LM head (mlm_head=False)")
+
+    @classmethod
+    def of_encoder(cls, config: BertConfig, num_labels: int) -> BertClassifierConfig:
+        """The classifier of an encoder ``config`` (a pre-trained BERT's): the same layers."""
+        values = asdict(encoder_config(config, pooler=True, mlm_head=False))
+        return cls(**values, num_labels=num_labels)
+
+
+@register_family
+class BertClassifier(BertEncoder):
+    """BERT for sequence classification (Devlin et al. 2019, §4.1): the encoder of
+    :class:`BertEncoder`, its pooler ``tanh(W h_[CLS] + b)``, dropout and one linear layer to
+    ``num_labels`` logits. ``forward`` is the encoder's (:class:`BertOutput`, attention
+    included); :meth:`classify` gives the logits. Parameter names follow the encoder's, plus
+    ``classifier.weight`` / ``classifier.bias`` (HuggingFace's names for the same head)."""
+
+    config_class = BertClassifierConfig
+
+    def __init__(self, config: BertClassifierConfig):
+        super().__init__(config)
+        self.classifier_dropout = nn.Dropout(config.dropout)
+        self.classifier = Linear(config.d_model, config.num_labels)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def classify(self, ids: Tensor, *, attention_mask: Tensor | None = None,
+                 token_type_ids: Tensor | None = None) -> Tensor:
+        """Label logits ``(B, num_labels)`` of ``ids`` ``(B, L)`` (arguments as :meth:`forward`)."""
+        pooled = self(ids, attention_mask=attention_mask, token_type_ids=token_type_ids).pooled
+        return self.classifier(self.classifier_dropout(pooled))
+
+
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """Sentence embeddings ``(B, d)``: the mean of ``hidden`` ``(B, L, d)`` over real tokens
     (``attention_mask`` ``(B, L)``), as sentence-transformers' mean pooling does."""
@@ -186,4 +242,28 @@ def bert_tiny() -> BertConfig:
                       dropout=0.0, attention_dropout=0.0, mlm_head=True)
 
 
-__all__ = ["BertConfig", "BertEncoder", "BertOutput", "mean_pool", "sentence_embeddings", "bert_base", "bert_tiny"]
+@register_preset
+def bert_classifier_tiny() -> BertClassifierConfig:
+    """A tiny BERT text classifier for tests: bert_tiny's layers, 3 labels."""
+    return BertClassifierConfig.of_encoder(bert_tiny(), 3)
+
+
+@register_preset
+def bert_mini() -> BertConfig:
+    """BERT-Mini (Turc et al. 2019, "Well-Read Students Learn Better"): 4 layers, d_model=256,
+    4 heads, d_ff=1024, with its masked-LM head; 128 positions and a vocabulary the
+    training text sets (``attnlab train bert``'s default from scratch)."""
+    return BertConfig(vocab_size=8000, d_model=256, num_heads=4, d_ff=1024, num_layers=4, max_positions=128,
+                      mlm_head=True)
+
+
+@register_preset
+def minilm_l6_h384() -> BertConfig:
+    """The layers of MiniLM-L6-H384 (Wang et al. 2020; all-MiniLM-L6-v2's): 6 layers,
+    d_model=384, 12 heads, d_ff=1536, 512 positions, the uncased 30,522-token vocabulary."""
+    return BertConfig(d_model=384, num_heads=12, d_ff=1536, num_layers=6, mlm_head=True)
+
+
+__all__ = ["BertConfig", "BertEncoder", "BertOutput", "BertClassifierConfig", "BertClassifier", "encoder_config",
+           "bert_classifier_tiny", "bert_mini",
+           "minilm_l6_h384", "mean_pool", "sentence_embeddings", "bert_base", "bert_tiny"]

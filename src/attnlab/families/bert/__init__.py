@@ -1,8 +1,11 @@
-"""The encoder-only BERT family: sentence embeddings, masked-token scoring, attention.
+"""The encoder-only BERT family: masked-LM pre-training, sentence embeddings, masked-token
+scoring, attention.
 
-The package holds what is only this family's: embed.py (``attnlab embed``), evaluate.py
+The package holds what is only this family's: train.py (``attnlab train bert``) and
+task.py (its windows, masking and loss), embed.py (``attnlab embed``), evaluate.py
 (``attnlab evaluate-bert``) and pipeline.py (``attnlab.load``); reading HuggingFace BERT
-directories is a converter of the core (attnlab.interop.hf_bert).
+directories is a converter of the core (attnlab.interop.hf_bert), and what the text
+classifier (attnlab.families.text_classification) shares with it is in attnlab.tasks.bert.
 """
 
 from attnlab.families import Family, register_family
@@ -12,6 +15,7 @@ FAMILY = register_family(Family(
     config_family="bert",
     title="BERT encoder",
     verbs={"embed": "attnlab.families.bert.embed", "evaluate-bert": "attnlab.families.bert.evaluate"},
+    train="attnlab.families.bert.train",
     evaluate="evaluate-bert",
     pipeline="attnlab.families.bert.pipeline:BertPipeline",
     explore="attnlab.families.bert.explore:load_source",

@@ -12,7 +12,8 @@ from attnlab.cli.options import add_runtime_arguments, resolve_device
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True,
-                        help="HuggingFace-format BERT directory (config.json, model.safetensors, vocab.txt)")
+                        help="a BERT directory: HuggingFace-format (config.json, model.safetensors, vocab.txt) or one "
+                             "attnlab train bert / train text-classification wrote")
     parser.add_argument("sentences", nargs="+", help="one or more sentences")
     parser.add_argument("--vectors", action="store_true",
                         help="print each embedding (one line of numbers per sentence) instead of similarities")
@@ -23,8 +24,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import sys
 
-    from attnlab.interop.hf_bert import load_hf_bert
     from attnlab.models.bert import sentence_embeddings
+    from attnlab.tasks.bert import load_bert_directory
 
     from attnlab.cli.options import require_packages
 
@@ -36,7 +37,7 @@ def run(args) -> int:
                              "there is nothing in it to embed")
     require_packages("embed", "tokenizers")
     device = resolve_device(args.device)
-    model, tokenizer = load_hf_bert(args.model, device=device)
+    model, tokenizer = load_bert_directory(args.model, device=device, flag="--model")
     for number, count in enumerate(tokenizer.token_counts(args.sentences), 1):
         if count > tokenizer.max_length:  # as sentence-transformers: truncate, but say so
             print(f"attnlab embed: warning: sentence {number} has {count:,} tokens; the model reads at most "

@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
     from attnlab.cli.options import (SEED, add_force_argument, add_limit_argument, add_runtime_arguments, bounded_float,
                                      bounded_int)
 
-    parser.add_argument("--model", required=True, help="HuggingFace-format BERT directory with a masked-LM head")
+    parser.add_argument("--model", required=True, help="a BERT directory with a masked-LM head (HuggingFace-format, or attnlab train bert's)")
     parser.add_argument("--text", nargs="+", metavar="FILE",
                         help="held-out text files, one sequence a line (default: the English captions of "
                              "Multi30k's test split, shipped with attnlab)")
@@ -84,42 +84,78 @@ def mask_batch(ids, attention_mask, special, mask_id: int, rate: float, generato
     return ids.masked_fill(chosen, mask_id), targets
 
 
+class MaskedLMScore:
+    """The protocol's running totals: :meth:`batch` masks a list of lines (the generator,
+    seeded once, continues from call to call, so scoring N lines in batches of B masks them
+    as :func:`evaluate_masked_lm` does), :meth:`add` scores them, :meth:`result` gives the
+    figures. ``train bert`` validates and scores its held-out text with it."""
+
+    def __init__(self, tokenizer, *, rate: float = 0.15, seed: int = 0):
+        import torch
+
+        vocab = tokenizer.tokenizer
+        self.tokenizer, self.rate, self.seed = tokenizer, rate, seed
+        self.mask_id = vocab.token_to_id("[MASK]")
+        if self.mask_id is None:
+            raise ValueError("the vocabulary has no [MASK] token; masked-token scoring needs one")
+        self.special = {vocab.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
+        self.generator = torch.Generator().manual_seed(seed)
+        self.total_nll, self.correct, self.count, self.lines = 0.0, 0, 0, 0
+
+    def batch(self, lines) -> dict:
+        """``{ids (masked), attention_mask, token_type_ids, targets}`` of ``lines`` (targets:
+        the original id at each masked position, -100 elsewhere)."""
+        batch, _ = self.tokenizer.encode(lines)
+        batch["ids"], batch["targets"] = mask_batch(batch["ids"], batch["attention_mask"], self.special, self.mask_id,
+                                                    self.rate, self.generator)
+        return batch
+
+    def add(self, model, lines, device="cpu") -> None:
+        import torch
+
+        batch = self.batch(lines)
+        with torch.no_grad():
+            _, nll, correct, count = masked_lm_sums(model, {k: v.to(device) for k, v in batch.items()})
+        self.total_nll += float(nll)
+        self.correct += int(correct)
+        self.count += count
+        self.lines += len(lines)
+
+    def result(self) -> dict:
+        import math
+
+        if self.count == 0:
+            raise ValueError("no token could be masked (every line holds only [CLS]/[SEP])")
+        nll = self.total_nll / self.count
+        return {"masked_tokens": self.count, "accuracy": self.correct / self.count, "nll": nll,
+                "perplexity": math.exp(nll) if nll < 700 else math.inf, "lines": self.lines, "mask_rate": self.rate,
+                "seed": self.seed}
+
+
+def masked_lm_sums(model, batch: dict):
+    """``(loss_sum, nll_sum, correct, count)`` of a masked batch (``ids``, ``attention_mask``,
+    ``token_type_ids``, ``targets``): cross-entropy summed over the masked positions (the
+    loss keeps its gradient; the others are detached), argmax hits, how many were masked."""
+    import torch.nn.functional as F
+
+    out = model(batch["ids"], attention_mask=batch["attention_mask"], token_type_ids=batch.get("token_type_ids"))
+    where = batch["targets"] != -100
+    logits = model.mlm_logits(out.hidden[where]).float()  # (masked, V): only the masked rows
+    wanted = batch["targets"][where]
+    loss = F.cross_entropy(logits, wanted, reduction="sum")
+    return loss, loss.detach(), (logits.detach().argmax(-1) == wanted).sum(), int(where.sum())
+
+
 def evaluate_masked_lm(model, tokenizer, lines, *, rate: float, seed: int, batch_size: int, device: str = "cpu",
                        progress=None) -> dict:
     """Masked-token accuracy and NLL of ``model`` over ``lines`` (the protocol above)."""
-    import math
-
-    import torch
-    import torch.nn.functional as F
-
-    vocab = tokenizer.tokenizer
-    mask_id = vocab.token_to_id("[MASK]")
-    if mask_id is None:
-        raise ValueError("the vocabulary has no [MASK] token; masked-token scoring needs one")
-    special = {vocab.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
-    generator = torch.Generator().manual_seed(seed)
-    total_nll, correct, count = 0.0, 0, 0
+    score = MaskedLMScore(tokenizer, rate=rate, seed=seed)
     model.eval()
-    with torch.no_grad():
-        for start in range(0, len(lines), batch_size):
-            batch, _ = tokenizer.encode(lines[start:start + batch_size])
-            ids, targets = mask_batch(batch["ids"], batch["attention_mask"], special, mask_id, rate, generator)
-            out = model(ids.to(device), attention_mask=batch["attention_mask"].to(device),
-                        token_type_ids=batch["token_type_ids"].to(device))
-            where = targets != -100
-            logits = model.mlm_logits(out.hidden[where.to(device)]).float()
-            wanted = targets[where].to(device)
-            total_nll += float(F.cross_entropy(logits, wanted, reduction="sum"))
-            correct += int((logits.argmax(-1) == wanted).sum())
-            count += int(where.sum())
-            if progress is not None:
-                progress(min(batch_size, len(lines) - start))
-    if count == 0:
-        raise ValueError("no token could be masked (every line holds only [CLS]/[SEP])")
-    nll = total_nll / count
-    return {"masked_tokens": count, "accuracy": correct / count, "nll": nll,
-            "perplexity": math.exp(nll) if nll < 700 else math.inf, "lines": len(lines), "mask_rate": rate,
-            "seed": seed}
+    for start in range(0, len(lines), batch_size):
+        score.add(model, lines[start:start + batch_size], device)
+        if progress is not None:
+            progress(min(batch_size, len(lines) - start))
+    return score.result()
 
 
 def run(args) -> int:
@@ -132,10 +168,10 @@ def run(args) -> int:
 
     json_path = check_output_file(args.json, force=args.force, flag="--json", suffixes=(".json",)) if args.json else None
     require_packages("evaluate-bert", "tokenizers")
-    from attnlab.interop.hf_bert import load_hf_bert
+    from attnlab.tasks.bert import load_bert_directory
 
     device = resolve_device(args.device)
-    model, tokenizer = load_hf_bert(args.model, device=device)
+    model, tokenizer = load_bert_directory(args.model, device=device, flag="--model")
     if not model.config.mlm_head:
         raise ValueError(f"--model {args.model}: this BERT has no masked-LM head (its weights hold no "
                          "cls.predictions.*, e.g. a sentence-embedding model), so it cannot predict masked tokens; "

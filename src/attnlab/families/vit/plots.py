@@ -29,7 +29,7 @@ from torch import Tensor
 from attnlab.viz.figures import new_figure, save_figure
 
 __all__ = ["attention_rollout", "filter_components", "mean_attention_distance", "patch_distances",
-           "plot_confusion_matrix", "position_similarity", "write_vit_figures", "FIGURE_NAMES"]
+           "position_similarity", "write_vit_figures", "FIGURE_NAMES"]
 
 FIGURE_NAMES = ("embedding_filters.png", "position_similarity.png", "attention_distance.png", "attention_maps.png")
 
@@ -224,32 +224,6 @@ def plot_attention_maps(model, image: Tensor, layer_weights: list[Tensor], path,
         ax.tick_params(labelsize=5)
     figure.colorbar(overlay, ax=axes, shrink=0.8, label=f"{what} (relative to the map's maximum)")
     figure.suptitle(f"{what.capitalize()} per head and attention rollout", fontsize=9)
-    return save_figure(figure, path)
-
-
-def plot_confusion_matrix(confusion: Tensor, classes: list[str], path, *, title: str, dpi: int = 100) -> Path:
-    """A PNG of a confusion matrix (rows: true class, columns: predicted; colour: share of
-    the row; counts written in the cells for up to 20 classes)."""
-    k = len(classes)
-    counts = confusion.double()
-    shares = (counts / counts.sum(1, keepdim=True).clamp_min(1)).numpy()
-    figure = new_figure(6.4, 5.6, dpi)
-    ax = figure.subplots()
-    image = ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
-    figure.colorbar(image, ax=ax, label="share of the true class")
-    rotate = 90 if k > 10 or max(map(len, classes)) > 3 else 0
-    ax.set_xticks(range(k), classes, rotation=rotate, fontsize=7)
-    ax.set_yticks(range(k), classes, fontsize=7)
-    ax.set_xlabel("predicted class")
-    ax.set_ylabel("true class")
-    if k <= 20:
-        for i in range(k):
-            for j in range(k):
-                if int(confusion[i, j]):
-                    ax.text(j, i, str(int(confusion[i, j])), ha="center", va="center", fontsize=6,
-                            color="white" if shares[i, j] > 0.5 else "black")
-    ax.set_title(title, fontsize=9)
-    figure.tight_layout()
     return save_figure(figure, path)
 
 

@@ -103,8 +103,8 @@ def load_classifier(directory: str, device):
 
 
 def save_confusion_matrix(evaluation: Evaluation, path: str | Path, *, title: str = "") -> Path:
-    """The confusion matrix as a PNG (see :func:`attnlab.families.vit.plots.plot_confusion_matrix`)."""
-    from attnlab.families.vit.plots import plot_confusion_matrix
+    """The confusion matrix as a PNG (see :func:`attnlab.viz.confusion.plot_confusion_matrix`)."""
+    from attnlab.viz.confusion import plot_confusion_matrix
 
     return plot_confusion_matrix(evaluation.confusion, evaluation.classes, path,
                                  title=title or f"confusion matrix, accuracy {100 * evaluation.accuracy:.2f}%")

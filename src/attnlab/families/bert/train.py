@@ -1,0 +1,207 @@
+"""``attnlab train bert``: masked-LM pre-training of a BERT on your text files.
+
+    attnlab train bert --text notes.txt more.txt --out runs/bert          # bert_mini, vocabulary from the text
+    attnlab train bert --text notes.txt --init all-MiniLM-L6-v2/ --out runs/minilm-mlm   # continue a BERT
+
+From scratch, a WordPiece vocabulary of ``--vocab-size`` tokens is learned from the
+training text (the ``tokenizers`` library) and the model is ``--preset`` (default
+``bert_mini``) with ``max_positions`` = ``--context``. With ``--init DIR`` (any BERT: a
+HuggingFace directory such as all-MiniLM-L6-v2, or one attnlab wrote) the layers and the
+vocabulary are DIR's; a directory without a masked-LM head gets a new one, and the verb
+says so. The masking is BERT's (families/bert/task.py: 15 % of the tokens, 80 % [MASK] /
+10 % random / 10 % kept; no next-sentence task). Windows hold whole lines
+(``--windows sentences``) or the packed token stream (``--windows packed``).
+
+The held-out text (``--valid-text``, or the last 10 % of the training lines) is scored at
+the end under ``evaluate-bert``'s fixed protocol (each line one sequence, 15 % masked, all
+[MASK], seed 0): masked-token accuracy and nats per masked token; ``attnlab evaluate
+--model OUT/model --text VALID`` gives the same figures. ``metrics.jsonl``'s
+``valid_correct``/``valid_nll`` are the same protocol on the first ``--val-lines`` lines.
+
+Writes ``OUT/model`` (config.json, model.safetensors, vocab.txt, tokenizer_config.json),
+``OUT/checkpoints``, ``OUT/metrics.jsonl`` and the vocabulary in OUT.
+
+The verb is its parts, in order: :func:`load_init` (``--init``), :func:`data`,
+:func:`build_model`, :func:`adapt_after_init`, :func:`loss`, :func:`score`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnlab.tasks.bert import load_init  # the --init part: any BERT directory (tasks/bert.py)
+
+HELP = "pre-train a BERT (masked-LM) on your text files, from scratch or from a BERT directory (--init)"
+
+INIT_LR = 1e-4  # the peak learning rate from --init
+SCORE_BATCH = 32  # evaluate-bert's default --batch-size: the same batches mask the same tokens
+
+
+def add_arguments(parser) -> None:
+    from attnlab.cli.bert_runs import add_bert_run_arguments
+    from attnlab.cli.options import bounded_int
+    from attnlab.families.bert.task import WINDOW_MODES
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--text", nargs="+", required=True, metavar="FILE", help="training text files (UTF-8)")
+    data.add_argument("--valid-text", nargs="+", metavar="FILE",
+                      help="held-out text files, one sequence a line (default: the last 10%% of the training lines)")
+    data.add_argument("--context", type=bounded_int(3, 2**16), metavar="N",
+                      help="tokens per window, [CLS] and [SEP] included (default: 128, or --init's max_positions "
+                           "if smaller)")
+    data.add_argument("--windows", choices=WINDOW_MODES, default="sentences",
+                      help="windows of whole lines, or of the packed token stream (default: sentences)")
+    run = add_bert_run_arguments(parser, init_help="start from this BERT directory (HuggingFace or attnlab): its "
+                                                   "layers and vocabulary", unit="windows", max_steps=2000,
+                                 init_lr=INIT_LR, every=250)
+    run.add_argument("--val-lines", type=bounded_int(1, 10**6), default=1000, metavar="N",
+                     help="held-out lines validated during training (default: 1000)")
+
+
+# -- the parts -------------------------------------------------------------------------
+@dataclass
+class MLMData:
+    tokenizer: object
+    tokenizer_files: dict
+    train: object  # MaskedWindows
+    valid_lines: list[str]
+    valid_batches: list = field(default_factory=list)
+    context: int = 128
+    description: str = ""
+    run_info: dict = field(default_factory=dict)
+
+
+def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | None = None) -> MLMData:
+    """The training windows and held-out lines of ``--text``/``--valid-text``; the
+    vocabulary is ``tokenizer`` (from ``--init`` or a checkpoint) or learned from the text."""
+    import hashlib
+    import tempfile
+
+    from attnlab.data.text import read_text_files
+    from attnlab.families.bert.evaluate import MaskedLMScore
+    from attnlab.families.bert.task import MaskedWindows, text_windows
+    from attnlab.tasks.bert import learn_wordpiece
+    from attnlab.tasks.bert import tokenizer_files as files_of
+
+    def read(paths, flag):
+        try:
+            return read_text_files(paths)
+        except (FileNotFoundError, ValueError) as error:
+            raise ValueError(f"{flag}: {error}") from None
+
+    text = read(args.text, "--text")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if args.valid_text:
+        train_lines = lines
+        valid_lines = [line.strip() for line in read(args.valid_text, "--valid-text").splitlines() if line.strip()]
+        valid_flag = "--valid-text"
+    else:
+        cut = int(len(lines) * 0.9)
+        train_lines, valid_lines, valid_flag = lines[:cut], lines[cut:], "--text (its last 10% of lines)"
+    if not train_lines:
+        raise ValueError(f"--text {' '.join(args.text)}: no non-empty line to train on")
+    if not valid_lines:
+        raise ValueError(f"{valid_flag}: no held-out line; give more text or --valid-text")
+    context = args.context or min(128, max_positions or 128)
+    if max_positions is not None and context > max_positions:
+        raise ValueError(f"--context {context}: exceeds the model's max_positions={max_positions}")
+    if tokenizer is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            tokenizer = learn_wordpiece(train_lines, scratch, vocab_size=args.vocab_size or 8000,
+                                        lowercase=not args.cased, max_length=context)
+            tokenizer_files = files_of(tokenizer)
+    windows = text_windows(tokenizer, train_lines, context=context, mode=args.windows)
+    train = MaskedWindows(windows, batch_size=args.batch_size, tokenizer=tokenizer, seed=args.seed)
+    score = MaskedLMScore(tokenizer)
+    held = valid_lines[:args.val_lines]
+    valid_batches = [score.batch(held[i:i + SCORE_BATCH]) for i in range(0, len(held), SCORE_BATCH)]
+    fingerprint = lambda lines: hashlib.sha256("\n".join(lines).encode()).hexdigest()  # noqa: E731
+    description = (f"data: {len(train_lines):,d} training lines -> {len(windows):,d} windows of up to {context} "
+                   f"tokens ({args.windows}); {len(valid_lines):,d} held-out lines ({valid_flag}); WordPiece "
+                   f"vocabulary of {tokenizer.vocab_size:,d}")
+    run_info = {"text": fingerprint(train_lines), "valid_text": fingerprint(valid_lines), "context": context,
+                "windows": args.windows, "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set,
+                "init": str(Path(args.init).resolve()) if args.init else None}
+    return MLMData(tokenizer, tokenizer_files, train, valid_lines, valid_batches, context, description, run_info)
+
+
+def build_model(args, data: MLMData, init_model=None):
+    """The model to train: ``--init``'s (see :func:`adapt_after_init`) or ``--preset`` with
+    the learned vocabulary and ``max_positions`` = the context."""
+    import torch
+
+    from attnlab.cli.bert_runs import scratch_config
+    from attnlab.models.bert import BertEncoder
+
+    if init_model is not None:
+        return init_model
+    config = scratch_config(args, data.tokenizer, data.context, mlm_head=True)
+    torch.manual_seed(args.seed)
+    return BertEncoder(config)
+
+
+def adapt_after_init(model, args, data: MLMData):
+    """``--init``'s model made ready for masked-LM training: ``(model, note)``, a new
+    masked-LM head where it had none (said in ``note``)."""
+    import torch
+
+    from attnlab.families.bert.task import with_mlm_head
+
+    torch.manual_seed(args.seed)  # a new head's initial weights
+    return with_mlm_head(model)
+
+
+def loss(model, batch):
+    from attnlab.families.bert.task import mlm_loss
+
+    return mlm_loss(model, batch)
+
+
+def score(model, data: MLMData, *, budget=None, progress: bool = True, device="cpu"):
+    """The held-out lines under evaluate-bert's protocol (within ``budget``):
+    ``(result dict, Scoring)``."""
+    from attnlab.families.bert.evaluate import MaskedLMScore
+    from attnlab.training.phases import Scoring
+
+    model.eval()
+    totals = MaskedLMScore(data.tokenizer)
+    scoring = Scoring("held-out masked tokens", len(data.valid_lines), unit="line", batch_size=SCORE_BATCH,
+                      budget=budget, progress=progress)
+    for index in scoring:
+        totals.add(model, [data.valid_lines[i] for i in index.tolist()], device)
+    return totals.result(), scoring
+
+
+# -- the verb ----------------------------------------------------------------------------
+def batches(data: MLMData):
+    return data.train
+
+
+def run(args) -> int:
+    from attnlab.cli.bert_runs import start_bert_run, write_run_files
+    from attnlab.files import OutputLock
+    from attnlab.training.outputs import save_run_model
+    from attnlab.training.phases import budget_report, scoring_reserve, train_within
+
+    files = lambda prepared: prepared.tokenizer_files  # noqa: E731
+    run = start_bert_run(sys.modules[__name__], args, verb="train bert", unit="windows", init_lr=INIT_LR,
+                         scoring="the held-out masked-token scores", model_files=files)
+    budget, say, out, model, trainer, prepared = run.budget, run.say, run.out, run.model, run.trainer, run.prepared
+    # Every option is checked above; nothing is written to OUT before this point.
+    with OutputLock(out, purpose="attnlab train bert"):
+        write_run_files(out, prepared.tokenizer_files)
+        train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
+        if not trainer.context.is_main:
+            return 0
+        model_dir = save_run_model(model, out / "model", extra_files=prepared.tokenizer_files, replace=args.force)
+    result, scoring = score(model, prepared, budget=budget, progress=not args.no_progress, device=run.device)
+    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'), 'nats per masked token')}")
+    say(f"held-out ({scoring.summary('lines')}), evaluate-bert's protocol: masked-token accuracy "
+        f"{result['accuracy']:.4f}, {result['nll']:.4f} nats per masked token (perplexity {result['perplexity']:.2f}) "
+        f"over {result['masked_tokens']:,d} masked tokens")
+    if budget.limited:
+        say(budget_report(budget))
+    print(model_dir)
+    return 0

@@ -1,0 +1,234 @@
+"""``attnlab train text-classification``: a BERT text classifier from a labelled file.
+
+    attnlab train text-classification --train reviews.tsv --valid dev.tsv --init all-MiniLM-L6-v2/ --out runs/rev
+    attnlab train text-classification --train pairs.jsonl --out runs/nli        # from scratch (bert_mini)
+
+The labelled files are TSV, CSV (a header naming ``text``, ``label`` and, for text pairs,
+``text_pair``) or JSON Lines (families/text_classification/data.py). The label set is the
+training file's (sorted), stored in ``OUT/model/labels.json``; a validation label the
+training file lacks is refused. Without ``--valid``, a seeded 10 % of the training rows is
+held out. The model is BERT's sequence classifier (the pooled [CLS] -> dropout -> linear,
+:class:`attnlab.models.bert.BertClassifier`): with ``--init DIR`` (any BERT: all-MiniLM-L6-v2,
+a HuggingFace BERT, a ``train bert`` output) its layers and vocabulary, a new
+classification head (and pooler, where DIR has none), said in one line; from scratch
+``--preset`` with a WordPiece vocabulary learned from the training texts.
+
+At the end the held-out rows are scored: accuracy, macro-F1, per-class precision and
+recall, written with the confusion matrix to ``OUT/evaluation/`` (results.json,
+confusion_matrix.png). ``attnlab evaluate --model OUT/model --data FILE`` scores any file.
+
+The verb is its parts, in order: :func:`load_init` (``--init``), :func:`data`,
+:func:`build_model`, :func:`adapt_after_init`, :func:`loss`, :func:`score`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnlab.tasks.bert import load_init  # the --init part: any BERT directory (tasks/bert.py)
+
+HELP = "train a BERT text classifier (single texts or pairs) on a labelled TSV/CSV/JSONL file, from --init or scratch"
+
+VALID_SHARE = 0.1
+INIT_LR = 5e-5  # the peak learning rate from --init (BERT's fine-tuning range)
+
+
+def add_arguments(parser) -> None:
+    from attnlab.cli.bert_runs import add_bert_run_arguments
+    from attnlab.cli.options import bounded_int
+
+    data = parser.add_argument_group("data")
+    data.add_argument("--train", required=True, metavar="FILE",
+                      help="labelled training file: .tsv/.csv with a header (text, label[, text_pair]) or .jsonl")
+    data.add_argument("--valid", metavar="FILE",
+                      help="labelled held-out file, same format (default: a seeded 10%% of --train's rows)")
+    data.add_argument("--max-length", type=bounded_int(3, 2**16), metavar="N",
+                      help="tokens per input, [CLS]/[SEP] included; longer inputs are truncated (default: 128, or "
+                           "the model's max_positions if smaller)")
+    add_bert_run_arguments(parser, init_help="start from this BERT directory (all-MiniLM-L6-v2, a HuggingFace BERT, "
+                                             "attnlab train bert's model): its layers and vocabulary, with a new "
+                                             "classification head", unit="texts", max_steps=1000, init_lr=INIT_LR,
+                           every=100)
+
+
+# -- the parts -------------------------------------------------------------------------
+@dataclass
+class ClassificationData:
+    train: object  # LabelledTexts
+    valid: object  # LabelledTexts (the --valid file, or the held-out rows of --train)
+    labels: list[str]
+    tokenizer: object
+    tokenizer_files: dict
+    batches: object  # LabelledBatches
+    valid_batches: list
+    max_length: int
+    description: str = ""
+    run_info: dict = field(default_factory=dict)
+
+    @property
+    def pairs(self) -> bool:
+        return self.train.pairs is not None
+
+
+def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | None = None,
+         labels: list[str] | None = None) -> ClassificationData:
+    """The labelled files read and checked, the held-out rows, the vocabulary (``tokenizer``
+    from --init or a checkpoint, else learned from the training texts) and the batches."""
+    import hashlib
+    import tempfile
+
+    import torch
+
+    from attnlab.families.text_classification.data import LabelledTexts, check_label_sets, read_labelled
+    from attnlab.families.text_classification.task import LabelledBatches
+    from attnlab.tasks.bert import learn_wordpiece
+    from attnlab.tasks.bert import tokenizer_files as files_of
+
+    train = read_labelled(args.train, flag="--train")
+    valid = read_labelled(args.valid, flag="--valid") if args.valid else None
+    labels = check_label_sets(train, valid, labels=labels)
+    if valid is None:  # a seeded share of the training rows is held out
+        if len(train) < 2:
+            raise ValueError(f"--train {args.train}: {len(train)} row; give more rows or a --valid file")
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed)).tolist()
+        count = max(1, int(len(train) * VALID_SHARE))
+        held, kept = sorted(order[:count]), sorted(order[count:])
+        pick = lambda rows: LabelledTexts(  # noqa: E731
+            train.path, [train.texts[i] for i in rows], None if train.pairs is None else [train.pairs[i] for i in rows],
+            [train.labels[i] for i in rows], [train.lines[i] for i in rows])
+        train, valid = pick(kept), pick(held)
+        valid_what = f"{len(valid):,d} rows of --train held out (seed {args.seed})"
+    else:
+        valid_what = f"--valid {args.valid}: {len(valid):,d} rows"
+    max_length = args.max_length or min(128, max_positions or 128)
+    if max_positions is not None and max_length > max_positions:
+        raise ValueError(f"--max-length {max_length}: exceeds the model's max_positions={max_positions}")
+    if tokenizer is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            texts = train.texts + (train.pairs or [])
+            tokenizer = learn_wordpiece(texts, scratch, vocab_size=args.vocab_size or 8000,
+                                        lowercase=not args.cased, max_length=max_length)
+            tokenizer_files = files_of(tokenizer)
+    tokenizer.max_length = max_length
+    tokenizer.tokenizer.enable_truncation(max_length)
+    index = {label: i for i, label in enumerate(labels)}
+    batches = LabelledBatches(train.texts, train.pairs, [index[label] for label in train.labels], tokenizer,
+                              batch_size=args.batch_size, seed=args.seed)
+    valid_source = LabelledBatches(valid.texts, valid.pairs, [index[label] for label in valid.labels], tokenizer,
+                                   batch_size=args.batch_size, shuffle=False)
+    valid_batches = list(valid_source)
+    digest = lambda rows: hashlib.sha256(  # noqa: E731
+        "\n".join(f"{t}\t{p}\t{lab}" for t, p, lab in zip(rows.texts, rows.pairs or [""] * len(rows),
+                                                          rows.labels)).encode()).hexdigest()
+    description = (f"data: {len(train):,d} training {'pairs' if train.pairs else 'texts'} from --train {args.train}; "
+                   f"{valid_what}; {len(labels)} labels ({', '.join(labels[:10])}{', ...' if len(labels) > 10 else ''})"
+                   f"; WordPiece vocabulary of {tokenizer.vocab_size:,d}, inputs of up to {max_length} tokens")
+    run_info = {"train": digest(train), "valid": digest(valid), "labels": labels, "max_length": max_length,
+                "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set,
+                "init": str(Path(args.init).resolve()) if args.init else None}
+    return ClassificationData(train, valid, labels, tokenizer, tokenizer_files, batches, valid_batches, max_length,
+                              description, run_info)
+
+
+def build_model(args, data: ClassificationData, init_model=None):
+    """``--init``'s encoder (see :func:`adapt_after_init`), or a classifier of ``--preset``
+    with the learned vocabulary and ``max_positions`` = ``--max-length``."""
+    import torch
+
+    from attnlab.cli.bert_runs import scratch_config
+    from attnlab.models.bert import BertClassifier, BertClassifierConfig
+
+    if init_model is not None:
+        return init_model
+    config = scratch_config(args, data.tokenizer, data.max_length)
+    torch.manual_seed(args.seed)
+    return BertClassifier(BertClassifierConfig.of_encoder(config, len(data.labels)))
+
+
+def adapt_after_init(model, args, data: ClassificationData):
+    """``(classifier, note)``: ``--init``'s encoder with a new classification head of the
+    label set (and a new pooler where it had none); a classifier with the same labels keeps
+    its head."""
+    import torch
+
+    from attnlab.models.bert import BertClassifier, BertClassifierConfig
+
+    torch.manual_seed(args.seed)  # the new head's initial weights
+    classifier = BertClassifier(BertClassifierConfig.of_encoder(model.config, len(data.labels)))
+    weights = {name: value for name, value in model.state_dict().items() if not name.startswith("mlm_")}
+    keeps_head = isinstance(model, BertClassifier) and model.config.num_labels == len(data.labels)
+    if not keeps_head:
+        weights = {name: value for name, value in weights.items() if not name.startswith("classifier.")}
+    missing, unexpected = classifier.load_state_dict(weights, strict=False)
+    assert not unexpected, unexpected
+    new = []
+    if any(name.startswith("pooler") for name in missing):
+        new.append("a new pooler (the directory has none)")
+    if any(name.startswith("classifier") for name in missing):
+        new.append(f"a new classification head of {len(data.labels)} labels")
+    note = ("adds " + " and ".join(new) if new else "keeps its classification head (the same number of labels)")
+    return classifier.to(next(model.parameters()).device), note
+
+
+def loss(model, batch):
+    from attnlab.families.text_classification.task import classification_loss
+
+    return classification_loss(model, batch)
+
+
+def score(model, data: ClassificationData, *, budget=None, progress: bool = True, batch_size: int = 64):
+    """The held-out rows scored within ``budget``: ``(scores, confusion, Scoring)``."""
+    import torch
+
+    from attnlab.evaluation.classification import classification_scores
+    from attnlab.families.text_classification.task import evaluate
+    from attnlab.training.phases import Scoring
+
+    scoring = Scoring("held-out accuracy", len(data.valid), unit="text", batch_size=batch_size, budget=budget,
+                      progress=progress)
+    confusion = torch.zeros(len(data.labels), len(data.labels), dtype=torch.long)
+    for index in scoring:
+        confusion += evaluate(model, data.tokenizer, data.valid, data.labels, rows=index.tolist(),
+                              batch_size=batch_size)[1]
+    return classification_scores(confusion, data.labels), confusion, scoring
+
+
+# -- the verb ----------------------------------------------------------------------------
+def batches(data: ClassificationData):
+    return data.batches
+
+
+def run(args) -> int:
+    from attnlab.cli.bert_runs import start_bert_run, write_run_files
+    from attnlab.families.text_classification.task import (EVALUATION_FILES, LABELS_FILE, labels_file_bytes,
+                                                           read_labels_file, summary, write_evaluation)
+    from attnlab.files import OutputLock, refuse_symlinks
+    from attnlab.training.outputs import save_run_model
+    from attnlab.training.phases import budget_report, scoring_reserve, train_within
+
+    files = lambda prepared: {**prepared.tokenizer_files,  # noqa: E731
+                              LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs)}
+    labels = lambda checkpoint, config: read_labels_file(checkpoint, config.num_labels)[0]  # noqa: E731
+    run = start_bert_run(sys.modules[__name__], args, verb="train text-classification", unit="texts",
+                         init_lr=INIT_LR, scoring="the held-out accuracy", model_files=files, labels=labels)
+    budget, say, out, model, trainer, prepared = run.budget, run.say, run.out, run.model, run.trainer, run.prepared
+    model_files = files(prepared)
+    # Every option is checked above; nothing is written to OUT before this point.
+    with OutputLock(out, purpose="attnlab train text-classification"):
+        write_run_files(out, model_files, also=("evaluation",))
+        refuse_symlinks(out / "evaluation", EVALUATION_FILES)
+        train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
+        if not trainer.context.is_main:
+            return 0
+        model_dir = save_run_model(model, out / "model", extra_files=model_files, replace=args.force)
+        scores, confusion, scoring = score(model, prepared, budget=budget, progress=not args.no_progress)
+        write_evaluation(scores, confusion, prepared.labels, out / "evaluation", data=prepared.valid.path,
+                         extra={"scoring": scoring.record()})
+    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'), 'nats per text')}")
+    say(f"held-out ({scoring.summary('texts')}): {summary(scores)}")
+    if budget.limited:
+        say(budget_report(budget))
+    print(model_dir)
+    return 0
