@@ -23,6 +23,7 @@ CASES = {
     ("evaluate-lm", "--json"): ("decoder_lm", ["--json", "OUT.json"]),
     ("evaluate-bert", "--json"): ("bert", ["--json", "OUT.json"]),
     ("evaluate-vit", "--out"): ("vit", ["--data", "digits", "--out", "OUTDIR"]),
+    ("evaluate-text-classifier", "--out"): ("bert_classifier", ["--data", "IMAGE", "--out", "OUTDIR"]),
     ("vit-figures", "--out"): ("vit", ["--out", "OUTDIR"]),
     ("caption", "--attention-dir"): ("captioner", ["IMAGE", "--attention-dir", "OUTDIR"]),
     ("evaluate-caption", "--figures"): ("captioner", ["--figures", "OUTDIR"]),
@@ -115,6 +116,7 @@ def test_an_existing_output_is_refused_before_the_model_is_read(case, tmp_path, 
 
         Path(written).mkdir()
         names = {"vit-figures": "attention_maps.png", "evaluate-vit": "results.json",
+                 "evaluate-text-classifier": "results.json",
                  "caption": "in.png", "evaluate-caption": "image_0000.png", "export": "notes.txt"}
         (Path(written) / names[verb]).write_text("mine")
         kept = Path(written) / names[verb]

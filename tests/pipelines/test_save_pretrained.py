@@ -20,13 +20,14 @@ CALLS = {
     "transformer": lambda p: p.translate(["ein kleiner hund läuft", "Ein Mann fährt Fahrrad."], beam=2),
     "decoder_lm": lambda p: p.generate("ROMEO: a", max_new_tokens=6, greedy=True),
     "bert": lambda p: p.embed(["a man is playing guitar", "the dog runs"]),
+    "bert_classifier": lambda p: (p.labels, p.classify(["a man is playing guitar", "the dog runs"], top_k=2)),
     "vit": lambda p: (p.classes, p.classify(IMAGE, top=3)),
     "captioner": lambda p: p.caption(SCENE, beam=2),
     "text_to_image": lambda p: p.imagine("a red circle", seed=0),
     "image_transformer": lambda p: (p.classes, p.sample(1, seed=0, label=0 if p.classes else None)),
     "music_transformer": lambda p: p.continue_music([1, 2, 3], steps=4, seed=0).tokens,
 }
-FIXTURES = ["translation_dir", "lm_char_dir", "lm_bpe_dir", "bert_dir", "hf_bert_dir", "vit_dir", "captioner_dir",
+FIXTURES = ["translation_dir", "lm_char_dir", "lm_bpe_dir", "bert_dir", "hf_bert_dir", "text_classifier_dir", "vit_dir", "captioner_dir",
             "text_to_image_dir", "image_dir", "class_image_dir", "music_dir", "gpt2_dir", "marian_dir", "timm_dir",
             "exported_gpt2_dir"]
 

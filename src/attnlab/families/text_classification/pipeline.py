@@ -27,6 +27,14 @@ class TextClassifierPipeline(Pipeline):
         model, tokenizer, labels, pairs = load_text_classifier(directory, device=device, flag="directory")
         return cls(model, tokenizer, labels, pairs, directory)
 
+    def save_parts(self, directory: Path) -> None:
+        """``vocab.txt`` (+ ``tokenizer_config.json``) and ``labels.json``, as train
+        text-classification writes them."""
+        from attnlab.families.text_classification.task import LABELS_FILE, labels_file_bytes
+
+        self.tokenizer.save(directory)
+        (Path(directory) / LABELS_FILE).write_bytes(labels_file_bytes(list(self.labels), bool(self.pairs)))
+
     def probabilities(self, texts: str | list[str], pairs: str | list[str] | None = None, *,
                       batch_size: int = 32) -> Tensor:
         """Label probabilities: ``(N, labels)`` for a list of N texts, ``(labels,)`` for one
