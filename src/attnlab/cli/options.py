@@ -14,7 +14,9 @@ __all__ = [
     "apply_threads",
     "bounded_float",
     "bounded_int",
+    "check_recorded_data",
     "lora_config_from_args",
+    "own_data_line",
     "parse_overrides",
     "require_packages",
 ]
@@ -533,3 +535,35 @@ def require_packages(verb: str, *modules: str) -> None:
         hints = dict.fromkeys(OPTIONAL_PACKAGES[m][1] if m in OPTIONAL_PACKAGES else f"pip install {m}"
                               for m in missing)
         raise ValueError(f"attnlab {verb} needs {needs}, which is not installed: {'; '.join(hints)}")
+
+
+# ---------------------------------------------------------------------- a model's own data
+def own_data_line(model, what: str, count: int, unit: str) -> str:
+    """The one line an evaluator prints when no data flag was given and it scores the
+    model's own held-out data, as its directory records it (issue 39, point 4)::
+
+        scoring runs/vit/model's own held-out data: fashion-mnist test (10,000 images)
+    """
+    unit = unit.removesuffix("s") if count == 1 else unit  # "1 image", "1 piece"
+    return f"scoring {model}'s own held-out data: {what} ({count:,d} {unit})"
+
+
+def check_recorded_data(model, record: str, data: str | None, flag: str, *, named: Iterable[str] = ()) -> str:
+    """``data`` as ``model/record`` names it (a named set of ``named``, or a file or folder),
+    or ValueError naming the record, the data and ``flag`` (the data flag to pass instead)
+    when it does not say, or names a file or folder that is no longer there."""
+    from pathlib import Path
+
+    path = Path(model) / record
+    if not data:
+        raise ValueError(f"{path} does not say which data the model was trained on; pass {flag}")
+    if data in set(named):
+        return data
+    try:
+        there = Path(data).exists()
+    except (OSError, ValueError):
+        there = False
+    if not there:
+        raise ValueError(f"{path}: the model's own data {data} is no longer there (moved or deleted); "
+                         f"pass {flag} to score it on data you have")
+    return data

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["IMAGE_SETS", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS",
+__all__ = ["IMAGE_SETS", "recorded_source", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS",
            "normalize", "PIXEL_INPUT", "same_source"]
 
 SPLITS = ("train", "valid", "test")
@@ -350,3 +350,11 @@ def to_bytes_png(image: Tensor) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(array[:, :, 0] if array.shape[2] == 1 else array).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def recorded_source(source: str) -> str:
+    """How a model directory records its ``--data``: a named set by name, a folder by its
+    absolute path (so that evaluating from another working directory finds it)."""
+    if source in IMAGE_SETS or not Path(source).is_dir():
+        return str(source)
+    return str(Path(source).resolve())

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from attnlab.cli.main import main
+from families.conftest import with_record
 from attnlab.data.images import to_bytes_png
 from attnlab.data.scenes import load_scenes
 
@@ -111,3 +112,16 @@ def test_fine_tune_a_captioner_with_init(coco, trained, tmp_path, capsys):
     before, after = load_file(model / "model.safetensors"), load_file(out / "model" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert (out / "model" / "start.json").is_file() and (out / "evaluation" / "results.json").is_file()
+
+
+def test_evaluate_without_data_scores_the_models_own_held_out_images(trained, coco, tmp_path, capsys):
+    # Issue 39, 4: no --data scores the model's own test images, in one line that says so;
+    # a recorded folder that is gone is refused naming caption.json, the folder and --data
+    model = trained / "model"
+    assert main(["evaluate-caption", "--model", str(model), "--beam", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"scoring {model}'s own held-out data: coco:{coco} test (2 images)" in out, out
+    moved = with_record(model, tmp_path, "caption.json", data=f"coco:{tmp_path / 'deleted-folder'}")
+    assert main(["evaluate-caption", "--model", str(moved)]) == 2
+    err = capsys.readouterr().err
+    assert "caption.json" in err and "deleted-folder" in err and "--data" in err, err

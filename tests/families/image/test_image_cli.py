@@ -10,6 +10,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from attnlab.cli.main import main
+from families.conftest import with_record
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -269,3 +270,58 @@ def test_fine_tune_an_image_transformer(folder, tmp_path, capsys):
     assert main(["train", "image", "--data", str(folder), "--init", str(start / "model"), "--out",
                  str(tmp_path / "o"), "--set", "num_layers=2", *INIT_RUN]) == 2
     assert "--set num_layers=2" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_evaluate_image_without_data_scores_its_own_held_out_images_and_says_so(trained, tmp_path, capsys):
+    # Issue 39, 4: no --data scores the model's own held-out images, in one line that says so;
+    # a recorded folder that is gone is refused naming image.json, the folder and --data
+    model = trained / "model"
+    assert main(["evaluate-image", "--model", str(model), "--no-progress", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert f"scoring {model}'s own held-out data: " in out and "(2 images)" in out, out
+    moved = with_record(model, tmp_path, "image.json", data=str(tmp_path / "deleted-folder"))
+    assert main(["evaluate-image", "--model", str(moved), "--no-progress", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "image.json" in err and "deleted-folder" in err and "--data" in err, err
+
+
+def test_seed_and_top_k_are_bounded_where_they_are_read(trained, tmp_path, capsys):
+    # --seed 99999999999999999999 failed inside torch ("Overflow when unpacking long long"), -1 was taken
+    import argparse
+
+    from attnlab.families.image.evaluate import add_arguments as evaluate_arguments
+    from attnlab.families.image.train import add_sampling_arguments
+    from attnlab.families.text_to_image.train import add_arguments as text_to_image_arguments
+
+    for add, flag, values in ((add_sampling_arguments, "--seed", ("-1", "99999999999999999999")),
+                              (add_sampling_arguments, "--top-k", ("0", "257", "99999999999999999999")),
+                              (evaluate_arguments, "--seed", ("-1", "99999999999999999999")),
+                              (evaluate_arguments, "--top-k", ("0", "99999999999999999999")),
+                              (text_to_image_arguments, "--top-k", ("0", "99999999999999999999"))):
+        parser = argparse.ArgumentParser(exit_on_error=False)
+        add(parser)
+        for value in values:
+            required = ["--model", "m"] if add is evaluate_arguments else (
+                ["--out", "o"] if add is text_to_image_arguments else [])
+            with pytest.raises((argparse.ArgumentError, SystemExit)):
+                parser.parse_args([*required, flag, value])
+    with pytest.raises(SystemExit) as exited:  # argparse's one line, status 2
+        main(["sample-images", "--model", str(trained / "model"), "--out", str(tmp_path / "s.png"),
+              "--seed", "99999999999999999999"])
+    assert exited.value.code == 2
+    assert "argument --seed" in capsys.readouterr().err and not (tmp_path / "s.png").exists()
+
+
+def test_image_json_is_read_size_capped_and_depth_safe(trained, tmp_path, capsys):
+    # image.json was read with plain json.loads: nested 100k deep it raised RecursionError
+    import shutil
+
+    from attnlab.families.image.train import read_image_info
+
+    moved = tmp_path / "deep"
+    shutil.copytree(trained / "model", moved)
+    (moved / "image.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="image.json"):
+        read_image_info(moved / "image.json")
+    assert main(["sample-images", "--model", str(moved), "--out", str(tmp_path / "s.png")]) == 2
+    assert "image.json" in capsys.readouterr().err

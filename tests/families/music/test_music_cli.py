@@ -6,6 +6,7 @@ import random
 import pytest
 
 from attnlab.cli.main import main
+from families.conftest import with_record
 from attnlab.data import music
 from attnlab.families.music.figures import find_synthesizer
 
@@ -165,3 +166,17 @@ def test_fine_tune_a_music_transformer_with_init(midi_folder, trained, tmp_path,
     before, after = load_file(trained / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert (out / "model" / "music.json").is_file() and (out / "model" / "start.json").is_file()
+
+
+def test_evaluate_music_without_data_scores_its_own_held_out_pieces(trained, midi_folder, tmp_path, capsys):
+    # Issue 39, 4: no --data scores the model's own held-out pieces, in one line that says so;
+    # a recorded folder that is gone is refused naming music.json, the folder and --data
+    model = trained / "model"
+    assert main(["evaluate-music", "--model", str(model), "--context", "16", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert f"scoring {model}'s own held-out data: the validation pieces of" in out and "(1 piece)" in out, out
+    moved = with_record(model, tmp_path, "music.json", data=str(tmp_path / "deleted-folder"), data_dir=None)
+    assert main(["evaluate-music", "--model", str(moved), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "music.json" in err and "deleted-folder" in err and "--data" in err, err
+    _no_traceback(err)

@@ -10,6 +10,7 @@ import torch
 
 import attnlab
 from attnlab.cli.main import main
+from families.conftest import with_record
 from attnlab.families.translation.translator import Translator
 
 
@@ -257,3 +258,19 @@ def test_train_translation_options_are_declared_once():
         assert hasattr(args, field.name), f"no argument has dest {field.name!r}"
         if field.default is not dataclasses.MISSING:
             assert getattr(args, field.name) == field.default, field.name
+
+
+def test_evaluate_without_data_scores_the_models_own_held_out_pairs(trained_model, small_corpus, tmp_path, capsys):
+    # Issue 39, 4: no --data/--src-file scores the --valid-src/--valid-tgt files the model was
+    # trained with (translation.json records them), in one line that says so
+    assert main(["evaluate", "--model", str(trained_model), "--beam", "1", "--limit", "4"]) == 0
+    out = capsys.readouterr().out
+    valid = (small_corpus["valid.de"].resolve(), small_corpus["valid.en"].resolve())
+    assert f"scoring {trained_model}'s own held-out data: {valid[0]} -> {valid[1]}" in out, out
+    assert "(30 sentence pairs)" in out and "BLEU" in out
+    for i, (change, said) in enumerate((({"valid_src": str(tmp_path / "deleted.de")}, "deleted.de"),
+                                        ({"valid_src": None, "valid_tgt": None}, "records no held-out data"))):
+        moved = with_record(trained_model, tmp_path / str(i), "translation.json", **change)
+        assert main(["evaluate", "--model", str(moved), "--beam", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "translation.json" in err and said in err and "--src-file" in err, err

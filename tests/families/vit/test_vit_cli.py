@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from attnlab.cli.main import main
+from families.conftest import with_record
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -168,3 +169,27 @@ def test_the_progress_bar_counts_images_not_tokens(folder, tmp_path, monkeypatch
     tiny = [flag for flag in TINY if flag != "--no-progress"]
     assert main(["train", "vit", "--data", str(folder), "--max-steps", "1", "--out", str(tmp_path / "run"), *tiny]) == 0
     assert units == ["images"]
+
+
+def test_evaluate_without_data_scores_the_models_own_held_out_images_and_says_so(trained, tmp_path, capsys):
+    # Issue 39, 4: no --data scores the model's own held-out images, in one line that says so
+    model = trained / "model"
+    assert main(["evaluate", "--model", str(model), "--device", "cpu", "--out", str(tmp_path / "eval")]) == 0
+    out = capsys.readouterr().out
+    assert f"scoring {model}'s own held-out data: 4 of 48 images of" in out and "(4 images)" in out, out
+    # the folder classes.json names is gone: refused, naming the file, the folder and --data
+    moved = with_record(model, tmp_path, "classes.json", data=str(tmp_path / "deleted-folder"))
+    for argv in (["evaluate", "--model", str(moved)], ["vit-figures", "--model", str(moved), "--out",
+                                                          str(tmp_path / "figs")]):
+        assert main([*argv, "--device", "cpu"]) == 2
+        err = capsys.readouterr().err
+        assert "classes.json" in err and "deleted-folder" in err and "--data" in err, err
+    assert not (tmp_path / "figs").exists()
+
+
+def test_a_folder_is_recorded_by_its_absolute_path(folder, tmp_path, monkeypatch):
+    # trained with a relative --data, evaluated from elsewhere: the record still finds the folder
+    monkeypatch.chdir(folder.parent)
+    out = tmp_path / "run"
+    assert main(["train", "vit", "--data", folder.name, "--max-steps", "1", "--out", str(out), *TINY]) == 0
+    assert json.loads((out / "model" / "classes.json").read_text())["data"] == str(folder.resolve())

@@ -41,10 +41,10 @@ def run(args) -> int:
     import sys
     from pathlib import Path
 
-    from attnlab.cli.options import resolve_device
+    from attnlab.cli.options import check_recorded_data, own_data_line, resolve_device
     from attnlab.families.caption.train import format_results
     from attnlab.files import atomic_write_json, check_output_file, check_output_files
-    from attnlab.families.caption.task import evaluate_captioner, load_caption_split, load_captioner
+    from attnlab.families.caption.task import CAPTION_FILE, evaluate_captioner, load_caption_split, load_captioner
 
     from attnlab.cli.options import require_packages
 
@@ -57,9 +57,14 @@ def run(args) -> int:
                            flag="--figures")
     model, tokenizer, info = load_captioner(args.model, resolve_device(args.device))
     spec = args.data or info.get("data")
-    if not spec:
-        raise ValueError(f"{args.model}: no caption.json naming the training data; pass --data")
+    own = args.data is None  # the model's own held-out images, as caption.json records them
+    if own:  # refused when caption.json does not say, or names a folder that is gone
+        folder = spec.partition(":")[2] if spec else None
+        check_recorded_data(args.model, CAPTION_FILE, folder or spec, "--data",
+                            named=() if folder else (spec or "",))
     data = load_caption_split(spec, args.split, image_size=model.config.image_size)
+    if own:
+        print(own_data_line(args.model, f"{spec} {args.split}", len(data.images), "images"))
     if args.limit:
         data = _first(data, args.limit)
     results, captions = evaluate_captioner(model, tokenizer, data, beam_size=args.beam, meteor=args.meteor)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 from attnlab.cli.training_run import TrainingTask, add_training_arguments, option_given, run_training
 
@@ -66,7 +67,9 @@ class CaptionTask(TrainingTask):
         test = load_caption_split(args.data, "test", image_size=image_size)
         tokenizer = run.vocabulary or train_caption_tokenizer(train.captions, args.vocab_size, seed=args.seed)
         run.files["tokenizer.model"] = _tokenizer_bytes(tokenizer)
-        info = {"data": args.data, "image_size": int(train.images.shape[-1]), "input": PIXEL_INPUT}
+        name, colon, folder = args.data.partition(":")  # a folder by its absolute path: evaluate finds it anywhere
+        recorded = f"{name}:{Path(folder).resolve()}" if colon and folder else args.data
+        info = {"data": recorded, "image_size": int(train.images.shape[-1]), "input": PIXEL_INPUT}
         run.files[CAPTION_FILE] = (json.dumps(info, indent=2) + "\n").encode()
         return {"train": train, "valid": valid, "test": test, "tokenizer": tokenizer}
 

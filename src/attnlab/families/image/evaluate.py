@@ -19,7 +19,7 @@ HELP = "bits per dimension of an Image Transformer on a data split (default: tes
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_runtime_arguments
+    from attnlab.cli.options import SEED, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by `attnlab train image`")
     parser.add_argument("--data", help="mnist, fashion-mnist, emoji or DIR (default: what the model was trained on)")
@@ -39,10 +39,11 @@ def add_arguments(parser) -> None:
                     help="also super-resolve the first N images and report PSNR against bicubic upsampling")
     sr.add_argument("--temperature", type=float, default=0.0,
                     help="sampling temperature of --super-resolve (default: 0 = greedy)")
-    sr.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
+    sr.add_argument("--top-k", type=bounded_int(1, 256), metavar="K",
+                    help="sample among the K most probable intensities, 1 to 256")
     sr.add_argument("--samples", type=int, default=1,
                     help="with --temperature > 0: each output is the per-pixel mean of this many samples (default: 1)")
-    sr.add_argument("--seed", type=int, default=0)
+    sr.add_argument("--seed", type=SEED, default=0)
     sr.add_argument("--figure", help="a PNG of the first --figure-images: low-res, bicubic, output, original per row")
     sr.add_argument("--figure-images", type=int, default=8, help="rows of --figure (default: 8)")
     sr.add_argument("--scale", type=int, default=3, help="enlarge the pixels of --figure by this factor (default: 3)")
@@ -61,10 +62,10 @@ def run(args) -> int:
 
     from pathlib import Path
 
-    from attnlab.cli.options import apply_threads, resolve_device
-    from attnlab.data.images import load_images, same_source
+    from attnlab.cli.options import apply_threads, check_recorded_data, own_data_line, resolve_device
+    from attnlab.data.images import IMAGE_SETS, load_images, same_source
     from attnlab.families.image.task import evaluate_bits_per_dim, evaluate_super_resolution
-    from attnlab.families.image.train import (check_png, load_image_model, load_image_set, model_data,
+    from attnlab.families.image.train import (IMAGE_FILE, check_png, load_image_model, load_image_set, model_data,
                                               sampling_options, write_png)
     from attnlab.files import atomic_write_json, check_output_file, json_safe
     from attnlab.viz.images import image_grid, upscale
@@ -90,9 +91,10 @@ def run(args) -> int:
     if args.super_resolve and not model.config.low_resolution:
         raise ValueError(f"--super-resolve: {args.model} is not a super-resolution model (its low_resolution is 0)")
     trained_on = model_data(args.model)
+    own = args.data is None  # the model's own held-out data, as image.json records it
+    if own:  # refused when image.json does not say, or names a folder that is gone
+        check_recorded_data(args.model, IMAGE_FILE, trained_on, "--data", named=[*IMAGE_SETS, "emoji"])
     source = args.data or trained_on
-    if source is None:
-        raise ValueError(f"{args.model}: no image.json says which data it was trained on; pass --data")
     c = model.config
     # The model's own data is converted as its training converted it; other images are
     # scored only at the size and channels they have (complete-image's rule): no silent resize.
@@ -109,8 +111,11 @@ def run(args) -> int:
     if c.num_classes and len(data.classes) != c.num_classes:
         raise ValueError(f"--data {source}: {len(data.classes)} classes, the model was trained with {c.num_classes}")
     count = len(data) if args.limit is None else min(args.limit, len(data))
-    if data.origin:
-        print(f"scoring {f'the first {count:,d} of ' if count < len(data) else ''}{data.origin}")
+    if own:
+        print(own_data_line(args.model, data.origin or f"{source} {args.split}", len(data), "images"))
+    if count < len(data) or (data.origin and not own):
+        whole = data.origin or f"the {len(data):,d} images of {source} {args.split}"
+        print(f"scoring {f'the first {count:,d} of ' if count < len(data) else ''}{whole}")
     bar = None
     if not args.no_progress:
         bar = tqdm(total=count, desc="scoring", unit="image", file=sys.stderr, leave=False)

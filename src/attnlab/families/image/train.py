@@ -92,6 +92,7 @@ class ImageTask(TrainingTask):
 
     def data(self, run):
         from attnlab.cli.options import check_image_folder_memory, resampled_splits
+        from attnlab.data.images import recorded_source
 
         args = run.args
         check_image_folder_memory(args)
@@ -102,7 +103,7 @@ class ImageTask(TrainingTask):
         kwargs = dict(image_size=train.image_size, channels=train.channels, data_dir=args.data_dir)
         valid, test = (load_image_set(args.data, split, **kwargs) for split in ("valid", "test"))
         train, valid, test = resampled_splits((train, valid, test), size, args.data)
-        run.files[IMAGE_FILE] = (json.dumps({"data": str(args.data), "classes": train.classes,
+        run.files[IMAGE_FILE] = (json.dumps({"data": recorded_source(args.data), "classes": train.classes,
                                              "class_conditional": args.classes}, indent=2) + "\n").encode()
         return train, valid, test
 
@@ -244,20 +245,14 @@ def load_image_model(directory: str, device):
 
 
 def read_image_info(path: Path) -> dict:
-    """``image.json`` checked: an object whose "data" is a string and "classes" a list of
-    strings (each optional); ValueError naming the file otherwise."""
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not a valid image.json ({error})") from None
-    if not isinstance(info, dict):
-        raise ValueError(f"{path}: not a valid image.json (expected an object with \"data\" and \"classes\")")
-    if "data" in info and not isinstance(info["data"], str):
-        raise ValueError(f"{path}: not a valid image.json (\"data\" must be a string)")
-    names = info.get("classes")
-    if names is not None and not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
-        raise ValueError(f"{path}: not a valid image.json (\"classes\" must be a list of names)")
-    return info
+    """``image.json`` checked (size-capped, depth-safe: :func:`attnlab.tasks.read_task_file`):
+    an object whose "data" is a string, "classes" a list of strings and "class_conditional"
+    true or false (each optional); ValueError naming the file and the field otherwise."""
+    from attnlab.tasks import is_text, read_task_file
+
+    names = (lambda value: isinstance(value, list) and all(isinstance(name, str) for name in value), "a list of names")
+    return read_task_file(path, {"data": (is_text, "a string"), "classes": names,
+                                 "class_conditional": (lambda value: isinstance(value, bool), "true or false")})
 
 
 def model_data(directory: str) -> str | None:
@@ -357,8 +352,11 @@ def prepare_sampling(args):
 
 def add_sampling_arguments(parser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (0 = greedy; default: 1)")
-    parser.add_argument("--top-k", type=int, help="sample among the k most probable intensities")
-    parser.add_argument("--seed", type=int, default=0)
+    from attnlab.cli.options import SEED, bounded_int
+
+    parser.add_argument("--top-k", type=bounded_int(1, 256), metavar="K",
+                        help="sample among the K most probable intensities, 1 to 256")
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runtime_arguments(parser)
     from attnlab.cli.options import add_decode_compile_argument

@@ -44,9 +44,10 @@ def run(args) -> int:
     import sys
     import time
 
-    from attnlab.cli.options import apply_threads, resolve_device
+    from attnlab.cli.options import apply_threads, check_recorded_data, own_data_line, resolve_device
     from attnlab.files import atomic_write_json, check_output_file, json_safe
-    from attnlab.families.music.task import evaluate_nll, load_music_data, load_music_model, recorded_data
+    from attnlab.families.music.task import (MUSIC_FILE, evaluate_nll, load_music_data, load_music_model,
+                                           recorded_data)
 
     for context in args.context:
         if args.stride is not None and not 1 <= args.stride <= context:
@@ -61,6 +62,9 @@ def run(args) -> int:
         if context > model.config.max_positions:
             raise ValueError(f"--context {context}: longer than the model's max_positions={model.config.max_positions}")
     record = recorded_data(args.model)
+    own = args.data is None and bool(record.get("data"))  # the model's own held-out pieces (music.json)
+    if own:  # a MIDI folder that is gone is named with music.json and --data
+        check_recorded_data(args.model, MUSIC_FILE, record["data"], "--data", named=("jsb", "bach"))
     source = args.data or record.get("data") or "jsb"
     data_dir = args.data_dir
     if data_dir is None and source == record.get("data") and record.get("data_dir"):
@@ -71,6 +75,12 @@ def run(args) -> int:
     if not any(data.valid):
         raise ValueError(f"--data {source}: its {len(data.valid)} validation pieces hold no notes to score")
     pieces = data.valid
+    if own:
+        print(own_data_line(args.model, f"the validation pieces of {data.description}", len(pieces), "pieces"),
+              flush=True)
+    elif args.data is None:
+        print(f"{args.model} has no {MUSIC_FILE} saying what it was trained on: scoring JSB's validation chorales "
+              "(pass --data to score other music)", flush=True)
     if args.limit is not None and args.limit < len(pieces):
         print(f"scoring the first {args.limit:,d} of the {len(pieces):,d} validation pieces (--limit)", flush=True)
         pieces = pieces[:args.limit]

@@ -22,7 +22,7 @@ HELP = "train a decoder-only text-to-image model (with its VQ-VAE) on the synthe
 
 def add_arguments(parser) -> None:
     from attnlab.cli.options import (RUN_FORCE, SEED, TEMPERATURE, add_device_argument, add_force_argument,
-                                     add_threads_argument)
+                                     add_threads_argument, bounded_int)
 
     data = parser.add_argument_group("data")
     data.add_argument("--data", default="scenes", help="scenes (the only set with the truth fidelity needs)")
@@ -52,7 +52,8 @@ def add_arguments(parser) -> None:
     evaluation.add_argument("--eval-prompts", type=int, default=400, help="held-out prompts, half unseen (default: 400)")
     evaluation.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T",
                             help="sampling temperature (default: 1.0)")
-    evaluation.add_argument("--top-k", type=int, default=32, help="sample among the k likeliest tokens (default: 32)")
+    evaluation.add_argument("--top-k", type=bounded_int(1, 1 << 20), default=32, metavar="K",
+                            help="sample among the K likeliest tokens (default: 32)")
     run_group = parser.add_argument_group("run")
     add_threads_argument(run_group)
     run_group.add_argument("--seed", type=SEED, default=0)

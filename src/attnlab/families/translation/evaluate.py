@@ -37,6 +37,8 @@ def run(args) -> int:
     from attnlab.data import get_parallel_dataset, read_parallel
     from attnlab.evaluation import score_translations
     from attnlab.families.translation.translator import Translator
+    from attnlab.cli.options import own_data_line
+    from attnlab.families.translation.task import TASK_FILE
     from attnlab.files import atomic_write, atomic_write_json, check_output_file, json_safe
 
     set_threads(args.threads)
@@ -53,23 +55,34 @@ def run(args) -> int:
 
     apply_quantize(translator.model, args.quantize, device)
     batching = batch_options(args, device)
-    if (args.data is None) == (args.src_file is None and args.ref_file is None):
-        raise ValueError("give either --data NAME or --src-file and --ref-file")
-    if args.data is not None:
+    if args.data is not None and (args.src_file is not None or args.ref_file is not None):
+        raise ValueError("give either --data NAME or --src-file and --ref-file (not both)")
+    own = args.data is None and args.src_file is None and args.ref_file is None
+    data = args.data
+    if own and translator.info.get("data"):  # the model's own named set (translation.json), scored as --data is
+        data = translator.info["data"]
+    if own and data is None:  # the --valid-src/--valid-tgt files it was trained with
+        corpus, what = _own_held_out_files(args, translator.info)
+    elif data is not None:
         trained = (translator.info.get("src_lang"), translator.info.get("tgt_lang"))
         src_lang = args.src_lang or trained[0]
         tgt_lang = args.tgt_lang or trained[1]
         if not (src_lang and tgt_lang):
             raise ValueError(f"{args.model} does not record its languages: pass --src and --tgt")
-        for flag, given, own in (("--src", args.src_lang, trained[0]), ("--tgt", args.tgt_lang, trained[1])):
-            if given and own and given != own:  # a French model fed German would still print a BLEU
+        for flag, given, pair in (("--src", args.src_lang, trained[0]), ("--tgt", args.tgt_lang, trained[1])):
+            if given and pair and given != pair:  # a French model fed German would still print a BLEU
                 raise ValueError(f"{flag} {given}: {args.model} was trained on {trained[0]}->{trained[1]} "
                                  "(its translation.json); score it on its own language pair")
         try:
-            corpus = get_parallel_dataset(args.data, args.split, src_lang, tgt_lang, root=args.data_root,
+            corpus = get_parallel_dataset(data, args.split, src_lang, tgt_lang, root=args.data_root,
                                           data_dir=args.data_dir)
         except FileNotFoundError as error:
+            if own:
+                raise ValueError(f"{Path(args.model) / TASK_FILE}: the model's own data {data} is not at hand "
+                                 f"({error}); pass --data-dir, or other data (--data NAME, or --src-file and "
+                                 "--ref-file)") from None
             raise ValueError(str(error)) from None
+        what = corpus.description or f"{data} {args.split}"
     else:
         if args.src_file is None or args.ref_file is None:
             raise ValueError("--src-file and --ref-file go together")
@@ -79,6 +92,8 @@ def run(args) -> int:
             except OSError as error:
                 raise ValueError(f"{path}: {error.strerror}") from None
         corpus = read_parallel(args.src_file, args.ref_file)
+    if own:
+        print(own_data_line(args.model, what, len(corpus.pairs), "sentence pairs"))
     pairs = corpus.pairs[: args.limit] if args.limit else corpus.pairs
     sources = [src for src, _ in pairs]
     references = [ref for _, ref in pairs]
@@ -90,7 +105,7 @@ def run(args) -> int:
     if args.output:
         atomic_write(args.output, lambda path: Path(path).write_text("".join(h + "\n" for h in hypotheses),
                                                                      encoding="utf-8"))
-    description = corpus.description or f"{args.src_file} -> {args.ref_file}"
+    description = corpus.description or (what if own else f"{args.src_file} -> {args.ref_file}")
     if args.show:
         shown = min(args.show, len(sources))
         print(f"The first {shown} sentences of {description} (in file order, not chosen):\n")
@@ -104,3 +119,27 @@ def run(args) -> int:
         atomic_write_json(args.json, json_safe({**scores.to_dict(), "data": description, "beam": beam,
                                                 "alpha": args.alpha, "seconds": seconds}))
     return 0
+
+
+def _own_held_out_files(args, info: dict):
+    """The --valid-src/--valid-tgt pairs ``translation.json`` names for a model trained on
+    the user's own files, and what they are; ValueError naming the file and the flags to
+    pass when it names none, or they are gone."""
+    from pathlib import Path
+
+    from attnlab.cli.options import check_recorded_data
+    from attnlab.data import read_parallel
+    from attnlab.families.translation.task import TASK_FILE
+
+    record = Path(args.model) / TASK_FILE
+    flags = "--data NAME, or --src-file and --ref-file"
+    held_out = [info.get("valid_src"), info.get("valid_tgt")]
+    if not all(isinstance(path, str) for path in held_out):
+        raise ValueError(f"{record} records no held-out data (a model trained on your own files without "
+                         f"--valid-src/--valid-tgt, or from before they were recorded): pass {flags}")
+    for path in held_out:
+        check_recorded_data(args.model, TASK_FILE, path, "--src-file and --ref-file")
+    if args.split != "test":
+        raise ValueError(f"--split {args.split}: the model's own held-out data is its --valid-src/--valid-tgt "
+                         f"files; pass {flags} to score a split")
+    return read_parallel(*held_out), f"{held_out[0]} -> {held_out[1]} (its --valid-src/--valid-tgt)"

@@ -105,8 +105,10 @@ class TranslationTask(TrainingTask):
         elif run.previous is not None:
             say(f"vocabulary: reusing the one of {run.previous}")
         run.files[TOKENIZER_FILE] = _tokenizer_bytes(tokenizer)
+        held_out = [str(Path(f).resolve()) if f else None for f in (options.valid_src, options.valid_tgt)]
         task = {"task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
-                "data": options.data, "train": train.description}
+                "data": options.data, "train": train.description,  # evaluate's default: the held-out files
+                "valid_src": held_out[0], "valid_tgt": held_out[1]}
         run.files[TASK_FILE] = (json.dumps(task, indent=2) + "\n").encode()
         return {"train": train, "valid": valid, "tokenizer": tokenizer}
 

@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from attnlab.cli.options import apply_threads
+    from attnlab.cli.options import apply_threads, own_data_line
     from attnlab.data.images import load_images, same_source
     from attnlab.families.vit.task import CLASSES_FILE, evaluate_classifier, load_classifier
     from attnlab.families.vit.train import EVALUATION_FILES, resolve_device, write_evaluation
@@ -34,13 +34,10 @@ def run(args) -> int:
             check_output_file(out / name, force=args.force, flag="--out")
     apply_threads(args)
     model, classes = load_classifier(args.model, resolve_device(args.device))
-    if args.data is None:
-        trained_on = _trained_on(Path(args.model) / CLASSES_FILE)  # refuses when the file does not say
-    else:
-        try:
-            trained_on = _trained_on(Path(args.model) / CLASSES_FILE)
-        except ValueError:
-            trained_on = None
+    trained_on = _recorded(Path(args.model) / CLASSES_FILE)
+    own = args.data is None  # the model's own held-out data, as classes.json records it
+    if own:
+        own_data(args.model)  # refuses when classes.json does not say, or its folder is gone
     data_name = args.data or trained_on
     # The model's own data is converted as training converted it; other images are scored
     # only at the size and channels they have (as evaluate-image): no silent resize.
@@ -60,6 +57,8 @@ def run(args) -> int:
                          "size and channels")
     if data.classes != classes:
         raise ValueError(f"{data_name}: its classes {data.classes[:10]} are not the model's {classes[:10]}")
+    if own:
+        print(own_data_line(args.model, data.origin or f"{data_name} {args.split}", len(data), "images"))
     if args.limit is not None and args.limit < len(data):
         import torch
 
@@ -68,7 +67,7 @@ def run(args) -> int:
         print(f"scoring the first {args.limit:,d} of the {len(data):,d} images of {data_name} {args.split} (--limit)"
               + (f": {data.origin}" if data.origin else ""))
         data = take(data, torch.arange(args.limit))
-    elif data.origin:
+    elif data.origin and not own:
         print(f"scoring {data.origin}")
     evaluation = evaluate_classifier(model, data)
     print(evaluation.summary())
@@ -78,10 +77,24 @@ def run(args) -> int:
     return 0
 
 
-def _trained_on(path) -> str:
-    import json
+def _recorded(path) -> str | None:
+    """The "data" ``classes.json`` records (None when it has none: a model from before it was kept)."""
+    if not path.is_file():
+        return None
+    from attnlab.files import read_json_object
 
-    try:
-        return str(json.loads(path.read_text(encoding="utf-8"))["data"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ValueError(f"{path}: does not say which data the model was trained on; pass --data") from None
+    data = read_json_object(path, max_bytes=1 << 20, what="a Vision Transformer's classes").get("data")
+    return data if isinstance(data, str) else None
+
+
+def own_data(model) -> str:
+    """The data ``model/classes.json`` records, checked (ValueError naming the file and
+    ``--data`` when it does not say, or names a folder that is gone)."""
+    from pathlib import Path
+
+    from attnlab.cli.options import check_recorded_data
+    from attnlab.data.images import IMAGE_SETS
+    from attnlab.families.vit.task import CLASSES_FILE
+
+    return check_recorded_data(model, CLASSES_FILE, _recorded(Path(model) / CLASSES_FILE), "--data",
+                               named=IMAGE_SETS)

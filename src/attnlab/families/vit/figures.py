@@ -34,9 +34,9 @@ def run(args) -> int:
 
     from attnlab.cli.options import apply_threads
     from attnlab.data.images import load_images, normalize, read_image
-    from attnlab.families.vit.evaluate import _trained_on
+    from attnlab.families.vit.evaluate import own_data
     from attnlab.families.vit.plots import FIGURE_NAMES, write_vit_figures
-    from attnlab.families.vit.task import CLASSES_FILE, load_classifier
+    from attnlab.families.vit.task import load_classifier
     from attnlab.families.vit.train import resolve_device
     from attnlab.files import check_output_directory, check_output_file
 
@@ -52,7 +52,7 @@ def run(args) -> int:
         pixels = torch.stack([read_image(path, image_size=config.image_size, channels=config.in_channels)
                               for path in args.image])
     else:
-        data = load_images(args.data or _trained_on(Path(args.model) / CLASSES_FILE), "test",
+        data = load_images(args.data or own_data(args.model), "test",
                            image_size=config.image_size, channels=config.in_channels)
         pixels = data.images[: args.images]
     for path in write_vit_figures(model, normalize(pixels).to(device), out):

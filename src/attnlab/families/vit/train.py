@@ -91,7 +91,7 @@ class VitTask(TrainingTask):
 
     def data(self, run):
         from attnlab.cli.options import check_image_folder_memory, resampled_splits
-        from attnlab.data.images import PIXEL_INPUT, load_images
+        from attnlab.data.images import PIXEL_INPUT, load_images, recorded_source
 
         args = run.args
         if run.previous is not None and not (run.out / CLASSES_FILE).is_file():
@@ -108,7 +108,7 @@ class VitTask(TrainingTask):
         kwargs = dict(image_size=train.image_size, channels=train.channels)
         valid, test = (load_images(args.data, split, **kwargs) for split in ("valid", "test"))
         train, valid, test = resampled_splits((train, valid, test), size, args.data)
-        run.files[CLASSES_FILE] = (json.dumps({"classes": train.classes, "data": str(args.data),
+        run.files[CLASSES_FILE] = (json.dumps({"classes": train.classes, "data": recorded_source(args.data),
                                                "input": PIXEL_INPUT}, indent=2) + "\n").encode()
         return train, valid, test
 
