@@ -296,3 +296,77 @@ def test_served_image_family_over_http(vit_dir):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _vit_with_data(vit_dir, tmp_path, data) -> Path:
+    """``vit_dir`` whose classes.json records ``data`` (as train vit writes it)."""
+    import shutil
+
+    directory = tmp_path / "vit"
+    shutil.copytree(vit_dir, directory)
+    record = json.loads((directory / "classes.json").read_text())
+    (directory / "classes.json").write_text(json.dumps({**record, "data": str(data)}))
+    return directory
+
+
+def test_the_default_image_is_the_models_own_held_out_image(vit_dir, tmp_path, capsys):
+    # Issue 39, 4: a ViT trained on a user's folder opened on the shipped MNIST "2" and called it
+    # "sandal (33 %)"; the default is now the first held-out image of the data classes.json records
+    import numpy as np
+    from PIL import Image
+
+    from attnlab.data.images import load_images
+    from attnlab.viz.explorer.server import ExplorerApp
+
+    folder = tmp_path / "clothes"
+    rng = np.random.default_rng(0)
+    for name in ("zero", "one", "two"):
+        (folder / name).mkdir(parents=True)
+        for i in range(10):
+            Image.fromarray(rng.integers(0, 256, (28, 28), dtype=np.uint8)).save(folder / name / f"{i}.png")
+    directory = _vit_with_data(vit_dir, tmp_path, folder)
+    source = load_source(directory)
+    held_out = load_images(str(folder), "test", image_size=28, channels=1, classes=["zero", "one", "two"])
+    assert source.default_text.startswith("data:image/png;base64,")
+    analysis = source.analyse(source.default_text)
+    assert torch.equal(analysis.image.pixels, held_out.images[0])  # the first held-out image, exactly
+    label = held_out.classes[int(held_out.labels[0])]
+    assert analysis.text == f"the first held-out image of {folder} (labelled {label})"
+    assert "from the model's own held-out data" in source.description
+    assert "from the model's own held-out data" in ExplorerApp(source).info()["default_note"]
+    assert main(["explore", "--model", str(directory), "--html", str(tmp_path / "p.html")]) == 0
+    assert f"default image: the first held-out image of {folder}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("recorded", [None, "gone"])
+def test_a_shipped_default_image_says_it_is_from_another_data_set(vit_dir, tmp_path, recorded, capsys):
+    directory = vit_dir if recorded is None else _vit_with_data(vit_dir, tmp_path, tmp_path / "gone-folder")
+    source = load_source(directory)
+    assert source.default_text == "example:0"
+    note = source.default_note
+    assert "shipped with attnlab, not from this model's data" in note and note[1:] in source.description
+    if recorded:
+        assert "gone-folder" in note
+    assert main(["explore", "--model", str(directory), "--html", str(tmp_path / "p.html")]) == 0
+    assert "not from this model's data" in capsys.readouterr().out
+
+
+def test_an_image_transformer_without_its_data_says_its_default_is_shipped(image_dir):
+    source = load_source(image_dir)  # no image.json: the shipped digit, said to be from another data set
+    assert source.default_text == "example:0" and "not from this model's data" in source.default_note
+
+
+def test_a_captioner_opens_on_its_own_held_out_image(captioner_dir, tmp_path):
+    import shutil
+
+    from attnlab.data.scenes import load_scenes
+
+    directory = tmp_path / "captioner"
+    shutil.copytree(captioner_dir, directory)
+    (directory / "caption.json").write_text(json.dumps({"data": "scenes", "image_size": 32}))
+    source = load_source(directory)
+    analysis = source.analyse(source.default_text)
+    test = load_scenes("test", count=1)
+    assert torch.equal(analysis.image.pixels, test.images[0])
+    assert analysis.text == f"the first held-out image of scenes (captioned {test.captions[0][0]!r})"
+    assert "not from this model's data" in load_source(captioner_dir).default_note  # no caption.json

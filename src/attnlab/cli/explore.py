@@ -51,6 +51,8 @@ def run(args) -> int:
     if is_hf_bert_directory(args.model):
         require_packages("explore", "tokenizers")
     source = load_source(args.model, device=resolve_device(args.device))
+    if getattr(source, "default_note", "") and (out is None or args.text is None):
+        print(f"attnlab explore: {source.default_note}")  # where the default input comes from
     if out is None:
         from attnlab.viz.explorer.server import serve
 

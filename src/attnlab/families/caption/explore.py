@@ -68,4 +68,22 @@ class CaptionSource(ImageInput):
 def load_source(directory: Path, device: str) -> CaptionSource:
     from attnlab.pipelines import load  # the family's pipeline, through the registry (no import cycle)
 
-    return CaptionSource(load(directory, device=device))
+    source = CaptionSource(load(directory, device=device))
+    source.choose_default(lambda: held_out_image(directory, source.pipeline))
+    return source
+
+
+def held_out_image(directory, pipeline) -> tuple[Tensor, str]:
+    """The first test image of the data ``directory/caption.json`` records, read as
+    evaluate-caption reads it, and what it is; ValueError when the record does not say or
+    the data is not at hand."""
+    from attnlab.cli.options import check_recorded_data
+    from attnlab.families.caption.task import CAPTION_FILE, load_caption_split
+
+    spec = pipeline.info.get("data")
+    folder = spec.partition(":")[2] if isinstance(spec, str) else None
+    check_recorded_data(directory, CAPTION_FILE, folder or spec, "--data", named=() if folder else (spec or "",))
+    data = load_caption_split(spec, "test", image_size=pipeline.model.config.image_size, count=1)
+    if not len(data.images):
+        raise ValueError(f"{spec} holds no held-out images")
+    return data.images[0], f"the first held-out image of {spec} (captioned {data.captions[0][0]!r})"

@@ -104,4 +104,23 @@ class ImageTransformerSource(ImageInput):
 def load_source(directory: Path, device: str) -> ImageTransformerSource:
     from attnlab.pipelines import load  # the family's pipeline, through the registry (no import cycle)
 
-    return ImageTransformerSource(load(directory, device=device)).check_size()
+    source = ImageTransformerSource(load(directory, device=device)).check_size()
+    source.choose_default(lambda: held_out_image(directory, source.pipeline))
+    return source
+
+
+def held_out_image(directory, pipeline) -> tuple[Tensor, str]:
+    """The first test image of the data ``directory/image.json`` records, read as
+    evaluate-image reads it, and what it is; ValueError when the record does not say or the
+    data is not at hand."""
+    from attnlab.cli.options import check_recorded_data
+    from attnlab.data.images import IMAGE_SETS
+    from attnlab.families.image.train import IMAGE_FILE, load_image_set, model_data
+
+    source = check_recorded_data(directory, IMAGE_FILE, model_data(directory), "--data",
+                                 named=[*IMAGE_SETS, "emoji"])
+    c = pipeline.model.config
+    data = load_image_set(source, "test", image_size=c.height, channels=c.channels)
+    if not len(data):
+        raise ValueError(f"{source} holds no held-out images")
+    return data.images[0], f"the first held-out image of {source}"

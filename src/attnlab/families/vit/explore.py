@@ -26,7 +26,7 @@ class VitSource(ImageInput):
         self.description = (f"Vision Transformer: {c.num_layers} layers x {c.num_heads} heads, d_model={c.d_model}, "
                             f"{c.image_size}x{c.image_size} images in {c.patch_size}x{c.patch_size} patches "
                             f"({self.rows}x{self.cols})")
-        self.default_text = self.example_text()
+        self.default_text = self.example_text()  # load_source: the model's own held-out image (choose_default)
 
     def analyse(self, text: str, *, files: bool = False, **options) -> Analysis:
         pixels, shown = self.read(text, files)
@@ -55,4 +55,20 @@ class VitSource(ImageInput):
 def load_source(directory: Path, device: str) -> VitSource:
     from attnlab.pipelines import load  # the family's pipeline, through the registry (no import cycle)
 
-    return VitSource(load(directory, device=device))
+    source = VitSource(load(directory, device=device))
+    source.choose_default(lambda: held_out_image(directory, source.pipeline))
+    return source
+
+
+def held_out_image(directory, pipeline) -> tuple[Tensor, str]:
+    """The first test image of the data ``directory/classes.json`` records, read as
+    evaluate reads it, and what it is; ValueError when the record does not say or the data
+    is not at hand."""
+    from attnlab.data.images import load_images
+    from attnlab.families.vit.evaluate import own_data
+
+    source, c = own_data(directory), pipeline.model.config
+    data = load_images(source, "test", image_size=c.image_size, channels=c.in_channels, classes=pipeline.classes)
+    if not len(data):
+        raise ValueError(f"{source} holds no held-out images")
+    return data.images[0], f"the first held-out image of {source} (labelled {data.classes[int(data.labels[0])]})"

@@ -167,8 +167,33 @@ class ImageInput:
         """``example:0`` where the repository's examples are at hand, else "" (upload one)."""
         return "example:0" if example_images(self.channels) else ""
 
+    default_note = ""  # where the default image comes from (shown with the description, printed by explore)
+    _default_name = ""
+
+    def choose_default(self, held_out) -> None:
+        """The default input (issue 39, point 4): the model's own first held-out image where
+        ``held_out()`` gives one (uint8 ``(C, H, W)`` and what it is), as a data URI; else
+        the shipped ``example:0``, with :attr:`default_note` saying that it comes from
+        another data set and why the model's own is not at hand (``held_out``'s ValueError)."""
+        try:
+            pixels, what = held_out()
+        except (ValueError, OSError) as error:
+            self.default_text = self.example_text()
+            kind = "digit (MNIST-like)" if self.channels == 1 else "scene"
+            if self.default_text:
+                self.default_note = (f"default image: {self.default_text}, a {kind} shipped with attnlab, not from "
+                                     f"this model's data ({error}); choose an image of yours")
+            else:
+                self.default_note = f"no default image: this model's own data is not at hand ({error})"
+        else:
+            self.default_text, self._default_name = png_data_uri(pixels), what
+            self.default_note = f"default image: {what}, from the model's own held-out data"
+        self.description += f". {self.default_note[0].upper()}{self.default_note[1:]}"
+
     def read(self, text: str, files: bool) -> tuple[Tensor, str]:
         """uint8 ``(1, C, H, W)`` and how to name the input on the page (a data URI is
-        "an uploaded image", not its base64)."""
+        "an uploaded image", not its base64; the default, what it is)."""
         pixels = read_image_input(text, channels=self.channels, size=self.size, files=files)
+        if self._default_name and text.strip() == self.default_text:
+            return pixels, self._default_name
         return pixels, ("an uploaded image" if text.strip().startswith("data:") else text.strip())

@@ -14,7 +14,8 @@ queue of at most ``PENDING``, and a connection past that is answered at once wit
 API (all JSON):
   GET  /                          the page
   GET  /api/info                  {family, description, default_text, max_tokens, generates, image_input,
-                                  hint (what the input may be, where it is not plain text)}
+                                  hint (what the input may be, where it is not plain text),
+                                  default_note (image models: where default_text comes from)}
   POST /api/analyse {text, generate?}   overview: tokens and shapes of each group, id (and, for an
                                   image input, the image: a PNG data URI and the grid of key_cells)
   GET  /api/layer?id=&group=&layer=     one layer's weights (heads, Lq, Lk), uint16 base64
@@ -86,7 +87,8 @@ class ExplorerApp:
         s = self.source
         return {"family": s.family, "description": s.description, "default_text": s.default_text,
                 "max_tokens": s.max_tokens, "generates": self.generates,
-                "image_input": bool(getattr(s, "image_input", False)), "hint": str(getattr(s, "hint", ""))}
+                "image_input": bool(getattr(s, "image_input", False)), "hint": str(getattr(s, "hint", "")),
+                "default_note": str(getattr(s, "default_note", ""))}
 
     def analyse(self, body: dict) -> dict:
         text = body.get("text")
