@@ -56,6 +56,31 @@ class LMSource:
                 continue
         return ""
 
+    def choose_default(self, directory) -> None:
+        """The default text: the start of the model's own held-out text (``lm.json``), the
+        first line that the tokenizer encodes, cut to fill at most half the context; else
+        :meth:`_fitting_default`'s, with a note saying it is not from the model's data."""
+        from attnlab.families.lm.task import own_held_out_text
+        from attnlab.viz.explorer.maps import note_default
+
+        try:
+            own = own_held_out_text(directory)
+            if own is None:
+                raise ValueError("its directory has no lm.json")
+            text, what = own
+            line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+            ids = self.tokenizer.encode(line)
+            keep = max(1, self.max_tokens // 2)
+            line = self.tokenizer.decode(ids[:keep]).strip() if len(ids) > keep else line
+            if not line or not self.tokenizer.encode(line):
+                raise ValueError("its held-out text has no line the tokenizer encodes")
+        except (ValueError, KeyError, OSError) as error:
+            note_default(self, f"default text: {self.default_text[:40]!r}, not from this model's data ({error}); "
+                               "type a text of yours")
+        else:
+            self.default_text = line
+            note_default(self, f"default text: the start of {what}")
+
     def generated_limit(self, text: str) -> int:
         """How many tokens may be generated after ``text`` within the model's context."""
         return max(0, self.max_tokens - len(self.tokenizer.encode(_check_text(text, 20 * self.max_tokens))))
@@ -83,4 +108,6 @@ class LMSource:
 def load_source(directory: Path, device: str) -> LMSource:
     from attnlab.tasks.lm import load_language_model
 
-    return LMSource(*load_language_model(directory, device=device))
+    source = LMSource(*load_language_model(directory, device=device))
+    source.choose_default(directory)
+    return source

@@ -22,6 +22,24 @@ class TranslationSource:
                             f"{c.num_heads} heads, d_model={c.d_model}")
         self.default_text = "Ein Mann fährt mit dem Fahrrad über die Straße."
 
+    def choose_default(self, directory) -> None:
+        """The default sentence: the first source sentence of the model's own held-out data
+        (``translation.json``: its --valid-src file, or its named set's test split), else the
+        German one with a note saying it is not from the model's data (issue 39, point 4)."""
+        from attnlab.viz.explorer.maps import note_default
+
+        try:
+            sentence, what = _held_out_sentence(directory, self.translator.info)
+            _check_length(len(self.translator.tokenizer.encode_batch([sentence])[0]) + 1, self.max_tokens)
+        except (ValueError, OSError) as error:
+            language = self.translator.info.get("src_lang")
+            other = f", not this model's source language ({language})" if language and language != "de" else ""
+            note_default(self, f"default sentence: a German example{other}, not from this model's data ({error}); "
+                               "type a sentence of yours")
+        else:
+            self.default_text = sentence
+            note_default(self, f"default sentence: the first of {what}, the model's own held-out data")
+
     def analyse(self, text: str, **options) -> Analysis:
         from attnlab.generation import greedy_search
 
@@ -47,4 +65,31 @@ def load_source(directory: Path, device: str) -> TranslationSource:
     """A translation model directory (attnlab's, or an OPUS-MT MarianMT one)."""
     from attnlab.families.translation.translator import Translator
 
-    return TranslationSource(Translator.load(directory, device=device))
+    source = TranslationSource(Translator.load(directory, device=device))
+    source.choose_default(directory)
+    return source
+
+
+def _held_out_sentence(directory, info: dict) -> tuple[str, str]:
+    """The first source sentence of the held-out data ``translation.json`` records, and
+    what it is; ValueError when it records none or the data is not at hand."""
+    from attnlab.cli.options import check_recorded_data
+    from attnlab.families.translation.task import TASK_FILE
+
+    if isinstance(info.get("valid_src"), str):
+        path = check_recorded_data(directory, TASK_FILE, info["valid_src"], "a sentence of yours")
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if line.strip():
+                    return line.strip(), path
+        raise ValueError(f"{path} holds no sentence")
+    if info.get("data") and info.get("src_lang") and info.get("tgt_lang"):
+        from attnlab.data import get_parallel_dataset
+
+        try:
+            corpus = get_parallel_dataset(info["data"], "test", info["src_lang"], info["tgt_lang"])
+        except FileNotFoundError as error:
+            raise ValueError(f"{info['data']} is not at hand ({error})") from None
+        if corpus.pairs:
+            return corpus.pairs[0][0], corpus.description or f"{info['data']} test"
+    raise ValueError(f"{Path(directory) / TASK_FILE} records no held-out data")

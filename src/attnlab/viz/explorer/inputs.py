@@ -175,20 +175,19 @@ class ImageInput:
         ``held_out()`` gives one (uint8 ``(C, H, W)`` and what it is), as a data URI; else
         the shipped ``example:0``, with :attr:`default_note` saying that it comes from
         another data set and why the model's own is not at hand (``held_out``'s ValueError)."""
+        from attnlab.viz.explorer.maps import note_default
+
         try:
             pixels, what = held_out()
         except (ValueError, OSError) as error:
             self.default_text = self.example_text()
             kind = "digit (MNIST-like)" if self.channels == 1 else "scene"
-            if self.default_text:
-                self.default_note = (f"default image: {self.default_text}, a {kind} shipped with attnlab, not from "
-                                     f"this model's data ({error}); choose an image of yours")
-            else:
-                self.default_note = f"no default image: this model's own data is not at hand ({error})"
+            note_default(self, f"default image: {self.default_text}, a {kind} shipped with attnlab, not from this "
+                               f"model's data ({error}); choose an image of yours" if self.default_text else
+                               f"no default image: this model's own data is not at hand ({error})")
         else:
             self.default_text, self._default_name = png_data_uri(pixels), what
-            self.default_note = f"default image: {what}, from the model's own held-out data"
-        self.description += f". {self.default_note[0].upper()}{self.default_note[1:]}"
+            note_default(self, f"default image: {what}, from the model's own held-out data")
 
     def read(self, text: str, files: bool) -> tuple[Tensor, str]:
         """uint8 ``(1, C, H, W)`` and how to name the input on the page (a data URI is

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "register_attention_maps",
-           "load_source"]
+           "load_source", "note_default"]
 
 
 @dataclass
@@ -176,6 +176,14 @@ class AttentionSource(Protocol):
     def analyse(self, text: str, **options) -> Analysis:
         """Tokenize ``text``, run the model, return every attention group."""
         ...
+
+
+def note_default(source, note: str) -> None:
+    """Record where ``source``'s default input comes from (issue 39, point 4: the model's
+    own held-out data, or a shipped example from another data set): ``default_note``, also
+    appended to its description (the page's first line; ``explore`` prints it)."""
+    source.default_note = note
+    source.description += f". {note[0].upper()}{note[1:]}"
 
 
 def _check_text(text: str, max_chars: int) -> str:
