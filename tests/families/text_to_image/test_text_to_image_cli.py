@@ -41,7 +41,11 @@ def test_evaluate_verb(trained, tmp_path, capsys):
                  "--grid", str(tmp_path / "g.png")]) == 0
     results = json.loads(out.read_text())
     assert results["fidelity"]["unseen"]["generated"]["prompts"] == 2 and results["vqvae"]["codebook_size"] == 32
-    assert (tmp_path / "g.png").is_file() and "fidelity (unseen" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert (tmp_path / "g.png").is_file() and "fidelity (unseen" in printed
+    # issue 39, 4: it says what it scored
+    assert f"scoring {trained / 'model'}'s own held-out data: the held-out prompts of scenes test" in printed
+    assert "(4 prompts)" in printed
     assert main(["evaluate-text-to-image", "--model", str(trained / "model"), "--classifier",
                  str(trained / "vqvae" / "model")]) == 2
     assert "not an attribute reader" in capsys.readouterr().err

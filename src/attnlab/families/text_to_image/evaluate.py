@@ -39,7 +39,7 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.options import resolve_device
+    from attnlab.cli.options import own_data_line, resolve_device
     from attnlab.families.text_to_image.train import report
     from attnlab.data.scenes import load_scenes
     from attnlab.files import atomic_write_json, check_output_file
@@ -64,6 +64,9 @@ def run(args) -> int:
         raise ValueError(f"--classifier {classifier_dir}: holds a {classifier.config.family} model, "
                          "not an attribute reader (train text-to-image writes one to OUT/attributes/model)")
     test = load_scenes("test")
+    print(own_data_line(args.model, "the held-out prompts of scenes test (the first caption of each scene, half "
+                                    "with colour-shape pairs never seen in training)",
+                        min(args.prompts, len(test.captions)), "prompts"))
     results = evaluate_text_to_image(model, vqvae, tokenizer, classifier, test, prompts=args.prompts,
                                      temperature=args.temperature, top_k=args.top_k or None, seed=args.seed)
     if args.json:

@@ -13,7 +13,8 @@ def add_arguments(parser) -> None:
 
     add_named_data_arguments(parser)
     parser.add_argument("--split", default="test", choices=("train", "valid", "test"), help="(default: test)")
-    parser.add_argument("--src-file", help="your source sentences, one a line")
+    parser.add_argument("--src-file", help="your source sentences, one a line (with neither --data nor --src-file: "
+                                           "the model's own held-out data, as its translation.json records it)")
     parser.add_argument("--ref-file", help="reference translations aligned with --src-file")
     from attnlab.cli.options import add_limit_argument
 
