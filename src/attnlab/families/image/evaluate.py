@@ -87,6 +87,7 @@ def run(args) -> int:
     apply_threads(args)
     device = torch.device(resolve_device(args.device))
     options = sampling_options(args, device)
+    options.pop("compile")  # evaluate-image has no --compile: its super-resolution samples decode eagerly
     model, _ = load_image_model(args.model, device)
     if args.super_resolve and not model.config.low_resolution:
         raise ValueError(f"--super-resolve: {args.model} is not a super-resolution model (its low_resolution is 0)")
