@@ -44,3 +44,23 @@ def test_a_translation_model_opens_on_its_own_held_out_sentence(translation_dir,
     gone = load_source(directory)
     assert gone.default_text.startswith("Ein Mann")
     assert "not this model's source language (fr)" in gone.default_note and "valid.fr" in gone.default_note
+
+
+def test_a_jsb_music_model_opens_on_its_own_held_out_chorale(music_dir, shared_data, tmp_path, monkeypatch):
+    from attnlab.data import music
+
+    if not music.jsb_path(shared_data).is_file():
+        pytest.skip("JSB Chorales not in the shared data")
+    from attnlab import create_model
+
+    directory = tmp_path / "music"  # a context of 128: jsb-valid:N is 16 steps x 4 voices, and START
+    create_model("music_tiny", max_positions=128).save_pretrained(directory)
+    (directory / "music.json").write_text(json.dumps({"data": "jsb", "data_dir": str(shared_data)}))
+    source = load_source(directory)
+    assert source.default_text == "jsb-valid:0" and "own held-out JSB chorales" in source.default_note
+    # the data no longer where music.json says: the shipped chord, said not to be from its data
+    (directory / "music.json").write_text(json.dumps({"data": "jsb", "data_dir": str(tmp_path / "empty")}))
+    monkeypatch.setenv("ATTNLAB_DATA", str(tmp_path / "empty"))
+    gone = load_source(directory)
+    assert gone.default_text != "jsb-valid:0" and "not from this model's data" in gone.default_note
+    assert "not from this model's data" in load_source(music_dir).default_note  # no music.json

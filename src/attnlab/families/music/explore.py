@@ -76,6 +76,25 @@ class MusicSource:
                             f"d_model={c.d_model}")
         self.default_text = self._default()
 
+    def choose_default(self, directory) -> None:
+        """The default primer (issue 39, point 4): ``jsb-valid:0``, the model's own first
+        held-out chorale, for a model trained on JSB whose data is at hand (music.json); else
+        the shipped one, with a note saying it is not from the model's data."""
+        from attnlab.families.music.task import MUSIC_FILE, recorded_data
+        from attnlab.viz.explorer.maps import note_default
+
+        try:
+            data = recorded_data(directory).get("data")
+            if data != "jsb":
+                raise ValueError(f"{Path(directory) / MUSIC_FILE} records {data or 'no data'}; the served page "
+                                 "reads no MIDI files" if data else f"its directory has no {MUSIC_FILE}")
+            self.prompt("jsb-valid:0")  # the data is at hand and fits the model
+        except (ValueError, OSError) as error:
+            note_default(self, f"default primer: {self.default_text!r}, not from this model's data ({error})")
+        else:
+            self.default_text = "jsb-valid:0"
+            note_default(self, "default primer: jsb-valid:0, the first of the model's own held-out JSB chorales")
+
     @property
     def hint(self) -> str:
         """What the served page's text box takes."""
@@ -165,4 +184,6 @@ class MusicSource:
 def load_source(directory: Path, device: str) -> MusicSource:
     from attnlab.pipelines import load  # the family's pipeline, through the registry (no import cycle)
 
-    return MusicSource(load(directory, device=device))
+    source = MusicSource(load(directory, device=device))
+    source.choose_default(directory)
+    return source
