@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["IMAGE_SETS", "recorded_source", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS",
-           "normalize", "PIXEL_INPUT", "same_source"]
+__all__ = ["IMAGE_SETS", "DataUnavailable", "ImageSet", "load_images", "read_image", "pil_to_tensor", "SPLITS",
+           "normalize", "PIXEL_INPUT", "same_source", "recorded_source"]
 
 SPLITS = ("train", "valid", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
