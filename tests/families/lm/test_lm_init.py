@@ -134,3 +134,9 @@ def test_evaluate_without_text_scores_the_models_own_held_out_text(tmp_path, cap
     assert main(["evaluate", "--model", str(out / "model")]) == 2
     err = capsys.readouterr().err
     assert "lm.json" in err and "--text" in err and "is gone" in err
+    # a model without lm.json is scored on Shakespeare, which this alphabet cannot read: the
+    # error names Shakespeare, not --text (never given)
+    (out / "model" / "lm.json").unlink()
+    assert main(["evaluate", "--model", str(out / "model")]) == 2
+    err = capsys.readouterr().err
+    assert "Shakespeare" in err and "(no --text given)" in err and "error: --text" not in err, err

@@ -84,13 +84,15 @@ def run(args) -> int:
     try:
         ids = tokenizer.encode(text)
     except (KeyError, ValueError) as error:
-        raise ValueError(f"--text: cannot be encoded with the model's tokenizer ({error})") from None
+        named = "--text" if args.text else f"{source} (no --text given)"  # never blame a flag the user did not give
+        raise ValueError(f"{named}: cannot be encoded with the model's tokenizer ({error}); give text it reads "
+                         "with --text") from None
     if args.limit is not None and len(ids) > args.limit:
         ids = ids[:args.limit]
         text = tokenizer.decode(ids)
         source += f", its first {args.limit:,d} tokens (--limit)"
     if len(ids) < 2:
-        raise ValueError(f"--text {source}: {len(ids)} token(s); scoring needs at least 2")
+        raise ValueError(f"{'--text ' if args.text else ''}{source}: {len(ids)} token(s); scoring needs at least 2")
     step = args.stride or context
     windows = -(-(len(ids) - 1) // step)
     if windows * context > MAX_WINDOW_TOKENS:
