@@ -30,3 +30,7 @@ done
 for model in start ft; do
   attnlab evaluate --model "$OUT/$model/model" --data multi30k --split test --beam 1 --batch-size 100 --threads 1
 done
+# The extra row of docs/results.md: a real tenth of the start's peak learning rate (Noam keeps the peak
+# of --warmup 400 when it shrinks the warm-up to fit: 0.1 * 256^-0.5 * 400^-0.5 = 3.1e-4):
+#   attnlab train translation --data trans-de-en "${QUICK[@]}" --init "$OUT/start/model" --max-steps 80 \
+#     --lr-scale 0.1 --warmup 400 --val-every 80 --save-every 80 --keep 1 --out "$OUT/ft_low"

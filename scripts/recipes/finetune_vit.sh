@@ -4,6 +4,7 @@
 # a short fine-tuning; against the same total updates from scratch at 28 px.
 #
 #   bash scripts/recipes/finetune_vit.sh           # into runs/finetune_vit
+#   SEED=1 OUT=runs/finetune_vit_s1 bash scripts/recipes/finetune_vit.sh   # the second seed
 #
 # Budgets in updates x batch (128 images): 1,000 at 28 px + 150 at 42 px, vs 1,150 at 28 px.
 # Each run prints its test accuracy on the 10,000 test images at its end.
@@ -12,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . .venv/bin/activate
 OUT="${OUT:-runs/finetune_vit}"
-COMMON=(--data fashion-mnist --batch-size 128 --weight-decay 0.05 --label-smoothing 0.1 --shift 2 --seed 0
+SEED="${SEED:-0}"
+COMMON=(--data fashion-mnist --batch-size 128 --weight-decay 0.05 --label-smoothing 0.1 --shift 2 --seed "$SEED"
         --threads 1 --no-progress)
 
 # 1. pre-train at 28 px, 1,000 updates
@@ -24,3 +26,6 @@ attnlab train vit "${COMMON[@]}" --init "$OUT/start/model" --image-size 42 --max
 # 3. scratch at 28 px, the same 1,150 updates
 attnlab train vit "${COMMON[@]}" --preset vit_tiny_patch7_28 --max-steps 1150 --lr 1e-3 --warmup 100 \
   --val-every 575 --save-every 575 --out "$OUT/scratch"
+# The extra row of docs/results.md (a 5x higher fine-tuning peak, one try):
+#   attnlab train vit "${COMMON[@]}" --init "$OUT/start/model" --image-size 42 --max-steps 150 --lr 5e-4 \
+#     --val-every 150 --save-every 150 --out "$OUT/ft42_lr5e-4"
