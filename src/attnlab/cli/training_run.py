@@ -103,6 +103,7 @@ class TrainingTask:
     unit: str = ""
     held_out: tuple[str, str] = ("valid_loss", "nats per token")  # (Trainer validation key, its unit)
     lr_flag: str = "lr"  # the dest of the peak learning-rate flag the fine-tuning default lowers
+    peak_scales_with_warmup: bool = False  # the schedule's peak depends on --warmup (Noam: scale * warmup**-0.5)
     adaptable: Mapping[str, str] = {}  # config field -> what fine-tuning does when it changes (said in one line)
     data_fields: tuple[str, ...] = ()  # config fields the data or vocabulary decides (not --preset's to contradict)
     flag_names: Mapping[str, str] = {}  # run_info key -> the flag that sets it (named when --resume refuses)
@@ -350,16 +351,29 @@ def _transfer(task: TrainingTask, run: Run, data, model) -> list[str]:
 
 
 def _fine_tune_defaults(task: TrainingTask, args) -> str:
-    """A lower peak learning rate and a short warm-up unless given; the line that says so."""
+    """A lower peak learning rate and a short warm-up unless given; the line that says so.
+
+    The peak becomes a tenth of the default run's peak. Where the schedule's peak depends on
+    the warm-up (``task.peak_scales_with_warmup``: Noam's ``scale * d**-0.5 * warmup**-0.5``), the
+    scale is also multiplied by ``sqrt(new warm-up / default warm-up)``, so the shorter warm-up
+    does not raise the peak back up (it did: a 4-update warm-up gave 3.2x the default's peak)."""
     parts = []
-    if getattr(args, task.lr_flag, None) is not None and not option_given(args, task.lr_flag):
-        setattr(args, task.lr_flag, getattr(args, task.lr_flag) * FINE_TUNE_LR_FACTOR)
-        parts.append(f"peak --{task.lr_flag.replace('_', '-')} {getattr(args, task.lr_flag):g} (a tenth of the "
-                     "default)")
-    else:
-        parts.append(f"peak --{task.lr_flag.replace('_', '-')} {getattr(args, task.lr_flag, None)} (given)")
-    if hasattr(args, "warmup") and not option_given(args, "warmup"):
+    default_warmup = getattr(args, "warmup", None)
+    short_warmup = hasattr(args, "warmup") and not option_given(args, "warmup")
+    if short_warmup:
         args.warmup = max(1, int(args.max_steps * FINE_TUNE_WARMUP_SHARE))
+    flag = f"--{task.lr_flag.replace('_', '-')}"
+    if getattr(args, task.lr_flag, None) is not None and not option_given(args, task.lr_flag):
+        factor, why = FINE_TUNE_LR_FACTOR, "a tenth of the default"
+        if task.peak_scales_with_warmup and short_warmup and default_warmup:
+            factor *= (args.warmup / default_warmup) ** 0.5
+            why = (f"a tenth of the default's peak learning rate: 0.1 x sqrt({args.warmup}/{default_warmup}) for the "
+                   "shorter warm-up")
+        setattr(args, task.lr_flag, getattr(args, task.lr_flag) * factor)
+        parts.append(f"peak {flag} {getattr(args, task.lr_flag):g} ({why})")
+    else:
+        parts.append(f"peak {flag} {getattr(args, task.lr_flag, None)} (given)")
+    if short_warmup:
         parts.append(f"warm-up {args.warmup} updates ({FINE_TUNE_WARMUP_SHARE:.0%} of --max-steps)")
     elif hasattr(args, "warmup"):
         parts.append(f"warm-up {args.warmup} updates (given)")

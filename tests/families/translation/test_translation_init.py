@@ -38,12 +38,25 @@ def test_fine_tune_keeps_the_vocabulary_and_prints_before_and_after(tmp_path, ca
                  str(start), *RUN]) == 0
     out = tmp_path / "ft"
     capsys.readouterr()
+    no_warmup = [arg for i, arg in enumerate(RUN) if arg != "--warmup" and RUN[i - 1] != "--warmup"]
     assert main(["train", "translation", *second, *valid, "--init", str(start / "model"), "--max-steps", "4",
-                 "--max-unknown", "100", "--out", str(out), *RUN]) == 0
+                 "--max-unknown", "100", "--out", str(out), *no_warmup]) == 0
     err = capsys.readouterr().err
     assert "vocabulary:" not in err  # none learned
     assert "held-out before fine-tuning:" in err and "held-out: " in err and "validation perplexity" in err
-    assert "peak --lr-scale 0.1 (a tenth of the default)" in err
+    # Noam's peak is lr_scale * d**-0.5 * warmup**-0.5: the shorter warm-up must not raise it
+    # again (it gave 3.2x the default's peak before), so the peak is a tenth of the default's
+    import re
+
+    from attnlab.cli.main import build_parser
+
+    defaults = build_parser().parse_args(["train", "translation", *second, "--out", str(out)])
+    found = re.search(r"peak --lr-scale ([0-9.e-]+) \(a tenth of the default's peak learning rate.*warm-up (\d+) "
+                      r"updates", err)
+    assert found, err
+    scale, warmup = float(found.group(1)), int(found.group(2))
+    assert warmup < defaults.warmup
+    assert scale * warmup ** -0.5 == pytest.approx(0.1 * defaults.lr_scale * defaults.warmup ** -0.5, rel=1e-4)
     assert (out / "model" / "tokenizer.model").read_bytes() == (start / "model" / "tokenizer.model").read_bytes()
     before, after = load_file(start / "model" / "model.safetensors"), load_file(out / "model" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)

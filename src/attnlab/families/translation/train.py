@@ -32,6 +32,7 @@ class TranslationTask(TrainingTask):
     summary_keys = ("loss", "ppl", "valid_loss", "valid_ppl")
     held_out = ("valid_ppl", "validation perplexity")
     lr_flag = "lr_scale"
+    peak_scales_with_warmup = True  # Noam: the peak is lr_scale * d_model**-0.5 * warmup**-0.5
     data_fields = ("vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id")
     flag_names = {"data": "--data/--train-src/--train-tgt", "training pairs": "--max-train-pairs (training pairs)",
                   "languages": "--src/--tgt", "max_length": "--max-length", "max_tokens": "--max-tokens",
