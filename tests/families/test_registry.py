@@ -237,7 +237,8 @@ def test_every_train_task_takes_init_the_toy_family_included(toy_family, capsys)
         assert "--init DIR" in task_parser.format_help() or "init" not in dests, task  # the help formats
         if {"init", "max_unknown", "resume", "out"} <= dests:
             lifecycle.add(task)
-    assert {"toy", "translation", "lm", "vit", "image", "music", "caption"} <= lifecycle, lifecycle
+    assert {"toy", "translation", "lm", "vit", "image", "music", "caption", "bert", "text-classification"} <= lifecycle, \
+        lifecycle
     out = toy_family.parent / "fine_tuned"
     assert main(["train", "toy", "--init", str(toy_family), "--out", str(out)]) == 0
     err = capsys.readouterr().err
@@ -248,11 +249,7 @@ def test_every_train_task_takes_init_the_toy_family_included(toy_family, capsys)
 
 # Train tasks that take --init but do not run through the lifecycle yet (so no --lora), each
 # with its reason; moving one onto cli/training_run.py must remove it from here.
-NOT_ON_THE_LIFECYCLE = {
-    "bert": "issue 38 part 1 was written beside the lifecycle, as parts (families/bert/train.py: load_init, data, "
-            "build_model, adapt_after_init, loss, score) for a TrainingTask to call",
-    "text-classification": "the same (families/text_classification/train.py)",
-}
+NOT_ON_THE_LIFECYCLE: dict[str, str] = {}
 
 
 def test_every_train_task_takes_lora_with_init_the_toy_family_included(toy_family, capsys):
@@ -273,7 +270,8 @@ def test_every_train_task_takes_lora_with_init_the_toy_family_included(toy_famil
             assert lora <= dests and "--lora R" in task_parser.format_help(), task
         else:
             assert not lora & dests, task  # --lora only where --init is
-    assert {"toy", "translation", "lm", "vit", "image", "music", "caption"} <= with_init, with_init
+    assert {"toy", "translation", "lm", "vit", "image", "music", "caption", "bert",
+            "text-classification"} <= with_init, with_init
     out = toy_family.parent / "lora_toy"
     capsys.readouterr()
     assert main(["train", "toy", "--lora", "2", "--out", str(out)]) == 2

@@ -1,50 +1,180 @@
-"""What the two BERT training verbs share (``attnlab train bert``, ``attnlab train
-text-classification``): the options ``--init`` decides, the run's start (resumed, from
-``--init`` or from scratch, through each verb's parts), the Trainer's settings, the files
-written into OUT before training.
+"""What the two BERT training verbs share on the training-run lifecycle (``attnlab train
+bert``, ``attnlab train text-classification``): :class:`BertTask`, the
+:class:`~attnlab.cli.training_run.TrainingTask` both subclass (as window_runs.WindowTask is
+for the text-window verbs).
 
-TRAINING-LIFECYCLE SEAM: these verbs were written beside the shared lifecycle
-(cli/training_run.py, which landed meanwhile) as parts a ``TrainingTask`` can call
-(``load_init``, ``data``, ``build_model``, ``adapt_after_init``, ``loss``, ``score``);
-moving them onto it replaces this module (and gives them ``--lora``; see
-tests/families/test_registry.py's NOT_ON_THE_LIFECYCLE).
+Each verb supplies its parts (families/bert/train.py, families/text_classification/train.py:
+``load_init``, ``data``, ``scratch_config``, ``adapt_after_init``, ``loss``, ``score``); this class calls them at
+the lifecycle's points. ``--init DIR`` opens any BERT directory (a HuggingFace BERT such as
+all-MiniLM-L6-v2, ``train bert``'s or ``train text-classification``'s output) through
+:func:`attnlab.tasks.bert.load_init`; the verb's ``adapt_after_init`` turns it into the model it
+trains (an MLM head added, a new classification head), and what it adds is reported as the
+lifecycle's new parameters (initialised as a fresh model's, trainable beside ``--lora``'s
+adapters). ``--resume`` (the same data only), ``start.json``, the before/after held-out figure
+and the fine-tuning defaults (a tenth of ``--lr``'s default, a 5 % warm-up) are the lifecycle's.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from attnlab.cli.training_run import TrainingTask, option_given
 
-def add_bert_run_arguments(parser, *, init_help: str, unit: str, max_steps: int, init_lr: float, every: int):
-    """The options both BERT training verbs share, after each verb's data options:
-    ``--vocab-size``/``--cased`` (from scratch), ``--init``, ``--preset``, ``--set``,
-    ``--batch-size``, the schedule (``--lr`` defaulting to ``init_lr`` with --init, 5e-4 from
-    scratch), ``--weight-decay``, precision and the run group; returns the run group."""
-    from attnlab.cli.options import (add_precision_argument, add_run_group, add_schedule_arguments, add_set_argument,
-                                     bounded_float, bounded_int)
-
-    vocabulary = parser.add_argument_group("vocabulary (from scratch)")
-    vocabulary.add_argument("--vocab-size", type=bounded_int(16, 2**20), metavar="N",
-                            help="WordPiece vocabulary learned from the training text, special tokens included "
-                                 "(default: 8000; with --init the directory's vocabulary is used)")
-    vocabulary.add_argument("--cased", action="store_true", help="keep upper case in the learned vocabulary")
-    model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--init", metavar="DIR", help=init_help)
-    model.add_argument("--preset", default="bert_mini", help="the BERT preset from scratch (default: bert_mini)")
-    add_set_argument(model, "num_layers=2")
-    model.add_argument("--batch-size", type=int, default=32, help=f"{unit} per update (default: 32)")
-    add_schedule_arguments(model, max_steps=max_steps, warmup=100)
-    model.add_argument("--lr", type=bounded_float(0.0), help=f"peak learning rate, linear warm-up then cosine decay "
-                                                             f"(default: {init_lr:g} with --init, 5e-4 from scratch)")
-    model.add_argument("--weight-decay", type=bounded_float(0.0, 1.0), default=0.01,
-                       help="AdamW weight decay (default: 0.01, BERT's)")
-    add_precision_argument(model)
-    return add_run_group(parser, every=every, seed=1)
+LR = 5e-4  # --lr's default from scratch; with --init the lifecycle takes a tenth of it (5e-5, BERT's fine-tuning range)
 
 
-def peak_lr(args, init_lr: float) -> float:
-    """``--lr``, or its default: ``init_lr`` with ``--init``, 5e-4 from scratch."""
-    return args.lr if args.lr is not None else (init_lr if args.init else 5e-4)
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class BertTask(TrainingTask):
+    """A BERT training verb on the lifecycle; ``parts`` is the verb's module (its parts)."""
+
+    parts = None  # the verb's module: load_init, data, scratch_config, adapt_after_init, loss, batches, score
+    unit_of_batch = "windows"  # what a batch holds (--batch-size's help, the model line)
+    max_steps = 2000
+    every = 250
+    data_fields = ("vocab_size", "max_positions", "pad_id", "num_labels", "mlm_head")
+    flag_names = {"text": "--text", "valid_text": "--valid-text", "train": "--train", "valid": "--valid",
+                  "vocab_size": "--vocab-size", "context": "--context", "max_length": "--max-length",
+                  "windows": "--windows", "labels": "--train (its labels)", "preset": "--preset", "set": "--set"}
+
+    # -- flags and checks ---------------------------------------------------------------
+    def add_data_arguments(self, parser) -> None:
+        raise NotImplementedError
+
+    def add_arguments(self, parser) -> None:
+        """The verb's data options, then ``--vocab-size``/``--cased`` (from scratch), ``--preset``,
+        ``--set``, ``--batch-size``, the schedule, ``--weight-decay``, precision and the run
+        group (``--init`` and ``--lora`` are the lifecycle's)."""
+        from attnlab.cli.options import (add_precision_argument, add_run_group, add_schedule_arguments,
+                                         add_set_argument, bounded_float, bounded_int)
+
+        self.add_data_arguments(parser)
+        vocabulary = parser.add_argument_group("vocabulary (from scratch)")
+        vocabulary.add_argument("--vocab-size", type=bounded_int(16, 2**20), metavar="N",
+                                help="WordPiece vocabulary learned from the training text, special tokens included "
+                                     "(default: 8000; with --init the directory's vocabulary is used)")
+        vocabulary.add_argument("--cased", action="store_true", help="keep upper case in the learned vocabulary")
+        model = parser.add_argument_group("model and optimisation")
+        model.add_argument("--preset", default="bert_mini", help="the BERT preset from scratch (default: bert_mini)")
+        add_set_argument(model, "num_layers=2")
+        model.add_argument("--batch-size", type=int, default=32, help=f"{self.unit_of_batch} per update (default: 32)")
+        add_schedule_arguments(model, max_steps=self.max_steps, warmup=100)
+        model.add_argument("--lr", type=bounded_float(0.0), default=LR,
+                           help=f"peak learning rate, linear warm-up then cosine decay (default: {LR:g}; with --init "
+                                f"{LR / 10:g})")
+        model.add_argument("--weight-decay", type=bounded_float(0.0, 1.0), default=0.01,
+                           help="AdamW weight decay (default: 0.01, BERT's)")
+        add_precision_argument(model)
+        self.add_run_arguments(add_run_group(parser, every=self.every, seed=1))
+
+    def add_run_arguments(self, group) -> None:
+        """The verb's own run options (added to the run group)."""
+
+    def check(self, args) -> None:
+        from attnlab.cli.options import check_positive, require_packages
+
+        check_positive(args, ("max_steps", "batch_size"))
+        require_packages(f"train {self.name}", "tokenizers")
+        for flag, name in (("--vocab-size", "vocab_size"), ("--cased", "cased"), ("--set", "set")):
+            if args.init and getattr(args, name):
+                raise ValueError(f"{flag}: with --init the directory decides this (its layers and vocabulary); "
+                                 f"leave {flag} out")
+        if args.warmup > args.max_steps and (not args.init or option_given(args, "warmup")):
+            warmup = max(1, args.max_steps // 10)
+            _say(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
+                 "updates (a tenth of the run) instead")
+            args.warmup = warmup
+
+    def overrides(self, args):
+        return {}  # --set is applied by the verb's scratch config (with --init it is refused)
+
+    # -- --init and --resume -------------------------------------------------------------
+    def open_init(self, path: Path):
+        """Any BERT directory (tasks/bert.py): ``(model, vocabulary)``."""
+        model, tokenizer = self.parts.load_init(path)
+        return model, {"tokenizer": tokenizer, "max_positions": model.config.max_positions, "labels": None}
+
+    def vocabulary(self, pipeline):
+        """A checkpoint's (--resume): its tokenizer, positions and (a classifier's) labels."""
+        return {"tokenizer": pipeline.tokenizer, "max_positions": pipeline.model.config.max_positions,
+                "labels": list(pipeline.labels) if hasattr(pipeline, "labels") else None}
+
+    # -- data, model, trainer -------------------------------------------------------------
+    def files(self, prepared) -> dict[str, bytes]:
+        """What OUT/model keeps beside the weights."""
+        return dict(prepared.tokenizer_files)
+
+    def data(self, run):
+        from attnlab.tasks.bert import tokenizer_files
+
+        args, known = run.args, run.vocabulary
+        if known is None:
+            prepared = self.parts.data(args)
+        else:
+            extra = {"labels": known["labels"]} if known.get("labels") is not None and run.start is None else {}
+            prepared = self.parts.data(args, tokenizer=known["tokenizer"],
+                                       tokenizer_files=tokenizer_files(known["tokenizer"]),
+                                       max_positions=known["max_positions"], **extra)
+        run.files.update(self.files(prepared))
+        result = {"prepared": prepared, "new": (), "note": None}
+        if run.start is not None:  # DIR's model made the one this verb trains (what it adds is new)
+            before = {name: tuple(value.shape) for name, value in run.start.model.named_parameters()}
+            run.start.model, result["note"] = self.parts.adapt_after_init(run.start.model, args, prepared)
+            # the parameters it added (or replaced with another shape: a head of other labels)
+            result["new"] = tuple(sorted({name.split(".")[0] + "." for name, value in run.start.model.named_parameters()
+                                          if before.get(name) != tuple(value.shape)}))
+        return result
+
+    def run_info(self, run, data):
+        return dict(data["prepared"].run_info)  # the lifecycle adds --init's weights
+
+    def config(self, run, data):
+        prepared = data["prepared"]
+        if run.start is not None:
+            return run.args.preset, {}
+        return self.parts.scratch_config(run.args, prepared), {}
+
+    def check_config(self, run, config, data) -> None:
+        vocabulary = data["prepared"].tokenizer.vocab_size
+        if vocabulary > config.vocab_size:
+            raise ValueError(f"the vocabulary has {vocabulary} tokens, more than the model's "
+                             f"vocab_size={config.vocab_size}")
+
+    def new_parameters(self, run, data, old_config, new_config):
+        return data["new"]
+
+    def describe(self, run, model, data) -> None:
+        from attnlab.cli.options import describe_device
+
+        args = run.args
+        _say(data["prepared"].description)
+        if data["note"]:
+            _say(f"--init {args.init}: {data['note']}")
+        c = model.config
+        _say(f"model: {f'--init {args.init}' if args.init else args.preset}, {model.num_parameters():,d} parameters "
+             f"({c.num_layers} layers, d_model={c.d_model}, {c.num_heads} heads); {args.batch_size} "
+             f"{self.unit_of_batch} per update, peak lr {args.lr:g}; device: {describe_device(run.device)}"
+             + (", bf16 autocast" if run.bf16 else ", float32"))
+
+    def trainer(self, run, model, data, run_info):
+        """AdamW (no decay on biases, norms and embeddings) with ``--weight-decay``, linear
+        warm-up then cosine decay to a tenth of ``--lr``, gradients clipped at 1 (BERT's
+        recipe, with its eps 1e-6)."""
+        from attnlab.cli.options import checkpoint_minutes
+        from attnlab.training.trainer import TrainConfig, Trainer
+
+        args, prepared = run.args, data["prepared"]
+        config = TrainConfig(out_dir=str(run.out), max_steps=args.max_steps, schedule="cosine", peak_lr=args.lr,
+                             min_lr=args.lr / 10, warmup_steps=args.warmup, betas=(0.9, 0.999), eps=1e-6,
+                             optimizer="adamw", weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=25,
+                             validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
+                             seed=args.seed, progress_bar=not args.no_progress, bf16=run.bf16, compile=args.compile,
+                             checkpoint_every_minutes=checkpoint_minutes(args))
+        return Trainer(model, self.parts.loss, self.parts.batches(prepared), config,
+                       valid_batches=prepared.valid_batches, model_files=run.model_files(), run_info=run_info)
 
 
 def scratch_config(args, tokenizer, max_positions: int, **fields):
@@ -60,159 +190,3 @@ def scratch_config(args, tokenizer, max_positions: int, **fields):
     values = {"vocab_size": tokenizer.vocab_size, "max_positions": max_positions, "pad_id": tokenizer.pad_id,
               **parse_overrides(args.set), **fields}
     return preset.replace(**values)
-
-
-def start_run(args):
-    """The checks and settings a BERT run starts with, before reading data: ``(warmup, device,
-    bf16, out, checkpoint to resume or None)``; a warm-up longer than the run is cut to a
-    tenth of it, and said."""
-    import sys
-
-    from attnlab.cli.options import apply_threads, check_positive, resolve_device, resolve_precision
-    from attnlab.training.outputs import check_run_output
-
-    check_positive(args, ("max_steps", "batch_size"))
-    warmup = args.warmup
-    if warmup > args.max_steps:
-        warmup = max(1, args.max_steps // 10)
-        print(f"note: --warmup {args.warmup} exceeds --max-steps {args.max_steps}: warming up for {warmup} "
-              "updates (a tenth of the run) instead", file=sys.stderr)
-    device = resolve_device(args.device)
-    bf16 = resolve_precision(args, device)
-    out = Path(args.out)
-    previous = check_run_output(out, resume=args.resume, force=args.force)
-    apply_threads(args)
-    return warmup, device, bf16, out, previous
-
-
-RUN_FLAGS = {"text": "--text", "valid_text": "--valid-text", "train": "--train", "valid": "--valid",
-             "vocab_size": "--vocab-size", "context": "--context", "max_length": "--max-length",
-             "windows": "--windows", "labels": "--train (its labels)", "preset": "--preset", "set": "--set",
-             "init": "--init"}
-
-
-def check_same_run(checkpoint: Path, run_info: dict) -> None:
-    """Refuse to resume ``checkpoint`` on other data or another model (the vocabulary, windows
-    and labels would silently change meaning), naming the options that differ."""
-    from attnlab.training import load_training_state
-
-    saved = load_training_state(checkpoint).get("run_info")
-    if not isinstance(saved, dict):
-        return
-    changed = [RUN_FLAGS.get(key, key) for key in run_info if key in saved and saved[key] != run_info[key]]
-    if changed:
-        raise ValueError(f"--resume: {', '.join(changed)} differ(s) from the run saved in {checkpoint}; resuming "
-                         "on other data or another model would silently change what the ids mean. Give the same "
-                         "options as that run, or train into a new --out")
-
-
-def refuse_with_init(args, flags: dict[str, str]) -> None:
-    """``flags`` (``{"--vocab-size": "vocab_size", ...}``) given with ``--init``, whose
-    directory decides them, are refused naming the flag."""
-    for flag, name in flags.items():
-        if args.init and getattr(args, name):
-            raise ValueError(f"{flag}: with --init the directory decides this (its layers and vocabulary); "
-                             f"leave {flag} out")
-
-
-def describe_model(model, origin: str, unit: str, args, device: str, bf16: bool, lr: float) -> str:
-    from attnlab.cli.options import describe_device
-
-    c = model.config
-    return (f"model: {origin}, {model.num_parameters():,d} parameters ({c.num_layers} layers, d_model={c.d_model}, "
-            f"{c.num_heads} heads); {args.batch_size} {unit} per update, peak lr {lr:g}; device: "
-            f"{describe_device(device)}" + (", bf16 autocast" if bf16 else ", float32"))
-
-
-def train_config(args, out: Path, *, warmup: int, bf16: bool, lr: float):
-    """The Trainer's settings of both BERT verbs: AdamW (no decay on biases, norms and
-    embeddings) with ``--weight-decay``, linear warm-up then cosine decay to a tenth of
-    ``lr``, gradients clipped at 1 (BERT's recipe, with its eps 1e-6)."""
-    from attnlab.cli.options import checkpoint_minutes
-    from attnlab.training.trainer import TrainConfig
-
-    return TrainConfig(out_dir=str(out), max_steps=args.max_steps, schedule="cosine", peak_lr=lr, min_lr=lr / 10,
-                       warmup_steps=warmup, betas=(0.9, 0.999), eps=1e-6, optimizer="adamw",
-                       weight_decay=args.weight_decay, clip_grad_norm=1.0, log_every=25,
-                       validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
-                       seed=args.seed, progress_bar=not args.no_progress, bf16=bf16, compile=args.compile,
-                       checkpoint_every_minutes=checkpoint_minutes(args))
-
-
-def write_run_files(out: Path, files: dict[str, bytes], *, also: tuple[str, ...] = ()) -> None:
-    """Under the run's lock, before training: refuse symlinks at every name the run writes
-    (the trainer's, ``files``, ``model`` and ``also``), then write ``files`` into OUT."""
-    from attnlab.files import atomic_write_bytes, refuse_symlinks
-    from attnlab.training.trainer import TRAINER_OUTPUTS
-
-    refuse_symlinks(out, (*TRAINER_OUTPUTS, *files, "model", *also))
-    for name, content in files.items():
-        atomic_write_bytes(out / name, content)
-
-
-def prepare_run(parts, args, device: str, previous: Path | None, **resume_data):
-    """``(prepared data, model, note)`` of a BERT training verb from its ``parts`` (its module:
-    ``load_init``, ``data``, ``build_model``, ``adapt_after_init``): a resumed run's
-    vocabulary and layers from its checkpoint (``resume_data(checkpoint, config)`` adds
-    what else ``data`` takes from it); else ``--init``'s, adapted (``note`` says how); else
-    built from scratch. A resumed run on other data or options is refused
-    (:func:`check_same_run`)."""
-    from attnlab.models.registry import model_class_for
-    from attnlab.tasks.bert import resumed_run, tokenizer_files
-
-    init = parts.load_init(args.init, device) if args.init else None  # checked before anything is read or written
-    if previous is not None:
-        config, tokenizer, files = resumed_run(previous)
-        extra = {name: read(previous, config) for name, read in resume_data.items()}
-        prepared = parts.data(args, tokenizer=tokenizer, tokenizer_files=files, max_positions=config.max_positions,
-                              **extra)
-        check_same_run(previous, prepared.run_info)
-        return prepared, model_class_for(config)(config), None
-    if init is not None:
-        model, tokenizer = init
-        prepared = parts.data(args, tokenizer=tokenizer, tokenizer_files=tokenizer_files(tokenizer),
-                              max_positions=model.config.max_positions)
-        return (prepared, *parts.adapt_after_init(parts.build_model(args, prepared, model), args, prepared))
-    prepared = parts.data(args)
-    return prepared, parts.build_model(args, prepared), None
-
-
-def start_bert_run(parts, args, *, verb: str, unit: str, init_lr: float, scoring: str, model_files,
-                   **resume_data):
-    """Everything both BERT verbs do before training, in order, nothing written: the command's
-    budget, the options checked (``tokenizers`` installed, what ``--init`` decides, ``--out``),
-    the data, vocabulary and model (:func:`prepare_run`), the lines saying how the run is
-    set up, and the Trainer (``model_files(prepared)``: the files OUT and every checkpoint
-    keep). Returns ``SimpleNamespace(budget, say, device, out, prepared, model, trainer)``."""
-    import sys
-    from types import SimpleNamespace
-
-    from attnlab.cli.options import check_positive, require_packages
-    from attnlab.training.phases import budget_plan, command_budget
-    from attnlab.training.trainer import Trainer
-
-    budget = command_budget(args.max_minutes)
-    check_positive(args, ("batch_size",))
-    require_packages(verb, "tokenizers")
-    refuse_with_init(args, {"--vocab-size": "vocab_size", "--cased": "cased", "--set": "set"})
-    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    warmup, device, bf16, out, previous = start_run(args)
-    prepared, model, note = prepare_run(parts, args, device, previous, **resume_data)
-    if prepared.tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"the vocabulary has {prepared.tokenizer.vocab_size} tokens, more than the model's "
-                         f"vocab_size={model.config.vocab_size}")
-    plan = budget_plan(budget, scoring=scoring)
-    if plan:
-        say(plan)
-    say(prepared.description)
-    if note:
-        say(f"--init {args.init}: {note}")
-    model.to(device)
-    lr = peak_lr(args, init_lr)
-    say(describe_model(model, f"--init {args.init}" if args.init else args.preset, unit, args, device, bf16, lr))
-    trainer = Trainer(model, parts.loss, parts.batches(prepared), train_config(args, out, warmup=warmup, bf16=bf16,
-                                                                                lr=lr),
-                      valid_batches=prepared.valid_batches, model_files=[out / name for name in model_files(prepared)],
-                      run_info=prepared.run_info)
-    return SimpleNamespace(budget=budget, say=say, device=device, out=out, prepared=prepared, model=model,
-                           trainer=trainer)

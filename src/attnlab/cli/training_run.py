@@ -79,6 +79,8 @@ class Run:
     previous: Path | None = None  # the checkpoint --resume continues
     vocabulary: Any = None  # the start's or the checkpoint's vocabulary (None: the task learns one)
     files: dict[str, bytes] = field(default_factory=dict)  # written to OUT and OUT/model (tokenizer, classes)
+    data: Any = None  # what task.data returned (for save, which scores under the output lock where a task does)
+    budget: Any = None  # the command's budget (attnlab.training.phases.command_budget)
 
     @property
     def fine_tuning(self) -> bool:
@@ -122,6 +124,13 @@ class TrainingTask:
         return parse_overrides(getattr(args, "set", None) or [])
 
     # -- data, model, trainer -------------------------------------------------------------
+    def open_init(self, path: Path) -> tuple[Any, Any] | None:
+        """``--init DIR`` opened by the task itself: ``(model, vocabulary)``, or None (the
+        default): through the family registry and :func:`attnlab.load`. A task whose verb
+        starts from directories of more than its own family (any BERT for the text
+        classifier) opens them here, refusing in one line naming ``--init``."""
+        return None
+
     def vocabulary(self, pipeline) -> Any:
         """What a directory of this family carries beside its weights that the data must keep
         (tokenizer, class names), from its :func:`attnlab.load` pipeline; None: nothing."""
@@ -258,6 +267,9 @@ def open_start(directory: str, task: TrainingTask, *, out: Path) -> RunStart:
     path = Path(directory)
     flag = f"--init {directory}"
     _check_init_location(directory, out)
+    opened = task.open_init(path)
+    if opened is not None:
+        return RunStart(path, opened[0], opened[1], _start_record(path))
     own = get_family(task.family)
     family = family_for_directory(path)
     if family is None:
@@ -278,11 +290,16 @@ def open_start(directory: str, task: TrainingTask, *, out: Path) -> RunStart:
     except ValueError as error:
         message = str(error)
         raise ValueError(message if directory in message else f"{flag}: {message}") from None
+    return RunStart(path, pipeline.model, task.vocabulary(pipeline), _start_record(path))
+
+
+def _start_record(path: Path) -> dict[str, Any]:
+    """The provenance start.json keeps: DIR, its format and its weights' digest."""
     record = {"init": str(path.resolve()), "format": _format_of(path)}
     digest = _weights_digest(path)
     if digest is not None:
         record["weights_sha256"] = digest
-    return RunStart(path, pipeline.model, task.vocabulary(pipeline), record)
+    return record
 
 
 def _architecture_changes(task: TrainingTask, old, new, explain: Callable[[str], str]) -> list[str]:
@@ -447,7 +464,7 @@ def train_run(task: TrainingTask, args) -> Path | None:
     device = resolve_device(args.device)
     context = init_distributed()
     say = _say if context.is_main else (lambda message: None)
-    run = Run(args=args, out=out, device=device, context=context,
+    run = Run(args=args, out=out, device=device, context=context, budget=budget,
               bf16=resolve_precision(args, device) if hasattr(args, "precision") else False)
     if args.init:
         _check_init_location(args.init, out)
@@ -468,7 +485,7 @@ def train_run(task: TrainingTask, args) -> Path | None:
         run.vocabulary = task.vocabulary(load(run.previous))
     elif run.start is not None:
         run.vocabulary = run.start.vocabulary
-    data = task.data(run)
+    data = run.data = task.data(run)
     run_info = task.run_info(run, data)
     if run.start is not None:
         run_info["init"] = run.start.record.get("weights_sha256", run.start.record["init"])

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["BERT_FAMILIES", "SPECIAL_TOKENS", "TOKENIZER_FILES", "load_bert_directory", "load_init", "learn_wordpiece",
-           "tokenizer_files", "resumed_run"]
+           "tokenizer_files"]
 
 BERT_FAMILIES = ("bert", "bert_classifier")
 """The attnlab config families whose directories hold a BERT encoder and a WordPiece vocabulary."""
@@ -62,8 +62,8 @@ def load_bert_directory(directory: str | os.PathLike, *, device: str = "cpu", fl
 
 def load_init(directory: str | os.PathLike, device: str = "cpu"):
     """``--init DIR`` of the BERT training verbs (each verb's ``load_init`` part): ``(model,
-    tokenizer)`` of any BERT directory, another family's refused naming ``--init``. The shared
-    training lifecycle's ``--init`` takes this place when it lands."""
+    tokenizer)`` of any BERT directory, another family's refused naming ``--init``; the
+    training-run lifecycle opens ``--init`` with it (cli/bert_runs.py, ``BertTask.open_init``)."""
     return load_bert_directory(directory, device=device, flag="--init")
 
 
@@ -101,12 +101,3 @@ def tokenizer_files(tokenizer) -> dict[str, bytes]:
     return {"vocab.txt": Path(tokenizer.vocab_file).read_bytes(),
             "tokenizer_config.json": _tokenizer_config(tokenizer.lowercase)}
 
-
-def resumed_run(checkpoint: Path):
-    """``(config, tokenizer, tokenizer files)`` of a checkpoint a BERT run continues."""
-    from attnlab.interop.hf_bert import load_wordpiece
-    from attnlab.models.registry import load_config
-
-    config = load_config(checkpoint)
-    files = {name: (checkpoint / name).read_bytes() for name in TOKENIZER_FILES if (checkpoint / name).is_file()}
-    return config, load_wordpiece(checkpoint, config), files

@@ -220,3 +220,46 @@ def test_minilm_fine_tunes(minilm_dir, tmp_path):
                   "--out", str(tmp_path / "run")])
     assert "adds a new classification head of 2 labels" in log
     assert json.loads((tmp_path / "run" / "evaluation" / "results.json").read_text())["accuracy"] >= 0.9
+
+
+def test_lora_from_a_huggingface_bert_trains_the_new_head_and_adapters_and_saves_a_plain_classifier(tmp_path, capsys):
+    """train text-classification runs on the training-run lifecycle: --init any BERT (here a
+    HuggingFace BertForMaskedLM: no pooler, an MLM head) with --lora 4 trains the adapters and the
+    new pooler and classification head (its new parameters), nothing else; OUT/model is a plain
+    merged classifier (start.json, no adapters) that classify-text opens; the held-out figure is
+    said before and after."""
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    from attnlab.tasks.bert import load_init
+
+    _write(tmp_path / "train.tsv", 80, seed=3)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WEATHER, *ANIMALS, *FILLER]
+    config = transformers.BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=32)
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(config).save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
+    (tmp_path / "hf" / "vocab.txt").write_text("\n".join(words) + "\n")
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["train", "text-classification", "--train", str(tmp_path / "train.tsv"), "--init", str(tmp_path / "hf"),
+                 "--lora", "4", "--lr", "1e-2", "--max-steps", "4", "--batch-size", "8", "--val-every", "2",
+                 "--save-every", "2", "--no-progress", "--device", "cpu", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "held-out before fine-tuning:" in err and "held-out: " in err and "new parameters: classifier., pooler." in err
+    assert json.loads((out / "lora_run.json").read_text())["trainable"] == ["classifier", "pooler"]
+    base = load_init(tmp_path / "hf")[0].state_dict()
+    early, late = (load_file(out / "checkpoints" / f"step_0000000{n}" / "model.safetensors") for n in (2, 4))
+    lora = [name for name in late if name.endswith((".lora_A", ".lora_B"))]
+    assert lora and any(not torch.equal(early[name], late[name]) for name in lora)  # the adapters train
+    for head in ("classifier.weight", "pooler.weight"):  # the new parameters train in full
+        assert not torch.equal(early[head], late[head]), head
+    for name, tensor in base.items():  # every weight from --init stays frozen
+        if not name.startswith("mlm_"):
+            assert torch.equal(late[name], tensor), name
+    saved = load_file(out / "model" / "model.safetensors")
+    assert not any(name.endswith((".lora_A", ".lora_B")) for name in saved)
+    assert not (out / "model" / "lora_run.json").exists()
+    assert json.loads((out / "model" / "start.json").read_text())["init"] == str((tmp_path / "hf").resolve())
+    assert main(["classify-text", "--model", str(out / "model"), "the dog and a cat"]) == 0
+    assert capsys.readouterr().out.split()[0] in ("animal", "weather")

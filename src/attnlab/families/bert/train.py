@@ -22,42 +22,24 @@ Writes ``OUT/model`` (config.json, model.safetensors, vocab.txt, tokenizer_confi
 ``OUT/checkpoints``, ``OUT/metrics.jsonl`` and the vocabulary in OUT.
 
 The verb is its parts, in order: :func:`load_init` (``--init``), :func:`data`,
-:func:`build_model`, :func:`adapt_after_init`, :func:`loss`, :func:`score`.
+:func:`scratch_config`, :func:`adapt_after_init`, :func:`loss`, :func:`score`, called by
+:class:`BertTrainTask` on the training-run lifecycle (cli/training_run.py, cli/bert_runs.py),
+which gives it ``--init``'s start (the head it adds trained as new parameters, also beside
+``--lora``'s adapters), ``--resume`` on the same data only and ``start.json``.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from attnlab.cli.bert_runs import BertTask
+from attnlab.cli.training_run import add_training_arguments, run_training
 from attnlab.tasks.bert import load_init  # the --init part: any BERT directory (tasks/bert.py)
 
 HELP = "pre-train a BERT (masked-LM) on your text files, from scratch or from a BERT directory (--init)"
 
-INIT_LR = 1e-4  # the peak learning rate from --init
 SCORE_BATCH = 32  # evaluate-bert's default --batch-size: the same batches mask the same tokens
-
-
-def add_arguments(parser) -> None:
-    from attnlab.cli.bert_runs import add_bert_run_arguments
-    from attnlab.cli.options import bounded_int
-    from attnlab.families.bert.task import WINDOW_MODES
-
-    data = parser.add_argument_group("data")
-    data.add_argument("--text", nargs="+", required=True, metavar="FILE", help="training text files (UTF-8)")
-    data.add_argument("--valid-text", nargs="+", metavar="FILE",
-                      help="held-out text files, one sequence a line (default: the last 10%% of the training lines)")
-    data.add_argument("--context", type=bounded_int(3, 2**16), metavar="N",
-                      help="tokens per window, [CLS] and [SEP] included (default: 128, or --init's max_positions "
-                           "if smaller)")
-    data.add_argument("--windows", choices=WINDOW_MODES, default="sentences",
-                      help="windows of whole lines, or of the packed token stream (default: sentences)")
-    run = add_bert_run_arguments(parser, init_help="start from this BERT directory (HuggingFace or attnlab): its "
-                                                   "layers and vocabulary", unit="windows", max_steps=2000,
-                                 init_lr=INIT_LR, every=250)
-    run.add_argument("--val-lines", type=bounded_int(1, 10**6), default=1000, metavar="N",
-                     help="held-out lines validated during training (default: 1000)")
 
 
 # -- the parts -------------------------------------------------------------------------
@@ -122,24 +104,16 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
                    f"tokens ({args.windows}); {len(valid_lines):,d} held-out lines ({valid_flag}); WordPiece "
                    f"vocabulary of {tokenizer.vocab_size:,d}")
     run_info = {"text": fingerprint(train_lines), "valid_text": fingerprint(valid_lines), "context": context,
-                "windows": args.windows, "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set,
-                "init": str(Path(args.init).resolve()) if args.init else None}
+                "windows": args.windows, "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set}
     return MLMData(tokenizer, tokenizer_files, train, valid_lines, valid_batches, context, description, run_info)
 
 
-def build_model(args, data: MLMData, init_model=None):
-    """The model to train: ``--init``'s (see :func:`adapt_after_init`) or ``--preset`` with
-    the learned vocabulary and ``max_positions`` = the context."""
-    import torch
-
+def scratch_config(args, data: MLMData):
+    """From scratch: ``--preset`` with the learned vocabulary, ``max_positions`` = the context
+    and a masked-LM head."""
     from attnlab.cli.bert_runs import scratch_config
-    from attnlab.models.bert import BertEncoder
 
-    if init_model is not None:
-        return init_model
-    config = scratch_config(args, data.tokenizer, data.context, mlm_head=True)
-    torch.manual_seed(args.seed)
-    return BertEncoder(config)
+    return scratch_config(args, data.tokenizer, data.context, mlm_head=True)
 
 
 def adapt_after_init(model, args, data: MLMData):
@@ -179,29 +153,52 @@ def batches(data: MLMData):
     return data.train
 
 
-def run(args) -> int:
-    from attnlab.cli.bert_runs import start_bert_run, write_run_files
-    from attnlab.files import OutputLock
-    from attnlab.training.outputs import save_run_model
-    from attnlab.training.phases import budget_report, scoring_reserve, train_within
+class BertTrainTask(BertTask):
+    """``attnlab train bert`` on the lifecycle (cli/training_run.py, through cli/bert_runs.py)."""
 
-    files = lambda prepared: prepared.tokenizer_files  # noqa: E731
-    run = start_bert_run(sys.modules[__name__], args, verb="train bert", unit="windows", init_lr=INIT_LR,
-                         scoring="the held-out masked-token scores", model_files=files)
-    budget, say, out, model, trainer, prepared = run.budget, run.say, run.out, run.model, run.trainer, run.prepared
-    # Every option is checked above; nothing is written to OUT before this point.
-    with OutputLock(out, purpose="attnlab train bert"):
-        write_run_files(out, prepared.tokenizer_files)
-        train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
-        if not trainer.context.is_main:
-            return 0
-        model_dir = save_run_model(model, out / "model", extra_files=prepared.tokenizer_files, replace=args.force)
-    result, scoring = score(model, prepared, budget=budget, progress=not args.no_progress, device=run.device)
-    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'), 'nats per masked token')}")
-    say(f"held-out ({scoring.summary('lines')}), evaluate-bert's protocol: masked-token accuracy "
-        f"{result['accuracy']:.4f}, {result['nll']:.4f} nats per masked token (perplexity {result['perplexity']:.2f}) "
-        f"over {result['masked_tokens']:,d} masked tokens")
-    if budget.limited:
-        say(budget_report(budget))
-    print(model_dir)
-    return 0
+    name = family = "bert"
+    parts = sys.modules[__name__]
+    scoring = "the held-out masked-token scores"
+    summary_keys = ("loss", "valid_loss", "valid_correct")
+    unit = "nats per masked token"
+    held_out = ("valid_loss", "nats per masked token")
+    adaptable = {"mlm_head": "a new masked-LM head"}
+
+    def add_data_arguments(self, parser) -> None:
+        from attnlab.cli.options import bounded_int
+        from attnlab.families.bert.task import WINDOW_MODES
+
+        data = parser.add_argument_group("data")
+        data.add_argument("--text", nargs="+", required=True, metavar="FILE", help="training text files (UTF-8)")
+        data.add_argument("--valid-text", nargs="+", metavar="FILE",
+                          help="held-out text files, one sequence a line (default: the last 10%% of the training "
+                               "lines)")
+        data.add_argument("--context", type=bounded_int(3, 2**16), metavar="N",
+                          help="tokens per window, [CLS] and [SEP] included (default: 128, or --init's max_positions "
+                               "if smaller)")
+        data.add_argument("--windows", choices=WINDOW_MODES, default="sentences",
+                          help="windows of whole lines, or of the packed token stream (default: sentences)")
+
+    def add_run_arguments(self, group) -> None:
+        from attnlab.cli.options import bounded_int
+
+        group.add_argument("--val-lines", type=bounded_int(1, 10**6), default=1000, metavar="N",
+                           help="held-out lines validated during training (default: 1000)")
+
+    def finish(self, run, model, data, budget) -> None:
+        result, scoring = score(model, data["prepared"], budget=budget, progress=not run.args.no_progress,
+                                device=run.device)
+        print(f"held-out ({scoring.summary('lines')}), evaluate-bert's protocol: masked-token accuracy "
+              f"{result['accuracy']:.4f}, {result['nll']:.4f} nats per masked token (perplexity "
+              f"{result['perplexity']:.2f}) over {result['masked_tokens']:,d} masked tokens", file=sys.stderr, flush=True)
+
+
+TASK = BertTrainTask()
+
+
+def add_arguments(parser) -> None:
+    add_training_arguments(parser, TASK)
+
+
+def run(args) -> int:
+    return run_training(TASK, args)

@@ -18,39 +18,24 @@ recall, written with the confusion matrix to ``OUT/evaluation/`` (results.json,
 confusion_matrix.png). ``attnlab evaluate --model OUT/model --data FILE`` scores any file.
 
 The verb is its parts, in order: :func:`load_init` (``--init``), :func:`data`,
-:func:`build_model`, :func:`adapt_after_init`, :func:`loss`, :func:`score`.
+:func:`scratch_config`, :func:`adapt_after_init`, :func:`loss`, :func:`score`, called by
+:class:`TextClassificationTask` on the training-run lifecycle (cli/training_run.py,
+cli/bert_runs.py): ``--init``'s new head (and pooler) are its new parameters, trained in full
+beside ``--lora R``'s adapters; ``--resume`` continues on the same data only.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from attnlab.cli.bert_runs import BertTask
+from attnlab.cli.training_run import add_training_arguments, run_training
 from attnlab.tasks.bert import load_init  # the --init part: any BERT directory (tasks/bert.py)
 
 HELP = "train a BERT text classifier (single texts or pairs) on a labelled TSV/CSV/JSONL file, from --init or scratch"
 
 VALID_SHARE = 0.1
-INIT_LR = 5e-5  # the peak learning rate from --init (BERT's fine-tuning range)
-
-
-def add_arguments(parser) -> None:
-    from attnlab.cli.bert_runs import add_bert_run_arguments
-    from attnlab.cli.options import bounded_int
-
-    data = parser.add_argument_group("data")
-    data.add_argument("--train", required=True, metavar="FILE",
-                      help="labelled training file: .tsv/.csv with a header (text, label[, text_pair]) or .jsonl")
-    data.add_argument("--valid", metavar="FILE",
-                      help="labelled held-out file, same format (default: a seeded 10%% of --train's rows)")
-    data.add_argument("--max-length", type=bounded_int(3, 2**16), metavar="N",
-                      help="tokens per input, [CLS]/[SEP] included; longer inputs are truncated (default: 128, or "
-                           "the model's max_positions if smaller)")
-    add_bert_run_arguments(parser, init_help="start from this BERT directory (all-MiniLM-L6-v2, a HuggingFace BERT, "
-                                             "attnlab train bert's model): its layers and vocabulary, with a new "
-                                             "classification head", unit="texts", max_steps=1000, init_lr=INIT_LR,
-                           every=100)
 
 
 # -- the parts -------------------------------------------------------------------------
@@ -126,25 +111,18 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
                    f"{valid_what}; {len(labels)} labels ({', '.join(labels[:10])}{', ...' if len(labels) > 10 else ''})"
                    f"; WordPiece vocabulary of {tokenizer.vocab_size:,d}, inputs of up to {max_length} tokens")
     run_info = {"train": digest(train), "valid": digest(valid), "labels": labels, "max_length": max_length,
-                "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set,
-                "init": str(Path(args.init).resolve()) if args.init else None}
+                "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set}
     return ClassificationData(train, valid, labels, tokenizer, tokenizer_files, batches, valid_batches, max_length,
                               description, run_info)
 
 
-def build_model(args, data: ClassificationData, init_model=None):
-    """``--init``'s encoder (see :func:`adapt_after_init`), or a classifier of ``--preset``
-    with the learned vocabulary and ``max_positions`` = ``--max-length``."""
-    import torch
-
+def scratch_config(args, data: ClassificationData):
+    """From scratch: a classifier of ``--preset`` with the learned vocabulary and
+    ``max_positions`` = ``--max-length``."""
     from attnlab.cli.bert_runs import scratch_config
-    from attnlab.models.bert import BertClassifier, BertClassifierConfig
+    from attnlab.models.bert import BertClassifierConfig
 
-    if init_model is not None:
-        return init_model
-    config = scratch_config(args, data.tokenizer, data.max_length)
-    torch.manual_seed(args.seed)
-    return BertClassifier(BertClassifierConfig.of_encoder(config, len(data.labels)))
+    return BertClassifierConfig.of_encoder(scratch_config(args, data.tokenizer, data.max_length), len(data.labels))
 
 
 def adapt_after_init(model, args, data: ClassificationData):
@@ -200,35 +178,73 @@ def batches(data: ClassificationData):
     return data.batches
 
 
-def run(args) -> int:
-    from attnlab.cli.bert_runs import start_bert_run, write_run_files
-    from attnlab.families.text_classification.task import (EVALUATION_FILES, LABELS_FILE, labels_file_bytes,
-                                                           read_labels_file, summary, write_evaluation)
-    from attnlab.files import OutputLock, refuse_symlinks
-    from attnlab.training.outputs import save_run_model
-    from attnlab.training.phases import budget_report, scoring_reserve, train_within
+class TextClassificationTask(BertTask):
+    """``attnlab train text-classification`` on the lifecycle (cli/training_run.py, through
+    cli/bert_runs.py)."""
 
-    files = lambda prepared: {**prepared.tokenizer_files,  # noqa: E731
-                              LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs)}
-    labels = lambda checkpoint, config: read_labels_file(checkpoint, config.num_labels)[0]  # noqa: E731
-    run = start_bert_run(sys.modules[__name__], args, verb="train text-classification", unit="texts",
-                         init_lr=INIT_LR, scoring="the held-out accuracy", model_files=files, labels=labels)
-    budget, say, out, model, trainer, prepared = run.budget, run.say, run.out, run.model, run.trainer, run.prepared
-    model_files = files(prepared)
-    # Every option is checked above; nothing is written to OUT before this point.
-    with OutputLock(out, purpose="attnlab train text-classification"):
-        write_run_files(out, model_files, also=("evaluation",))
-        refuse_symlinks(out / "evaluation", EVALUATION_FILES)
-        train_within(trainer, budget, reserve=scoring_reserve(budget), resume=args.resume, say=say)
-        if not trainer.context.is_main:
-            return 0
-        model_dir = save_run_model(model, out / "model", extra_files=model_files, replace=args.force)
-        scores, confusion, scoring = score(model, prepared, budget=budget, progress=not args.no_progress)
-        write_evaluation(scores, confusion, prepared.labels, out / "evaluation", data=prepared.valid.path,
+    name = "text-classification"
+    family = "text_classification"
+    parts = sys.modules[__name__]
+    scoring = "the held-out accuracy"
+    summary_keys = ("loss", "valid_loss", "valid_correct")
+    unit = "nats per text"
+    held_out = ("valid_loss", "nats per text")
+    unit_of_batch = "texts"
+    max_steps = 1000
+    every = 100
+
+    def add_data_arguments(self, parser) -> None:
+        from attnlab.cli.options import bounded_int
+
+        data = parser.add_argument_group("data")
+        data.add_argument("--train", required=True, metavar="FILE",
+                          help="labelled training file: .tsv/.csv with a header (text, label[, text_pair]) or .jsonl")
+        data.add_argument("--valid", metavar="FILE",
+                          help="labelled held-out file, same format (default: a seeded 10%% of --train's rows)")
+        data.add_argument("--max-length", type=bounded_int(3, 2**16), metavar="N",
+                          help="tokens per input, [CLS]/[SEP] included; longer inputs are truncated (default: 128, or "
+                               "the model's max_positions if smaller)")
+
+    def files(self, prepared):
+        from attnlab.families.text_classification.task import LABELS_FILE, labels_file_bytes
+
+        return {**prepared.tokenizer_files, LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs)}
+
+    def trainer(self, run, model, data, run_info):
+        from attnlab.families.text_classification.task import EVALUATION_FILES
+        from attnlab.files import refuse_symlinks
+
+        refuse_symlinks(run.out, ("evaluation",))
+        refuse_symlinks(run.out / "evaluation", EVALUATION_FILES)  # what save writes, checked before training
+        return super().trainer(run, model, data, run_info)
+
+    def save(self, run, model, trainer):
+        """OUT/model, then (under the run's lock) the held-out rows scored into OUT/evaluation."""
+        from attnlab.families.text_classification.task import EVALUATION_FILES, write_evaluation
+        from attnlab.files import refuse_symlinks
+
+        model_dir = super().save(run, model, trainer)
+        prepared = run.data["prepared"]
+        refuse_symlinks(run.out / "evaluation", EVALUATION_FILES)
+        scores, confusion, scoring = score(model, prepared, budget=run.budget, progress=not run.args.no_progress)
+        write_evaluation(scores, confusion, prepared.labels, run.out / "evaluation", data=prepared.valid.path,
                          extra={"scoring": scoring.record()})
-    say(f"done: {trainer.summary(('loss', 'valid_loss', 'valid_correct'), 'nats per text')}")
-    say(f"held-out ({scoring.summary('texts')}): {summary(scores)}")
-    if budget.limited:
-        say(budget_report(budget))
-    print(model_dir)
-    return 0
+        run.data["scored"] = (scores, scoring)
+        return model_dir
+
+    def finish(self, run, model, data, budget) -> None:
+        from attnlab.families.text_classification.task import summary
+
+        scores, scoring = data["scored"]
+        print(f"held-out ({scoring.summary('texts')}): {summary(scores)}", file=sys.stderr, flush=True)
+
+
+TASK = TextClassificationTask()
+
+
+def add_arguments(parser) -> None:
+    add_training_arguments(parser, TASK)
+
+
+def run(args) -> int:
+    return run_training(TASK, args)
