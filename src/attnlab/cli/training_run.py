@@ -109,6 +109,7 @@ class TrainingTask:
     adaptable: Mapping[str, str] = {}  # config field -> what fine-tuning does when it changes (said in one line)
     data_fields: tuple[str, ...] = ()  # config fields the data or vocabulary decides (not --preset's to contradict)
     flag_names: Mapping[str, str] = {}  # run_info key -> the flag that sets it (named when --resume refuses)
+    main_part: str = "training"  # what the budget line calls the main model's training
 
     # -- flags and checks ---------------------------------------------------------------
     def add_arguments(self, parser) -> None:
@@ -135,6 +136,24 @@ class TrainingTask:
         """What a directory of this family carries beside its weights that the data must keep
         (tokenizer, class names), from its :func:`attnlab.load` pipeline; None: nothing."""
         return None
+
+    def checkpoint_vocabulary(self, checkpoint: Path) -> Any:
+        """The vocabulary of the checkpoint ``--resume`` continues; the default opens it as a
+        model directory (:func:`attnlab.load`)."""
+        from attnlab.pipelines import load
+
+        return self.vocabulary(load(checkpoint))
+
+    def parts(self, run: Run) -> list[tuple[str, float]]:
+        """Auxiliary models trained before the main one, as ``(name, share of the whole
+        budget)`` (each is given to :meth:`train_part` in turn); none by default."""
+        return []
+
+    def train_part(self, run: Run, data, name: str, budget) -> None:
+        """Train (or resume) the auxiliary model ``name`` of :meth:`parts` within ``budget``
+        (its share), under the output lock, after every check and before the main model's
+        config; keep what the main model needs in ``data``."""
+        raise NotImplementedError
 
     def data(self, run: Run) -> Any:
         """Read the data (and learn a vocabulary when ``run.vocabulary`` is None); fill
@@ -452,7 +471,8 @@ def train_run(task: TrainingTask, args) -> Path | None:
     from attnlab.training.distributed import init_distributed
     from attnlab.training.lora import apply_lora
     from attnlab.training.outputs import check_run_output
-    from attnlab.training.phases import (budget_plan, budget_report, command_budget, scoring_reserve, train_within)
+    from attnlab.training.phases import (budget_plan, budget_report, command_budget, portion, scoring_reserve,
+                                         train_within)
     from attnlab.training.trainer import TRAINER_OUTPUTS
 
     budget = command_budget(args.max_minutes)  # the whole command's, from here
@@ -474,15 +494,14 @@ def train_run(task: TrainingTask, args) -> Path | None:
         run.start = open_start(args.init, task, out=out)
         if lora is not None:
             check_lora_fits(lora, run.start.model)
-    plan = budget_plan(budget, scoring=task.scoring)
+    parts = task.parts(run)
+    plan = budget_plan(budget, parts=parts, main=task.main_part, scoring=task.scoring)
     if plan:
         say(plan)
 
     # The vocabulary: the resumed checkpoint's, else --init's, else the task learns one.
     if run.previous is not None:
-        from attnlab.pipelines import load
-
-        run.vocabulary = task.vocabulary(load(run.previous))
+        run.vocabulary = task.checkpoint_vocabulary(run.previous)
     elif run.start is not None:
         run.vocabulary = run.start.vocabulary
     data = run.data = task.data(run)
@@ -502,6 +521,12 @@ def train_run(task: TrainingTask, args) -> Path | None:
                 raise ValueError(f"--init {args.init}: {100 * share:.2f} % of the training text's {what} are unknown "
                                  f"to its tokenizer, above --max-unknown {args.max_unknown:g}; pass --max-unknown "
                                  f"{100 * share + 0.01:.2f} to train anyway (they are dropped)")
+
+    # Auxiliary models (each within its share of the budget), before the main model's config.
+    for name, share in parts:
+        with (OutputLock(out, purpose=f"attnlab train {task.name}") if context.is_main
+              else contextlib.nullcontext()):
+            task.train_part(run, data, name, portion(budget, share))
 
     # The model: a fresh one, DIR's adapted, or (resuming) the checkpoint's config.
     preset, data_overrides = task.config(run, data)

@@ -126,6 +126,10 @@ class Tokenizer:
         except ValueError as error:
             raise ValueError(f"{file}: {error}") from None
 
+    def to_bytes(self) -> bytes:
+        """The serialised sentencepiece model: what ``tokenizer.model`` holds."""
+        return self._proto
+
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``directory/tokenizer.model`` (atomically: write, then rename) and return its path."""
         directory = Path(directory)

@@ -1,6 +1,7 @@
 """Text-to-image as a task: VQ-VAE tokenizer, attribute reader, TextToImage, sampling, fidelity.
 
-``train_text_to_image`` runs the whole recipe on the synthetic scenes:
+The pieces of the recipe ``attnlab train text-to-image`` runs on the synthetic scenes
+(families/text_to_image/train.py, a TrainingTask on the shared lifecycle):
 
 1. the VQ-VAE (:mod:`attnlab.models.vqvae`) learns 32x32 -> 8x8 codes (or ``vqvae`` names
    a trained one); its reconstruction PSNR and codebook usage on the test split are reported;
@@ -16,18 +17,16 @@
    same reading of the real test images with the same captions is the ceiling.
 
 Output directory: ``OUT/vqvae/model``, ``OUT/attributes/model`` and ``OUT/model`` (the
-TextToImage: config, weights, ``tokenizer.model``, ``text_to_image.json``, and a copy of
-the VQ-VAE in ``OUT/model/vqvae``), ``OUT/evaluation/results.json``.
+TextToImage: config, weights, ``tokenizer.model``, ``text_to_image.json``, and copies of
+the VQ-VAE in ``OUT/model/vqvae`` and of the attribute reader in ``OUT/model/attributes``),
+``OUT/evaluation/results.json``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,16 @@ from attnlab.data.tokenizer import Tokenizer
 from attnlab.training.batches import EpochPosition
 from attnlab.training.losses import label_smoothed_cross_entropy
 
-__all__ = ["TensorBatches", "caption_log_likelihood", "TextToImageTrainOptions", "attribute_loss", "attribute_targets", "encode_prompt",
+__all__ = ["TensorBatches", "caption_log_likelihood", "attribute_loss", "attribute_targets", "encode_prompt",
            "evaluate_text_to_image", "fidelity", "imagine", "load_text_to_image", "prompt_objects", "save_grid",
-           "text_to_image_loss", "train_attribute_reader", "train_text_to_image", "vqvae_loss"]
+           "text_to_image_loss", "train_attribute_reader", "vqvae_loss", "part_config", "check_given_part",
+           "train_vqvae", "ATTRIBUTES_SUBDIR"]
 
 TASK_FILE = "text_to_image.json"
 VQVAE_SUBDIR = "vqvae"
+ATTRIBUTES_SUBDIR = "attributes"
+"""A model directory's attribute reader (written by train text-to-image since --init: a
+directory holding it gives --init its reader)."""
 VQVAE_SHARE = 0.20
 READER_SHARE = 0.15
 """The fractions of ``--max-minutes`` the VQ-VAE and the attribute reader may train for
@@ -285,38 +288,18 @@ def save_grid(images: Tensor, path: str | Path, *, columns: int, scale: int = 4)
     return atomic_write_bytes(Path(path), buffer.getvalue())  # makes missing directories above it
 
 
-# -- the recipe -----------------------------------------------------------------------------
-@dataclass
-class TextToImageTrainOptions:
-    """What ``attnlab train text-to-image`` accepts (see :func:`train_text_to_image`)."""
+# -- the auxiliary models ------------------------------------------------------------------
+def part_config(out: Path, *, steps: int, lr: float, seed: int, progress: bool, warmup: int = 200,
+                validate: bool = False, max_minutes: float | None = None):
+    """The TrainConfig of each model of the recipe (AdamW, warm-up + cosine, label-free):
+    the auxiliary models' (:func:`_train_part`) and the text-to-image model's."""
+    from attnlab.training.trainer import TrainConfig
 
-    out: str
-    data: str = "scenes"
-    train_images: int | None = None
-    vqvae: str | None = None
-    vqvae_steps: int = 1500
-    vqvae_preset: str = "vqvae_scenes"
-    classifier: str | None = None
-    classifier_steps: int = 2000
-    reader_images: int | None = None
-    preset: str = "text_to_image_scenes"
-    model_overrides: dict | None = None
-    vocab_size: int = 1000
-    batch_size: int = 64
-    max_steps: int = 4000
-    lr: float = 1e-3
-    warmup: int = 200
-    label_smoothing: float = 0.1
-    max_minutes: float | None = None
-    eval_prompts: int = 400
-    temperature: float = 1.0
-    top_k: int | None = 32
-    seed: int = 0
-    device: str = "cpu"
-    force: bool = False  # replace what OUT/model holds (attnlab.training.outputs.check_run_output)
-    resume: bool = False  # continue an interrupted run: each part from its own checkpoints (--resume)
-    progress_bar: bool = True
-    log: Callable[[str], None] = print
+    return TrainConfig(out_dir=str(out), max_steps=steps, schedule="cosine", peak_lr=lr, min_lr=lr / 100,
+                       warmup_steps=min(warmup, max(1, steps // 10)), betas=(0.9, 0.98), eps=1e-9, optimizer="adamw",
+                       weight_decay=0.01, clip_grad_norm=1.0, log_every=50,
+                       validate_every=max(1, steps // 4) if validate else None,
+                       checkpoint_every=None, keep_last=1, seed=seed, progress_bar=progress, max_minutes=max_minutes)
 
 
 def _train_part(model, loss_fn, batches, out: Path, *, steps: int, lr: float, seed: int, progress: bool,
@@ -328,14 +311,10 @@ def _train_part(model, loss_fn, batches, out: Path, *, steps: int, lr: float, se
     ``label``: an auxiliary model, shown on a progress bar of its own name (the Trainer's
     bar says "train")."""
     from attnlab.training.phases import command_budget, train_within
-    from attnlab.training.trainer import TrainConfig, Trainer
+    from attnlab.training.trainer import Trainer
 
-    config = TrainConfig(out_dir=str(out), max_steps=steps, schedule="cosine", peak_lr=lr, min_lr=lr / 100,
-                         warmup_steps=min(warmup, max(1, steps // 10)), betas=(0.9, 0.98), eps=1e-9, optimizer="adamw",
-                         weight_decay=0.01, clip_grad_norm=1.0, log_every=50,
-                         validate_every=max(1, steps // 4) if valid is not None else None,
-                         checkpoint_every=None, keep_last=1, seed=seed, progress_bar=progress and label is None,
-                         max_minutes=max_minutes)
+    config = part_config(out, steps=steps, lr=lr, seed=seed, progress=progress and label is None, warmup=warmup,
+                         validate=valid is not None, max_minutes=max_minutes)
     bar = _UpdateBar(label, steps) if label is not None and progress else None
     if bar is not None:
         loss_fn = bar.counting(loss_fn)
@@ -378,6 +357,25 @@ class _UpdateBar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def train_vqvae(out: str | Path, images: Tensor, *, preset: str = "vqvae_scenes", steps: int = 1500,
+                batch_size: int = 64, seed: int = 0, device: str = "cpu", progress: bool = True, budget=None,
+                log: Callable[[str], None] | None = None, resume: bool = False):
+    """The VQ-VAE image tokenizer, trained on uint8 ``images`` -> ``out/model``, within
+    ``budget``; returns the model (in eval mode)."""
+    from attnlab.models.registry import create_model
+
+    torch.manual_seed(seed)
+    vqvae = create_model(preset).to(device)
+    if log is not None:
+        log(f"VQ-VAE: {vqvae.num_parameters():,d} parameters, {steps} updates")
+    out = Path(out)
+    _train_part(vqvae, vqvae_loss, TensorBatches({"images": images}, batch_size, seed=seed, transform=_pixels),
+                out, steps=steps, lr=2e-3, seed=seed, progress=progress, budget=budget, label="VQ-VAE", log=log,
+                resume=resume)
+    vqvae.save_pretrained(out / "model")
+    return vqvae.eval()
 
 
 def train_attribute_reader(out: str | Path, *, steps: int = 2000, batch_size: int = 64, seed: int = 0,
@@ -496,7 +494,7 @@ def load_text_to_image(directory: str | Path, device: str = "cpu", *, flag: str 
     return model, vqvae, tokenizer
 
 
-def _check_given_part(directory: str | None, flag: str, family: str, what: str) -> None:
+def check_given_part(directory: str | None, flag: str, family: str, what: str) -> None:
     """Before anything is trained: a model directory given by ``flag`` holds a ``family``
     model for 32x32 RGB scenes (its config.json is read; nothing is loaded)."""
     from attnlab.models.registry import load_config
@@ -511,114 +509,3 @@ def _check_given_part(directory: str | None, flag: str, family: str, what: str) 
     if (config.image_size, config.in_channels) != (32, 3):
         raise ValueError(f"{flag} {directory}: reads {config.image_size}x{config.image_size} images with "
                          f"{config.in_channels} channel(s); the scenes are 32x32 RGB")
-
-
-def train_text_to_image(options: TextToImageTrainOptions) -> tuple[Path, dict]:
-    """The recipe of the module docstring; returns ``(OUT/model, results)``."""
-    from attnlab.data.scenes import load_scenes
-    from attnlab.files import atomic_write_json
-    from attnlab.models.registry import create_model, get_preset, load_model
-    from attnlab.tasks.captioning import train_caption_tokenizer
-    from attnlab.training.outputs import check_run_output
-    from attnlab.training.phases import budget_plan, budget_report, command_budget, portion, scoring_reserve
-
-    o = options
-    budget = command_budget(o.max_minutes)  # the whole command's: both auxiliary models, training, fidelity
-    if o.data != "scenes":
-        raise ValueError(f"--data {o.data!r}: text-to-image trains on scenes (the fidelity score needs their truth)")
-    if get_preset(o.preset).family != "text_to_image":
-        raise ValueError(f"--preset {o.preset!r} is not a text-to-image preset")
-    out = Path(o.out)
-    # OUT and each auxiliary model's directory (OUT/vqvae, OUT/attributes: an interrupted run
-    # leaves checkpoints there) are checked before any work: --resume continues every part.
-    check_run_output(out, resume=o.resume, force=o.force)
-    for part, given in (("vqvae", o.vqvae), ("attributes", o.classifier)):
-        if not given:
-            check_run_output(out / part, resume=o.resume, force=o.force)
-    _check_given_part(o.vqvae, "--vqvae", "vqvae", "a VQ-VAE (train text-to-image writes one to OUT/vqvae/model)")
-    _check_given_part(o.classifier, "--classifier", "scene_attributes",
-                      "an attribute reader (train text-to-image writes one to OUT/attributes/model)")
-    plan = budget_plan(budget, parts=[(name, share) for name, share, given in (
-        ("the VQ-VAE", VQVAE_SHARE, o.vqvae), ("the attribute reader", READER_SHARE, o.classifier)) if not given],
-        main="the text-to-image model", scoring="fidelity on held-out prompts")
-    if plan:
-        o.log(plan)
-    train = load_scenes("train", count=o.train_images)
-    valid, test = load_scenes("valid"), load_scenes("test")
-    started = time.perf_counter()
-    results: dict[str, Any] = {"data": "scenes32"}
-
-    # 1. the VQ-VAE
-    if o.vqvae:
-        vqvae = load_model(o.vqvae, device=o.device)
-    else:
-        share = portion(budget, VQVAE_SHARE)
-        torch.manual_seed(o.seed)
-        vqvae = create_model(o.vqvae_preset).to(o.device)
-        o.log(f"VQ-VAE: {vqvae.num_parameters():,d} parameters, {o.vqvae_steps} updates")
-        part = out / "vqvae"
-        _train_part(vqvae, vqvae_loss, TensorBatches({"images": train.images}, o.batch_size, seed=o.seed,
-                                                     transform=_pixels),
-                    part, steps=o.vqvae_steps, lr=2e-3, seed=o.seed, progress=o.progress_bar, budget=share,
-                    label="VQ-VAE", log=o.log, resume=o.resume)
-        vqvae.save_pretrained(part / "model")
-    vqvae.eval()
-
-    # 2. the attribute reader (trained on the reader split: every colour-shape pair)
-    if o.classifier:
-        classifier = load_model(o.classifier, device=o.device)
-    else:
-        classifier = train_attribute_reader(out / "attributes", steps=o.classifier_steps, batch_size=o.batch_size,
-                                            seed=o.seed, device=o.device, progress=o.progress_bar,
-                                            images=o.reader_images, budget=portion(budget, READER_SHARE), log=o.log,
-                                            resume=o.resume)
-
-    # 3. the text-to-image model
-    if o.resume and (out / "tokenizer.model").is_file():  # the run's own vocabulary, as its checkpoints hold it
-        tokenizer = Tokenizer.load(out)
-    else:
-        tokenizer = train_caption_tokenizer(train.captions, o.vocab_size, seed=o.seed)
-    codes = torch.cat([vqvae.encode(normalize(train.images[i:i + 500]).to(o.device)).cpu()
-                       for i in range(0, len(train), 500)])
-    overrides = {"text_vocab_size": tokenizer.vocab_size, "image_vocab_size": vqvae.config.codebook_size,
-                 "grid": vqvae.config.grid[0], **(o.model_overrides or {})}
-    torch.manual_seed(o.seed)
-    model = create_model(o.preset, **overrides).to(o.device)
-    text_length = model.config.text_length
-    texts, rows = [], []
-    for index, captions in enumerate(train.captions):
-        for caption in captions:
-            if len(tokenizer.encode(caption)) + 2 <= text_length:
-                texts.append(encode_prompt(tokenizer, caption, text_length))
-                rows.append(index)
-    o.log(f"text-to-image: {len(texts)} (caption, image) pairs, text vocabulary {tokenizer.vocab_size}, "
-          f"{model.num_parameters():,d} parameters")
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer_file = tokenizer.save(out)
-    smoothing = o.label_smoothing
-    valid_codes = vqvae.encode(normalize(valid.images).to(o.device)).cpu()
-    valid_text = torch.tensor([encode_prompt(tokenizer, c[0], text_length) for c in valid.captions
-                               if len(tokenizer.encode(c[0])) + 2 <= text_length])
-    valid_rows = [i for i, c in enumerate(valid.captions) if len(tokenizer.encode(c[0])) + 2 <= text_length]
-    valid_batches = list(TensorBatches({"text": valid_text, "codes": valid_codes[valid_rows]}, 250, shuffle=False))
-    _train_part(model, lambda m, b: text_to_image_loss(m, b, label_smoothing=smoothing),
-                TensorBatches({"text": torch.tensor(texts), "codes": codes[torch.tensor(rows)]}, o.batch_size,
-                              seed=o.seed),
-                out, steps=o.max_steps, lr=o.lr, seed=o.seed, progress=o.progress_bar, warmup=o.warmup,
-                valid=valid_batches, files=[tokenizer_file], budget=budget, reserve=scoring_reserve(budget),
-                log=o.log, resume=o.resume)
-    info = {"data": o.data, "image_size": vqvae.config.image_size, "temperature": o.temperature, "top_k": o.top_k}
-    model_dir = model.save_pretrained(out / "model", extra_files={
-        "tokenizer.model": tokenizer_file.read_bytes(), TASK_FILE: (json.dumps(info) + "\n").encode()})
-    vqvae.save_pretrained(model_dir / VQVAE_SUBDIR)
-    results["train_seconds"] = round(time.perf_counter() - started, 1)
-
-    # 4. fidelity on held-out prompts (the first caption of test images), and the ceiling
-    results.update(evaluate_text_to_image(model, vqvae, tokenizer, classifier, test, prompts=o.eval_prompts,
-                                          temperature=o.temperature, top_k=o.top_k, seed=o.seed, budget=budget,
-                                          progress=o.progress_bar))
-    (out / "evaluation").mkdir(exist_ok=True)
-    atomic_write_json(out / "evaluation" / "results.json", results, indent=2)
-    if budget.limited:
-        o.log(budget_report(budget))
-    return model_dir, results
