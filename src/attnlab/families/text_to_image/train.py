@@ -45,7 +45,7 @@ class TextToImageTask(TrainingTask):
     name, family = "text-to-image", "text_to_image"
     scoring = "fidelity on held-out prompts"
     main_part = "the text-to-image model"
-    held_out = ("valid_loss", "nats per image token")
+    held_out = ("valid_nll", "nats per image token")  # without label smoothing
     data_fields = ("text_vocab_size", "image_vocab_size", "grid")
     flag_names = {"--data": "--data", "--train-images": "--train-images"}
 
@@ -281,8 +281,8 @@ def _add_text_to_image_arguments(parser) -> None:
     model.add_argument("--label-smoothing", type=float, default=0.1, help="(default: 0.1)")
     model.add_argument("--max-minutes", type=float,
                        help="wall-clock budget of the whole command: the VQ-VAE and the attribute reader train on "
-                            "20 %% and 15 %% of it, fidelity is scored in the last 10 %%, the text-to-image model "
-                            "has the rest")
+                            "20 %% and 15 %% of it (neither trains with --init), fidelity is scored in the last "
+                            "10 %%, the text-to-image model has the rest")
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--eval-prompts", type=int, default=400, help="held-out prompts, half unseen (default: 400)")
     evaluation.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T",
