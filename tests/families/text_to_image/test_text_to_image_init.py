@@ -76,3 +76,21 @@ def test_lora_fine_tunes_through_the_lifecycle(saved, tmp_path, capsys):
     assert main(["train", "text-to-image", "--init", str(saved), "--lora", "2", "--out", str(out), *TINY]) == 0
     assert "LoRA: adapters merged into the saved model" in capsys.readouterr().err
     assert not _same_tensors(saved / "model.safetensors", out / "model" / "model.safetensors")
+
+
+def test_init_from_a_directory_without_a_reader_trains_only_the_reader(saved, tmp_path, capsys):
+    """A text-to-image directory written before OUT/model kept the attribute reader: the VQ-VAE
+    and vocabulary still come from it; the reader is trained on its share (said)."""
+    import shutil
+
+    older = tmp_path / "older"
+    shutil.copytree(saved, older)
+    shutil.rmtree(older / "attributes")
+    out = tmp_path / "tuned"
+    capsys.readouterr()
+    assert main(["train", "text-to-image", "--init", str(older), "--out", str(out), *TINY, "--classifier-steps", "2",
+                 "--reader-images", "20"]) == 0
+    err = capsys.readouterr().err
+    assert "it holds no attribute reader: one is trained" in err and "attribute reader: 2 of 2 updates" in err
+    assert not (out / "vqvae").exists() and (out / "attributes" / "model").is_dir()
+    assert _same_tensors(saved / "vqvae" / "model.safetensors", out / "model" / "vqvae" / "model.safetensors")
