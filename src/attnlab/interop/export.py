@@ -35,13 +35,15 @@ FORMATS = {"hf": "HuggingFace transformers", "timm": "timm"}
 EXPORTERS: dict[tuple[str, str], str] = {
     ("hf", "decoder_lm"): "attnlab.interop.export_hf:gpt2_export",
     ("hf", "bert"): "attnlab.interop.export_hf:bert_export",
+    ("hf", "bert_classifier"): "attnlab.families.text_classification.export:hf_export",
     ("hf", "transformer"): "attnlab.interop.export_hf:marian_export",
     ("hf", "vit"): "attnlab.interop.export_timm:hf_vit_export",
     ("timm", "vit"): "attnlab.interop.export_timm:timm_export",
 }
 
 # optional packages an exporter needs (checked before anything is read: options.require_packages)
-NEEDS: dict[tuple[str, str], tuple[str, ...]] = {("hf", "decoder_lm"): ("tokenizers",), ("hf", "bert"): ("tokenizers",)}
+NEEDS: dict[tuple[str, str], tuple[str, ...]] = {("hf", "decoder_lm"): ("tokenizers",), ("hf", "bert"): ("tokenizers",),
+                                                 ("hf", "bert_classifier"): ("tokenizers",)}
 
 
 def register_exporter(format: str, config_family: str, target: str, *, needs: tuple[str, ...] = ()) -> None:
