@@ -29,9 +29,9 @@ def _say(message: str) -> None:
 
 
 class BertTask(TrainingTask):
-    """A BERT training verb on the lifecycle; ``parts`` is the verb's module (its parts)."""
+    """A BERT training verb on the lifecycle; ``verb`` is the verb's module (its parts)."""
 
-    parts = None  # the verb's module: load_init, data, scratch_config, adapt_after_init, loss, batches, score
+    verb = None  # the verb's module: load_init, data, scratch_config, adapt_after_init, loss, batches, score
     unit_of_batch = "windows"  # what a batch holds (--batch-size's help, the model line)
     max_steps = 2000
     every = 250
@@ -94,7 +94,7 @@ class BertTask(TrainingTask):
     # -- --init and --resume -------------------------------------------------------------
     def open_init(self, path: Path):
         """Any BERT directory (tasks/bert.py): ``(model, vocabulary)``."""
-        model, tokenizer = self.parts.load_init(path)
+        model, tokenizer = self.verb.load_init(path)
         return model, {"tokenizer": tokenizer, "max_positions": model.config.max_positions, "labels": None}
 
     def vocabulary(self, pipeline):
@@ -112,17 +112,17 @@ class BertTask(TrainingTask):
 
         args, known = run.args, run.vocabulary
         if known is None:
-            prepared = self.parts.data(args)
+            prepared = self.verb.data(args)
         else:
             extra = {"labels": known["labels"]} if known.get("labels") is not None and run.start is None else {}
-            prepared = self.parts.data(args, tokenizer=known["tokenizer"],
+            prepared = self.verb.data(args, tokenizer=known["tokenizer"],
                                        tokenizer_files=tokenizer_files(known["tokenizer"]),
                                        max_positions=known["max_positions"], **extra)
         run.files.update(self.files(prepared))
         result = {"prepared": prepared, "new": (), "note": None}
         if run.start is not None:  # DIR's model made the one this verb trains (what it adds is new)
             before = {name: tuple(value.shape) for name, value in run.start.model.named_parameters()}
-            run.start.model, result["note"] = self.parts.adapt_after_init(run.start.model, args, prepared)
+            run.start.model, result["note"] = self.verb.adapt_after_init(run.start.model, args, prepared)
             # the parameters it added (or replaced with another shape: a head of other labels)
             result["new"] = tuple(sorted({name.split(".")[0] + "." for name, value in run.start.model.named_parameters()
                                           if before.get(name) != tuple(value.shape)}))
@@ -135,7 +135,7 @@ class BertTask(TrainingTask):
         prepared = data["prepared"]
         if run.start is not None:
             return run.args.preset, {}
-        return self.parts.scratch_config(run.args, prepared), {}
+        return self.verb.scratch_config(run.args, prepared), {}
 
     def check_config(self, run, config, data) -> None:
         vocabulary = data["prepared"].tokenizer.vocab_size
@@ -173,7 +173,7 @@ class BertTask(TrainingTask):
                              validate_every=args.val_every or None, checkpoint_every=args.save_every or None,
                              seed=args.seed, progress_bar=not args.no_progress, bf16=run.bf16, compile=args.compile,
                              checkpoint_every_minutes=checkpoint_minutes(args))
-        return Trainer(model, self.parts.loss, self.parts.batches(prepared), config,
+        return Trainer(model, self.verb.loss, self.verb.batches(prepared), config,
                        valid_batches=prepared.valid_batches, model_files=run.model_files(), run_info=run_info)
 
 

@@ -157,7 +157,7 @@ class BertTrainTask(BertTask):
     """``attnlab train bert`` on the lifecycle (cli/training_run.py, through cli/bert_runs.py)."""
 
     name = family = "bert"
-    parts = sys.modules[__name__]
+    verb = sys.modules[__name__]
     scoring = "the held-out masked-token scores"
     summary_keys = ("loss", "valid_loss", "valid_correct")
     unit = "nats per masked token"

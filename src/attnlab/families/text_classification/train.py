@@ -184,7 +184,7 @@ class TextClassificationTask(BertTask):
 
     name = "text-classification"
     family = "text_classification"
-    parts = sys.modules[__name__]
+    verb = sys.modules[__name__]
     scoring = "the held-out accuracy"
     summary_keys = ("loss", "valid_loss", "valid_correct")
     unit = "nats per text"
