@@ -26,6 +26,7 @@ Every writer in attnlab goes through this module (docs/files.md says what it pro
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import errno
 import json
 import os
@@ -63,6 +64,7 @@ __all__ = [
     "refuse_symlinks",
     "remove_made",
     "remove_stale_temporaries",
+    "sha256_file",
     "tensors_size",
 ]
 
@@ -327,6 +329,16 @@ def recover_directory(final: str | os.PathLike) -> list[str]:
     if done:
         fsync_path(final.parent)
     return done
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB blocks: the one checksum of data
+    sets, downloads, compiled packages and --init's weights."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def remove_stale_temporaries(directory: str | os.PathLike, pattern: str) -> list[Path]:

@@ -23,7 +23,6 @@ through :func:`attnlab.pipelines.load`, which sits above training (tests/test_la
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -240,11 +239,9 @@ def _weights_digest(directory: Path) -> str | None:
     weights = directory / "model.safetensors"
     if not weights.is_file():
         return None
-    digest = hashlib.sha256()
-    with open(weights, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from attnlab.files import sha256_file
+
+    return sha256_file(weights)
 
 
 def _format_of(directory: Path) -> str:

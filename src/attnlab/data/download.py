@@ -40,7 +40,7 @@ from attnlab.data.registry import (
     MULTI30K_URL,
     data_root,
 )
-from attnlab.files import check_output_directory
+from attnlab.files import check_output_directory, sha256_file
 
 __all__ = ["DATA_SETS", "NamedSet", "RemoteFile", "describe_sets", "get_data_set"]
 
@@ -300,7 +300,7 @@ def get_data_set(name: str, root: str | os.PathLike | None = None, *, source: st
         wanted = []
         for remote in data_set.files:
             target = directory / remote.name
-            if target.is_file() and not target.is_symlink() and _sha256(target) == remote.sha256:
+            if target.is_file() and not target.is_symlink() and sha256_file(target) == remote.sha256:
                 continue
             _check_replaceable(target, force, f"{name}: {target} exists and is not the published {remote.name} "
                                               "(its SHA-256 differs)")
@@ -423,14 +423,6 @@ def _fetch(name: str, url: str, remote: RemoteFile, directory: Path) -> Path:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def print_table(rows, file=None) -> None:

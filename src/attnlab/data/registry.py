@@ -29,6 +29,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from attnlab.files import sha256_file
 from attnlab.data.parallel import ParallelCorpus, read_parallel
 from attnlab.data.trans_de_en import DEFAULT_TRANS_DE_EN_PATH, load_trans_de_en
 
@@ -205,14 +206,6 @@ def _load_multi30k(split, src_lang, tgt_lang, root) -> ParallelCorpus:
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def download_multi30k(
     root: str | os.PathLike | None = None,
     *,
@@ -259,7 +252,7 @@ def download_multi30k(
             expected = MULTI30K_SHA256[name]
             target = directory / name
             if target.exists():
-                actual = _sha256(target)
+                actual = sha256_file(target)
                 if actual != expected:
                     raise ValueError(
                         f"{target} exists but its SHA-256 is {actual}, expected {expected}; "

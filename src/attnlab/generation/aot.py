@@ -64,7 +64,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StaticKVCache
-from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries
+from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
 from attnlab.linear import packed_inference
 
@@ -235,14 +235,6 @@ def _example_inputs(model, layout: Layout, cache: StaticKVCache, memory_mask: Te
 # --------------------------------------------------------------------------------------- #
 # The package on disk
 # --------------------------------------------------------------------------------------- #
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class _Paths:
     def __init__(self, directory: Path, key: str):
         self.directory = directory
@@ -290,7 +282,7 @@ def _valid(paths: _Paths, manifest: dict | None, structure: dict) -> str | None:
         return "the package file is missing"
     if paths.package.stat().st_size != manifest.get("bytes"):
         return "the package file has the wrong size (truncated?)"
-    if _sha256(paths.package) != manifest.get("sha256"):
+    if sha256_file(paths.package) != manifest.get("sha256"):
         return "the package file does not match its checksum (corrupt)"
     return None
 
@@ -347,7 +339,7 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         # The manifest first (it claims the name for attnlab), then the package: a reader
         # sees a complete package with its manifest, or a manifest without a package
         # (rebuilt), never a package it cannot check.
-        atomic_write_json(paths.manifest, {"written_by": "attnlab", "sha256": _sha256(temporary), "bytes": size,
+        atomic_write_json(paths.manifest, {"written_by": "attnlab", "sha256": sha256_file(temporary), "bytes": size,
                                            "built_seconds": round(time.perf_counter() - start, 1),
                                            "structure": structure})
         os.replace(temporary, paths.package)
