@@ -11,7 +11,7 @@ def tiny(**overrides) -> DecoderLM:
     return attnlab.create_model("lm_tiny", **overrides).eval()
 
 
-@pytest.mark.parametrize("name", ["lm_tiny", "lm_char_small", "gpt2_small"])
+@pytest.mark.parametrize("name", ["lm_tiny", "lm_char_mini", "lm_char_small", "gpt2_small"])
 def test_presets_are_registered_and_valid(name):
     config = attnlab.models.get_preset(name)
     assert isinstance(config, DecoderLMConfig) and config.family == "decoder_lm"
