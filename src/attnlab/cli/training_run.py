@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -566,9 +567,11 @@ def train_run(task: TrainingTask, args) -> Path | None:
     task.describe(run, model, data)
     trainer = task.trainer(run, model, data, run_info)
 
-    before = None
+    before, before_seconds = None, 0.0
     if run.start is not None and run.previous is None and trainer.valid_batches is not None:
+        clock = time.perf_counter()
         before = trainer.validate()
+        before_seconds = time.perf_counter() - clock  # what scoring the final weights will cost again
         trainer.start_record = {"start": run.start.record["init"], **{f"start_{k}": v for k, v in before.items()}}
         key, unit = task.held_out
         say(f"held-out before fine-tuning: {_figure(before, key)} {unit}")
@@ -581,7 +584,7 @@ def train_run(task: TrainingTask, args) -> Path | None:
             out.mkdir(parents=True, exist_ok=True)
             for name, content in run.files.items():
                 atomic_write_bytes(out / name, content)
-        train_within(trainer, budget, reserve=scoring_reserve(budget) if task.scoring else 0.0,
+        train_within(trainer, budget, reserve=(scoring_reserve(budget) if task.scoring else 0.0) + before_seconds,
                      resume=args.resume, say=say)
         if not context.is_main:  # under torchrun, rank 0 writes the model and scores it
             context.barrier()
@@ -592,8 +595,10 @@ def train_run(task: TrainingTask, args) -> Path | None:
     say(f"done: {trainer.summary(task.summary_keys, task.unit)}; model -> {model_dir}{task.saved_note(run)}")
     if before is not None:
         key, unit = task.held_out
-        after = trainer.last_validation or {}
-        say(f"held-out: {_figure(before, key)} -> {_figure(after, key)} {unit}")
+        after, note = trainer.last_validation or {}, ""
+        if trainer.validation_step != trainer.step:  # the last validation scored older weights than the saved ones
+            after, note = trainer.validate(), f" (the saved weights, step {trainer.step})"
+        say(f"held-out: {_figure(before, key)} -> {_figure(after, key)} {unit}{note}")
     task.finish(run, model, data, budget)
     if budget.limited:
         say(budget_report(budget))

@@ -20,6 +20,15 @@ def test_train_then_generate(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("the ") and len(out) == len("the ") + 5 + 1
     assert main(["generate", "--model", str(model_dir), "--prompt", "the Z"]) == 2  # unknown character
+    # The default length fits the context (32 here, not 200 tokens), and says so; an explicit
+    # --max-new-tokens past the context is refused naming the flag.
+    capsys.readouterr()
+    assert main(["generate", "--model", str(model_dir), "--prompt", "the ", "--greedy"]) == 0
+    captured = capsys.readouterr()
+    assert "generating 28 new tokens: the prompt has 4 and the model's context holds 32" in captured.err
+    assert len(captured.out) == len("the ") + 28 + 1
+    assert main(["generate", "--model", str(model_dir), "--prompt", "the ", "--max-new-tokens", "200"]) == 2
+    assert "--max-new-tokens 200: the prompt has 4 tokens and the model's context holds 32" in capsys.readouterr().err
 
 
 def test_train_then_generate_bpe(tmp_path, capsys):

@@ -4,6 +4,7 @@ after printed and logged); unknown characters reported and refused above --max-u
 --resume on other data refused for every family, pointing to --init (issue 39, point 2)."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -45,6 +46,36 @@ def test_fine_tune_keeps_the_tokenizer_and_prints_before_and_after(start, tmp_pa
     assert json.loads((out / "model" / "start.json").read_text())["format"] == "attnlab"
     capsys.readouterr()
     assert main(["generate", "--model", str(out / "model"), "--prompt", "the ", "--max-new-tokens", "3"]) == 0
+
+
+def test_the_after_figure_scores_the_saved_weights_when_the_last_validation_was_earlier(start, tmp_path, capsys):
+    """--max-steps 5 with --val-every 2: the last validation scored step 4's weights; the
+    printed after-figure is the saved model's own held-out loss (step 5), as evaluate gives it."""
+    other = tmp_path / "b.txt"
+    other.write_text("the lazy dog and the brown fox.\n" * 30, encoding="utf-8")
+    out = tmp_path / "ft"
+    capsys.readouterr()
+    assert main(["train", "lm", "--text", str(other), "--init", str(start), "--max-steps", "5", "--out", str(out),
+                 *RUN]) == 0
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("held-out: "))
+    assert line.endswith("(the saved weights, step 5)"), line
+    after = float(line.split(" -> ")[1].split()[0])
+    import attnlab
+    from attnlab.families.lm.task import load_lm_texts
+
+    model = attnlab.load(out / "model")
+    _, held_out = load_lm_texts([str(other)], None)
+    ids = torch.tensor([model.tokenizer.encode(held_out)])
+    windows = ids[:, : (ids.shape[1] - 1) // 16 * 16 + 1]
+    losses = []
+    with torch.no_grad():
+        for begin in range(0, windows.shape[1] - 1, 16):
+            chunk = windows[:, begin: begin + 17]
+            logits = model.model(chunk[:, :-1]).double()
+            losses.append(torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="none"))
+    reference = torch.cat(losses).mean().item()
+    assert math.isclose(after, reference, rel_tol=2e-3), (after, reference)
 
 
 def test_a_checkpoint_directory_is_a_start_too(start, tmp_path, capsys):

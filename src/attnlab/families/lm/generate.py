@@ -13,6 +13,7 @@ found is used for the prompts, the output and ``--stop``.
 from __future__ import annotations
 
 HELP = "continue text prompts with a saved language model (greedy, temperature, top-k, top-p)"
+DEFAULT_NEW_TOKENS = 200
 
 
 def add_arguments(parser) -> None:
@@ -21,8 +22,9 @@ def add_arguments(parser) -> None:
                         help="prompt text; repeat for a batch (default: a newline)")
     from attnlab.cli.options import SEED, TEMPERATURE, bounded_float, bounded_int
 
-    parser.add_argument("--max-new-tokens", type=bounded_int(0, 1_000_000), default=200, metavar="N",
-                        help="(default: 200)")
+    parser.add_argument("--max-new-tokens", type=bounded_int(0, 1_000_000), metavar="N",
+                        help=f"(default: {DEFAULT_NEW_TOKENS}, or what the model's context holds after the prompt, "
+                             "said when fewer)")
     parser.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
     parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, metavar="T",
                         help="above 0 (default: 1.0; --greedy for argmax)")
@@ -82,6 +84,13 @@ def run(args) -> int:
     encoded = [tokenizer.encode(p) for p in prompts]
     context = model.config.max_positions
     longest = max(len(ids) for ids in encoded)
+    if args.max_new_tokens is None:  # the default: as many as the context holds, up to DEFAULT_NEW_TOKENS
+        args.max_new_tokens = DEFAULT_NEW_TOKENS
+        room = context - longest
+        if not args.sliding_window and 0 < room < DEFAULT_NEW_TOKENS:
+            args.max_new_tokens = room
+            print(f"generating {room} new tokens: the prompt has {longest} and the model's context holds {context} "
+                  "(--max-new-tokens N --sliding-window for more)", file=sys.stderr)
     if not args.sliding_window and longest + args.max_new_tokens > context:  # before a word is printed
         raise ValueError(f"--max-new-tokens {args.max_new_tokens}: the prompt has {longest} tokens and the model's "
                          f"context holds {context}: ask for at most {max(0, context - longest)}, or pass "
