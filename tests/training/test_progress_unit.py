@@ -4,13 +4,14 @@ import time
 
 import pytest
 
-from attnlab.training.trainer import TrainConfig, TrainConfigError, _Progress
+from attnlab.training.progress import Progress
+from attnlab.training.trainer import TrainConfig, TrainConfigError
 
 
 @pytest.mark.parametrize("unit", ["tok", "images", "sub-pixels"])
 def test_the_rate_is_shown_in_the_configured_unit(tmp_path, unit):
     config = TrainConfig(out_dir=str(tmp_path), max_steps=5, schedule="cosine", peak_lr=1e-3, progress_unit=unit)
-    progress = _Progress(config, initial=0, main=True)
+    progress = Progress(config, initial=0, main=True)
     try:
         progress.update({"loss": 1.0, "tokens_per_s": 12.0}, lr=1e-3, started=time.perf_counter() - 1.0, force=True)
         assert progress.bar.postfix.split(", ")[2] == f"{unit}/s=12"

@@ -221,12 +221,13 @@ def test_tune_allocator_is_applied_once_and_can_be_switched_off(monkeypatch):
 
 
 def test_progress_time_left_is_the_sooner_of_the_budget_and_the_steps(monkeypatch):
-    from attnlab.training import trainer as trainer_module
+    from attnlab.training import progress as progress_module
+    from attnlab.training.progress import Progress
 
     clock = [1000.0]
-    monkeypatch.setattr(trainer_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
     config = TrainConfig(out_dir="unused", max_steps=2000, d_model=8, warmup_steps=2, max_minutes=6)
-    progress = trainer_module._Progress(config, initial=0, main=True)
+    progress = Progress(config, initial=0, main=True)
     progress.bar.disable = False  # measure the figures even where stderr is not a terminal
     started = clock[0]
     for _ in range(100):  # 100 steps in 60 s: 1,900 more would take 19 minutes; the budget has 5 left
@@ -234,7 +235,7 @@ def test_progress_time_left_is_the_sooner_of_the_budget_and_the_steps(monkeypatc
         progress.update({"loss": 2.0, "tokens_per_s": 100.0}, 1e-3, started)
     assert progress.bar.postfix.endswith("left=05:00") and "budget=6 min" in progress.bar.postfix
     config = TrainConfig(out_dir="unused", max_steps=150, d_model=8, warmup_steps=2, max_minutes=60)
-    progress = trainer_module._Progress(config, initial=0, main=True)
+    progress = Progress(config, initial=0, main=True)
     progress.bar.disable = False
     started = clock[0]
     for _ in range(100):  # 50 steps left at 0.6 s each: 30 s, well inside the hour

@@ -13,6 +13,7 @@ import torch
 
 from attnlab.training import NoamSchedule, TrainConfig, Trainer, list_checkpoints
 from attnlab.training.budget import Budget
+from attnlab.training.checkpoint import RESUME_FREE
 from attnlab.training.trainer import TrainConfigError, TrainingInterrupted
 
 from ._toys import loss_fn, make_batches, make_model, make_source
@@ -110,7 +111,7 @@ def test_the_time_cadence_is_validated_and_free_to_change_on_resume():
     with pytest.raises(TrainConfigError) as caught:
         TrainConfig(out_dir="x", max_steps=2, d_model=8, checkpoint_every_minutes=0)
     assert caught.value.field == "checkpoint_every_minutes"
-    assert "checkpoint_every_minutes" in Trainer._RESUME_FREE
+    assert "checkpoint_every_minutes" in RESUME_FREE
     assert TrainConfig.__dataclass_fields__["checkpoint_every_minutes"].default is None  # old configs still load
 
 
@@ -280,12 +281,12 @@ def test_a_blow_up_in_the_last_update_is_caught_before_any_model_is_saved(tmp_pa
 
 
 def test_the_progress_bar_counts_down_to_the_given_budget():
-    from attnlab.training import trainer as trainer_module
+    from attnlab.training.progress import Progress
 
     clock = _FakeClock()
     budget = Budget(6.0, clock=clock)
     config = TrainConfig(out_dir="unused", max_steps=2000, d_model=8, warmup_steps=2, max_minutes=600)
-    progress = trainer_module._Progress(config, initial=0, main=True, budget=budget)
+    progress = Progress(config, initial=0, main=True, budget=budget)
     progress.bar.disable = False
     clock.now += 60.0  # a minute of the command went before training (data, vocabulary)
     started = 0.0

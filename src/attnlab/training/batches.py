@@ -25,11 +25,14 @@ The contract, precisely:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Batch", "BatchSource", "EpochPosition", "ListBatchSource"]
+if TYPE_CHECKING:
+    from attnlab.training.distributed import DistributedContext
+
+__all__ = ["Batch", "BatchSource", "EpochPosition", "ListBatchSource", "RankBatchStream", "to_device"]
 
 Batch = dict[str, Any]
 """One (micro-)batch: named tensors, e.g. ``{"src": (B, S), "tgt": (B, T)}``."""
@@ -109,3 +112,51 @@ class EpochPosition:
         if not isinstance(epoch, int) or not isinstance(position, int) or not 0 <= position <= len(self):
             raise ValueError(f"state: expected epoch and position in [0, {len(self)}], got {state!r}")
         self.epoch, self.position = epoch, position
+
+
+class RankBatchStream:
+    """Endless stream of this rank's micro-batches from a resumable batch source.
+
+    Every rank reads the whole source and keeps micro-batches ``rank``,
+    ``rank + world_size``, ... so ranks stay in lock-step and share one data
+    position.
+    """
+
+    def __init__(self, source: BatchSource, context: DistributedContext) -> None:
+        self.source = source
+        self.context = context
+        self._iterator: Iterator[Batch] | None = None
+
+    def _next_global(self) -> Batch:
+        for fresh in (False, True):
+            if self._iterator is None or fresh:
+                self._iterator = iter(self.source)
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                continue  # end of epoch: the next iter() starts the next one
+        raise ValueError("train_batches: an epoch yielded no batches")
+
+    def next(self) -> Batch:
+        group = [self._next_global() for _ in range(self.context.world_size)]
+        return group[self.context.rank]
+
+    def restart(self) -> None:
+        """Forget the live iterator (after the source's position was restored)."""
+        self._iterator = None
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """``batch`` with its tensors on ``device`` (other values as they are). To a GPU, tensors
+    go through pinned host memory, so the copy does not wait for the GPU."""
+    if device.type != "cuda":
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    # From pinned host memory the copy is asynchronous: the host goes on queueing the step
+    # instead of waiting for the GPU to finish the previous one (a copy from pageable
+    # memory waits for the stream).
+    def move(value: torch.Tensor) -> torch.Tensor:
+        if value.device.type == "cpu":
+            return value.pin_memory().to(device, non_blocking=True)
+        return value.to(device)
+
+    return {k: move(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

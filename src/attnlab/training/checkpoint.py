@@ -43,8 +43,9 @@ import safetensors.torch
 import torch
 
 from attnlab.files import atomic_directory as _atomic_directory
-from attnlab.files import needs_space, tensors_size
+from attnlab.files import json_safe, needs_space, tensors_size
 from attnlab.files import recover_directory, remove_stale_temporaries
+from attnlab.training.distributed import DistributedContext, gather_bytes
 
 __all__ = [
     "MODEL_FILE",
@@ -65,6 +66,10 @@ __all__ = [
     "decode_state",
     "capture_rng_state",
     "restore_rng_state",
+    "RESUME_FREE",
+    "changed_settings",
+    "save_training_checkpoint",
+    "load_training_checkpoint",
 ]
 
 MODEL_FILE = "model.safetensors"
@@ -229,6 +234,26 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
         raise ValueError(f"rng state is malformed ({error!r})") from error
 
 
+RESUME_FREE = frozenset({"max_steps", "max_minutes", "progress_bar", "progress_unit", "tensorboard", "out_dir",
+                         "log_every", "validate_every", "checkpoint_every", "keep_last", "tune_malloc",
+                         "max_nonfinite_updates", "checkpoint_every_minutes"})
+"""The training settings (``TrainConfig`` fields) that may change on resume without changing
+what is trained."""
+
+
+def changed_settings(config: Any, saved_config: Any, run_info: Any, saved_run_info: Any) -> list[str]:
+    """``"key before -> now"`` for each training setting (``config``, a ``TrainConfig.to_dict()``,
+    less :data:`RESUME_FREE`) and each ``run_info`` entry (the data) that differs from the
+    checkpoint's (``saved_*``, as stored); keys on one side only, and anything not a dict,
+    are left out."""
+    changed = []
+    for current, before, free in ((config, saved_config, RESUME_FREE), (run_info, saved_run_info, ())):
+        if isinstance(current, dict) and isinstance(before, dict):
+            changed += [f"{key} {before[key]!r} -> {current[key]!r}" for key in sorted(current)
+                        if key in before and key not in free and json_safe(current[key]) != json_safe(before[key])]
+    return changed
+
+
 # --------------------------------------------------------------------------- #
 # Files
 # --------------------------------------------------------------------------- #
@@ -345,6 +370,58 @@ def save_checkpoint(
         for old in list_checkpoints(root)[:-keep_last]:
             shutil.rmtree(old)
     return final
+
+
+def save_training_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module, *, optimizer, scheduler,
+                             data, context: DistributedContext, train_config: Mapping[str, Any],
+                             run_info: Mapping[str, Any] | None = None,
+                             schedule_fit: Mapping[str, Any] | None = None,
+                             model_config: Mapping[str, Any] | None = None,
+                             extra_files: Sequence[str | os.PathLike] = (),
+                             keep_last: int | None = None) -> Path | None:
+    """A training run's checkpoint of ``step`` (:func:`save_checkpoint`): the model, and what
+    a resumed run needs: ``optimizer``, ``scheduler`` and ``data`` (the batch source's
+    position) state, every rank's RNG state (so each rank's dropout continues exactly),
+    the world size, ``train_config`` and, when given, ``run_info`` and ``schedule_fit``.
+    Collective: call on every rank; rank 0 writes and gets the path (other ranks None);
+    nobody returns before the checkpoint is complete on disk."""
+    rng_states = gather_bytes(json.dumps(capture_rng_state()).encode(), context)
+    path = None
+    if context.is_main:
+        state = {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "data": data.state_dict(),
+            "rng": [json.loads(state) for state in rng_states],
+            "world_size": context.world_size,
+            "train_config": dict(train_config),
+        }
+        if run_info is not None:
+            state["run_info"] = run_info
+        if schedule_fit is not None:
+            state["schedule_fit"] = schedule_fit
+        path = save_checkpoint(root, step, model, state, model_config=model_config, extra_files=extra_files,
+                               keep_last=keep_last)
+    context.barrier()
+    return path
+
+
+def load_training_checkpoint(path: str | os.PathLike, model: torch.nn.Module, *, optimizer, scheduler,
+                             data) -> dict[str, Any]:
+    """Restore the weights of ``model``, the ``optimizer`` and ``scheduler`` state and the data
+    position (``data.load_state_dict``) from the checkpoint ``path`` that
+    :func:`save_training_checkpoint` wrote; returns its training state (``step``, ``rng``,
+    ``world_size``, ``train_config``, ``run_info``, ``schedule_fit``) for the rest. A state
+    that does not fit is a ValueError naming ``path``."""
+    state = load_training_state(path)
+    load_model_weights(path, model)
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        data.load_state_dict(state["data"])
+    except (KeyError, TypeError, RuntimeError) as error:
+        raise ValueError(f"{path}: training state does not fit this model/optimizer ({error!r})") from error
+    return state
 
 
 def load_training_state(path: str | os.PathLike) -> dict[str, Any]:
