@@ -1,6 +1,7 @@
 """One registration per family: a toy family registered from outside attnlab gets every
-verb, ``attnlab train``, ``attnlab evaluate --model``, ``attnlab.load``, the explorer and
-``export-onnx`` with no edit anywhere else; and the built-in families' records are whole."""
+verb, ``attnlab train``, ``attnlab evaluate --model``, ``attnlab.load``, the explorer (its
+attention maps and source) and ``export-onnx`` (its graph and a part beside it) with no edit
+anywhere else; and the built-in families' records are whole."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from attnlab.cli.main import build_parser, main, verbs
 from attnlab.families import (BUILTIN, Family, all_verbs, families, family_for_config, family_for_directory,
                               get_family, register_family, resolve, unregister_family)
 
 TOY_PACKAGE = textwrap.dedent('''
-    """A family outside attnlab: one model, one verb, an evaluator, a pipeline, an explorer
-    source and an ONNX graph, all named by one registration."""
+    """A family outside attnlab: one model, one verb, an evaluator, a pipeline, its attention
+    maps, an explorer source and an ONNX graph with a part, all named by one registration."""
     import dataclasses
     from typing import ClassVar
 
@@ -26,7 +28,7 @@ TOY_PACKAGE = textwrap.dedent('''
 
     from attnlab.families import Family, register_family
     from attnlab.models.base import AttnlabModel, ModelConfig
-    from attnlab.models.registry import register_family as register_model
+    from attnlab.models.registry import register_model_class
 
 
     @dataclasses.dataclass(frozen=True)
@@ -48,7 +50,7 @@ TOY_PACKAGE = textwrap.dedent('''
             return self.head(self.embed(ids))
 
 
-    register_model(ToyModel)
+    register_model_class(ToyModel)
 
     FAMILY = register_family(Family(
         name="toy",
@@ -58,8 +60,10 @@ TOY_PACKAGE = textwrap.dedent('''
         train="toyfamily.train",
         evaluate="toy-evaluate",
         pipeline="toyfamily.parts:ToyPipeline",
+        attention="toyfamily.parts:attention",
         explore="toyfamily.parts:load_source",
         onnx="toyfamily.parts:graph",
+        onnx_parts=("embed",),
     ))
 ''')
 
@@ -142,10 +146,10 @@ TOY_TRAIN = textwrap.dedent('''
 TOY_PARTS = textwrap.dedent('''
     import torch
 
-    from attnlab.interop.onnx_export import OnnxGraph
+    from attnlab.interop.onnx_export import GraphModule, OnnxGraph
     from attnlab.models.registry import load_model
     from attnlab.pipelines import Pipeline
-    from attnlab.viz.explorer.maps import Analysis, AttentionGroup
+    from attnlab.viz.explorer.maps import Analysis, AttentionGroup, attention_maps
 
 
     class ToyPipeline(Pipeline):
@@ -170,8 +174,8 @@ TOY_PARTS = textwrap.dedent('''
 
         def analyse(self, text, **options):
             tokens = text.split()
-            n = len(tokens)
-            weights = torch.full((1, 1, n, n), 1.0 / n)
+            ids = torch.tensor([[len(token) % self.model.config.vocab_size for token in tokens]])
+            weights = attention_maps(self.model, ids=ids)["self"]
             return Analysis(text, [AttentionGroup("self", weights, tokens, tokens)])
 
 
@@ -179,10 +183,18 @@ TOY_PARTS = textwrap.dedent('''
         return ToySource(load_model(directory, device=device))
 
 
+    def attention(model, ids):
+        """One head of dot-product attention between the token embeddings, softmax(E E^T / sqrt(d))."""
+        embedded = model.embed(ids)
+        scores = embedded @ embedded.transpose(-1, -2) / model.config.d_model ** 0.5
+        return {"self": [scores.softmax(-1)[:, None]]}
+
+
     def graph(model):
         def example(batch, length, generator):
             return {"ids": torch.randint(0, model.config.vocab_size, (batch, length), generator=generator)}
-        return OnnxGraph(model, ["ids"], ["logits"], example)
+        embed = OnnxGraph(GraphModule(model, lambda model, ids: model.embed(ids)), ["ids"], ["embedding"], example)
+        return OnnxGraph(model, ["ids"], ["logits"], example, parts={"embed": embed}, parts_note="its embedding alone")
 ''')
 
 
@@ -198,7 +210,7 @@ def toy_family(tmp_path, monkeypatch):
     (package / "parts.py").write_text(TOY_PARTS)
     (package / "train.py").write_text(TOY_TRAIN)
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))  # the model class leaves with the test
+    monkeypatch.setattr(registry, "_MODEL_CLASSES", dict(registry._MODEL_CLASSES))  # the model class leaves with the test
     for name in [name for name in sys.modules if name.startswith("toyfamily")]:
         del sys.modules[name]
     toy = importlib.import_module("toyfamily")
@@ -289,18 +301,38 @@ def torch_equal(a, b):
 
 def test_a_registered_family_loads_explores_and_exports(toy_family, tmp_path, capsys):
     import attnlab
-    from attnlab.viz.explorer import explorer_html, load_source
+    from attnlab.viz.explorer import attention_maps, explorer_html, load_source
 
     pipeline = attnlab.load(toy_family)
     assert type(pipeline).__name__ == "ToyPipeline" and pipeline.logits([1, 2]).shape == (1, 2, 13)
     assert family_for_directory(toy_family).name == "toy"
+    # its attention maps, by the function its registration names: float64 reference
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    embedded = pipeline.model.embed.weight.detach().double()[ids[0]]
+    expected = (embedded @ embedded.T / 8 ** 0.5).softmax(-1)
+    maps = attention_maps(pipeline.model, ids=ids)
+    assert list(maps) == ["self"] and maps["self"].shape == (1, 1, 5, 5)
+    assert (maps["self"][0, 0].double() - expected).abs().max() < 1e-6
     source = load_source(toy_family)
     assert type(source).__name__ == "ToySource"
+    (group,) = source.analyse("aaa a aaaa a aaaaa").groups  # token ids = lengths: the ids above
+    assert torch.equal(group.weights, maps["self"])
     assert "toy model: one embedding" in explorer_html(source)
     pytest.importorskip("onnx")
     out = tmp_path / "toy.onnx"
     assert main(["export-onnx", "--model", str(toy_family), "-o", str(out), "--no-check"]) == 0
-    assert out.stat().st_size > 0 and "inputs ids" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert out.stat().st_size > 0 and "inputs ids" in printed
+    # the part its registration names (onnx_parts), written beside OUT
+    assert (tmp_path / "toy.embed.onnx").is_file() and "its embedding alone" in printed
+    pytest.importorskip("onnxruntime")
+    assert main(["export-onnx", "--model", str(toy_family), "-o", str(out), "--force"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("-> OK") == 2 and "toy.embed.onnx: onnxruntime vs torch" in printed
+    (tmp_path / "mine.embed.onnx").write_text("mine")  # a part's name holding a file it did not write: refused
+    assert main(["export-onnx", "--model", str(toy_family), "-o", str(tmp_path / "mine.onnx")]) == 2
+    assert "the embed part beside it" in capsys.readouterr().err and not (tmp_path / "mine.onnx").exists()
+    assert (tmp_path / "mine.embed.onnx").read_text() == "mine"
 
 
 def test_unregistering_removes_every_trace(toy_family):
@@ -326,7 +358,9 @@ def test_the_builtin_families_are_whole():
             assert callable(importlib.import_module(family.train).run)
         if family.evaluate not in (None, "evaluate"):
             assert family.evaluate in family.verbs
-        for target in (family.explore, family.onnx, *family.recognise):
+        if family.explore:  # an explorer source shows the maps its registration names
+            assert family.attention, family.name
+        for target in (family.attention, family.explore, family.onnx, *family.recognise):
             if target is not None:
                 assert callable(resolve(target)), target
     assert set(all_verbs()) <= set(verbs())
@@ -337,6 +371,10 @@ def test_a_verb_name_or_config_family_claimed_twice_is_refused():
         register_family(Family(name="vit2", config_family="vit", title="x"))
     with pytest.raises(ValueError, match=r"both offer the verb\(s\) \['classify'\]"):
         register_family(Family(name="vit3", config_family="vit3", title="x", verbs={"classify": "x.y"}))
+    with pytest.raises(ValueError, match=r"both name the model family\(ies\) \['vqvae'\]"):
+        register_family(Family(name="vq", config_family="vqvae", title="x"))  # text-to-image's part
+    with pytest.raises(ValueError, match="onnx_parts without an onnx graph"):
+        Family(name="bad", config_family="bad", title="x", onnx_parts=("half",))
     with pytest.raises(ValueError, match="registered twice"):
         register_family(Family(name="vit", config_family="vit9", title="x"))
     with pytest.raises(ValueError, match="not 'module:attribute'"):

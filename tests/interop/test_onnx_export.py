@@ -47,12 +47,14 @@ def test_translation_encoder_and_decoder_parts_decode_like_attnlab(tmp_path):
     import numpy as np
 
     from attnlab.generation.search import greedy_search
-    from attnlab.interop.onnx_export import example_inputs, export_translation_parts, onnx_greedy_translate
+    from attnlab.interop.onnx_export import example_inputs
+    from attnlab.translation import onnx_greedy_translate
 
     torch.manual_seed(0)
     model = create_model("transformer_tiny").eval()
     encoder, decoder = tmp_path / "m.encoder.onnx", tmp_path / "m.decoder.onnx"
-    export_translation_parts(model, encoder, decoder)
+    assert export_onnx(model, encoder, part="encoder") == ["src_ids"]  # the parts its family's graph names
+    assert export_onnx(model, decoder, part="decoder") == ["tgt_in_ids", "memory", "memory_mask"]
     import onnxruntime
 
     enc = onnxruntime.InferenceSession(str(encoder), providers=["CPUExecutionProvider"])

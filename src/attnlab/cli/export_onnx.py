@@ -5,9 +5,10 @@ text-to-image: text_ids, codes -> logits; Image Transformer: images (+ labels, +
 logits) with a dynamic batch (and dynamic token lengths), checked against onnxruntime when
 installed; a model it cannot represent (the VQ-VAE, the scene-attribute reader) is refused
 with the reason.
-A translation model also gets its two halves for decoding outside torch, beside OUT:
-OUT.encoder.onnx (src_ids -> memory, memory_mask) and OUT.decoder.onnx (tgt_in_ids, memory,
-memory_mask -> logits); see attnlab.interop.onnx_export.onnx_greedy_translate."""
+A family whose registration names ONNX parts also gets them beside OUT (OUT.<part>.onnx): a
+translation model its two halves for decoding outside torch, OUT.encoder.onnx (src_ids ->
+memory, memory_mask) and OUT.decoder.onnx (tgt_in_ids, memory, memory_mask -> logits); see
+attnlab.translation.onnx_greedy_translate."""
 
 HELP = "export a model directory of any family to ONNX (dynamic batch and length) and check it with onnxruntime"
 
@@ -25,12 +26,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from attnlab.files import check_output_file
 
     # Every output is checked before the model is read (the export takes tens of seconds):
-    # OUT, and beside it the two halves a translation model also gets.
+    # OUT, and beside it the parts its family's registration names (a translation model's halves).
     out = check_output_file(args.out, force=args.force, flag="-o", suffixes=(".onnx",))
     if not 14 <= args.opset <= 20:
         raise ValueError(f"--opset {args.opset}: choose 14 to 20")
@@ -38,36 +37,30 @@ def run(args) -> int:
 
     require_packages("export-onnx", "onnx")  # torch's exporter needs it; onnxruntime only checks (optional)
 
-    from attnlab.families import family_for_directory
+    from attnlab.families import family_for_config, family_for_directory
 
     family = family_for_directory(args.model)
-    parts = [out.with_suffix(".encoder.onnx"), out.with_suffix(".decoder.onnx")]
-    if family is None or family.name != "translation":
-        parts = []
-    for path in parts:
-        check_output_file(path, force=args.force, flag="-o (the decoding half beside it)")
+    parts = _check_parts(out, family, {}, args.force)
 
-    from attnlab.interop.onnx_export import PARITY_BATCH, PARITY_LENGTH, describe_shapes, export_onnx, onnx_parity
+    from attnlab.interop.onnx_export import (PARITY_BATCH, PARITY_LENGTH, describe_shapes, export_onnx, onnx_graph,
+                                             onnx_parity)
     from attnlab.models.base import _atomic_write
     from attnlab.models.registry import load_model
-    from attnlab.models.transformer import Transformer
 
     if family is not None and family.recognise and family.recognises(args.model):
         # a directory another library wrote (HuggingFace BERT, GPT-2, MarianMT): its family's loader reads it
         model = family.pipeline_class().load(args.model).model
     else:
         model = load_model(args.model)
-    if not isinstance(model, Transformer):
-        parts = []
-    elif not parts:  # a Transformer its directory did not announce (no family): checked now, still before the export
-        parts = [out.with_suffix(".encoder.onnx"), out.with_suffix(".decoder.onnx")]
-        for path in parts:
-            check_output_file(path, force=args.force, flag="-o (the decoding half beside it)")
+    # The model's own family decides its parts (a directory that did not announce its family,
+    # restored by load_model, is checked now: still before the export).
+    parts = _check_parts(out, family_for_config(model.config.family), parts, args.force)
     inputs = []
     _atomic_write(out, lambda path: inputs.extend(export_onnx(model, path, opset=args.opset)))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): inputs {', '.join(inputs)}; {describe_shapes(model)}")
     if parts:
         _write_parts(model, parts, args.opset)
+        print(f"wrote {' and '.join(map(str, parts.values()))}: {onnx_graph(model).parts_note}")
     if args.no_check:
         return 0
     try:
@@ -80,23 +73,38 @@ def run(args) -> int:
     shapes = describe_shapes(model, PARITY_BATCH, PARITY_LENGTH)
     print(f"onnxruntime vs torch on other shapes ({shapes}): max |difference| {error:.2e} "
           f"-> {'OK' if ok else 'MISMATCH'}")
-    if parts:
-        from attnlab.interop.onnx_export import parts_parity
-
-        for path, part_error in zip(parts, parts_parity(model, *parts)):
-            print(f"{path.name}: onnxruntime vs torch on other shapes: max |difference| {part_error:.2e} "
-                  f"-> {'OK' if part_error < 1e-4 else 'MISMATCH'}")
-            ok = ok and part_error < 1e-4
+    for part, path in parts.items():
+        part_error = onnx_parity(model, path, part=part)
+        print(f"{path.name}: onnxruntime vs torch on other shapes: max |difference| {part_error:.2e} "
+              f"-> {'OK' if part_error < 1e-4 else 'MISMATCH'}")
+        ok = ok and part_error < 1e-4
     return 0 if ok else 1
 
 
-def _write_parts(model, parts, opset: int) -> None:
-    """Both halves written to fresh temporary files (files.atomic_write, nested) and renamed
-    over their names only once both are complete; a failure leaves neither."""
-    from attnlab.files import atomic_write
-    from attnlab.interop.onnx_export import export_translation_parts
+def _check_parts(out, family, checked: dict, force: bool) -> dict:
+    """``{part: OUT.<part>.onnx}`` for the ONNX parts ``family``'s registration names (none
+    without a family), each checked as an output (those in ``checked`` already were)."""
+    from attnlab.files import check_output_file
 
-    encoder, decoder = parts
-    atomic_write(encoder, lambda encoder_tmp: atomic_write(
-        decoder, lambda decoder_tmp: export_translation_parts(model, encoder_tmp, decoder_tmp, opset=opset)))
-    print(f"wrote {parts[0]} and {parts[1]}: the halves for step-by-step decoding (onnx_greedy_translate)")
+    parts = {part: out.with_suffix(f".{part}.onnx") for part in (family.onnx_parts if family else ())}
+    for part, path in parts.items():
+        if checked.get(part) != path:
+            check_output_file(path, force=force, flag=f"-o (the {part} part beside it)")
+    return parts
+
+
+def _write_parts(model, parts: dict, opset: int) -> None:
+    """Every part written to a fresh temporary file (files.atomic_write, nested) and renamed
+    over its name only once all are complete; a failure leaves none."""
+    from attnlab.files import atomic_write
+    from attnlab.interop.onnx_export import export_onnx
+
+    def write(pending: list, written: list) -> None:
+        if not pending:
+            for part, path in written:
+                export_onnx(model, path, opset=opset, part=part)
+            return
+        (part, path), rest = pending[0], pending[1:]
+        atomic_write(path, lambda tmp: write(rest, [*written, (part, tmp)]))
+
+    write(list(parts.items()), [])

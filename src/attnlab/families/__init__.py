@@ -4,8 +4,8 @@ the explorer, ``export-onnx`` and ``attnlab.load`` know about a family comes fro
 A family is a package ``attnlab.families.<name>`` whose ``__init__`` calls
 :func:`register_family` with one :class:`Family` record: its name, the ``family`` its
 models' ``config.json`` carries, the verbs it adds, its ``train`` task, its evaluator, its
-pipeline (``attnlab.load``), its attention source (the explorer), its ONNX graph (or why it
-has none) and the directories of other libraries it reads. The record names code as
+pipeline (``attnlab.load``), its attention maps and source (the explorer), its ONNX graph
+(or why it has none) and the directories of other libraries it reads. The record names code as
 ``"module:attribute"`` strings, imported only when used, so listing the families (and
 ``attnlab --help``) imports no model code and no torch.
 
@@ -45,11 +45,18 @@ class Family:
     ``add_arguments(parser)``, ``run(args) -> int``); ``train`` is the module of
     ``attnlab train <task>``; ``evaluate`` names the verb (one of ``verbs``) that
     ``attnlab evaluate --model DIR`` runs for a directory of this family. ``pipeline``,
-    ``explore``, ``onnx`` and every entry of ``recognise`` are ``"module:attribute"``:
-    the :class:`attnlab.pipelines.Pipeline` subclass, ``loader(directory, device) ->
-    AttentionSource``, ``graph(model) -> OnnxGraph``, and ``recognise(directory) -> bool``
-    for directories another library wrote (HuggingFace BERT, MarianMT) that this family
-    reads. ``not_exported`` says why a family without ``onnx`` has no ONNX graph.
+    ``attention``, ``explore``, ``onnx`` and every entry of ``recognise`` are
+    ``"module:attribute"``: the :class:`attnlab.pipelines.Pipeline` subclass,
+    ``maps(model, **inputs) -> {group: [per-layer (B, heads, Lq, Lk)]}`` (what
+    :func:`attnlab.viz.explorer.maps.attention_maps` gives for its models),
+    ``loader(directory, device) -> AttentionSource`` (the explorer), ``graph(model) ->
+    OnnxGraph`` (:mod:`attnlab.interop.onnx_export`), and ``recognise(directory) -> bool`` for
+    directories another library wrote (HuggingFace BERT, MarianMT) that this family reads.
+    ``onnx_parts`` names the parts its graph also exports beside it (``OnnxGraph.parts``;
+    ``export-onnx -o OUT.onnx`` writes ``OUT.<part>.onnx``). ``not_exported`` says why a
+    family without ``onnx`` has no ONNX graph; ``parts_not_exported`` maps the config family
+    of a model that is a part of this family, not a family (text-to-image's VQ-VAE), to why
+    ONNX export leaves it out.
     """
 
     name: str
@@ -60,9 +67,12 @@ class Family:
     task: str | None = None
     evaluate: str | None = None
     pipeline: str | None = None
+    attention: str | None = None
     explore: str | None = None
     onnx: str | None = None
+    onnx_parts: tuple[str, ...] = ()
     not_exported: str | None = None
+    parts_not_exported: Mapping[str, str] = field(default_factory=dict)
     recognise: tuple[str, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
 
@@ -73,7 +83,9 @@ class Family:
             raise ValueError(f"family {self.name!r}: config_family must name config.json's 'family'")
         object.__setattr__(self, "verbs", MappingProxyType(dict(self.verbs)))
         object.__setattr__(self, "aliases", MappingProxyType(dict(self.aliases)))
+        object.__setattr__(self, "parts_not_exported", MappingProxyType(dict(self.parts_not_exported)))
         object.__setattr__(self, "recognise", tuple(self.recognise))
+        object.__setattr__(self, "onnx_parts", tuple(self.onnx_parts))
         if self.task is None and self.train is not None:
             object.__setattr__(self, "task", self.name.replace("_", "-"))
         for verb in [*self.verbs, *self.aliases]:
@@ -84,17 +96,30 @@ class Family:
                 raise ValueError(f"family {self.name!r}: alias {alias!r} names {verb!r}, not one of its verbs")
         if self.evaluate is not None and self.evaluate not in self.verbs and self.evaluate != "evaluate":
             raise ValueError(f"family {self.name!r}: its evaluator {self.evaluate!r} is not one of its verbs")
-        targets = {"pipeline": self.pipeline, "explore": self.explore, "onnx": self.onnx,
+        targets = {"pipeline": self.pipeline, "attention": self.attention, "explore": self.explore, "onnx": self.onnx,
                    **{f"recognise[{i}]": target for i, target in enumerate(self.recognise)}}
         for what, value in targets.items():
             if value is not None and not _TARGET.match(value):
                 raise ValueError(f"family {self.name!r}: {what} = {value!r} is not 'module:attribute'")
         if self.onnx is not None and self.not_exported is not None:
             raise ValueError(f"family {self.name!r}: give onnx or not_exported, not both")
+        for part in self.onnx_parts:
+            if not isinstance(part, str) or not _NAME.match(part):
+                raise ValueError(f"family {self.name!r}: ONNX part name {part!r}: use lower-case letters, digits and _")
+        if self.onnx_parts and self.onnx is None:
+            raise ValueError(f"family {self.name!r}: onnx_parts without an onnx graph")
 
     # -- what the record names, imported when asked for ---------------------------------
     def pipeline_class(self):
         return None if self.pipeline is None else resolve(self.pipeline)
+
+    def attention_maps(self, model, **inputs):
+        """``{group: [per-layer (B, heads, Lq, Lk)]}`` of ``model`` on ``inputs``, by the
+        function its registration names (``attention``)."""
+        if self.attention is None:
+            raise ValueError(f"{type(model).__name__} does not expose its attention yet: the {self.title} family's "
+                             "registration names no attention function")
+        return resolve(self.attention)(model, **inputs)
 
     def attention_source(self, directory: Path, device: str = "cpu"):
         """The explorer's :class:`AttentionSource` for a model directory of this family."""
@@ -118,7 +143,8 @@ _LOADED = False
 
 def register_family(family: Family) -> Family:
     """Make ``family`` known to every command and API that serves all families. A name,
-    a config family, a train task or a verb claimed twice is an error (ValueError)."""
+    a config family (its own or a part's), a train task or a verb claimed twice is an error
+    (ValueError)."""
     if not isinstance(family, Family):
         raise TypeError(f"register_family takes a Family, got {type(family).__name__}")
     for other in _FAMILIES.values():
@@ -129,6 +155,11 @@ def register_family(family: Family) -> Family:
         if other.config_family == family.config_family:
             raise ValueError(f"families {other.name!r} and {family.name!r} both claim config family "
                              f"{family.config_family!r}")
+        claimed = ({other.config_family, *other.parts_not_exported}
+                   & {family.config_family, *family.parts_not_exported})
+        if claimed:
+            raise ValueError(f"families {other.name!r} and {family.name!r} both name the model family(ies) "
+                             f"{sorted(claimed)}")
         if family.task is not None and other.task == family.task:
             raise ValueError(f"families {other.name!r} and {family.name!r} both train as {family.task!r}")
         clash = (set(other.verbs) | set(other.aliases)) & (set(family.verbs) | set(family.aliases))

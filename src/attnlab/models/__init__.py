@@ -1,7 +1,8 @@
-"""Model families. Importing this package registers every family and preset."""
+"""Model classes and presets. Importing this package registers every model class and preset."""
 
 from attnlab.models.base import AttnlabModel, ModelConfig
-from attnlab.models.registry import create_model, get_preset, list_presets, load_model, register_family, register_preset
+from attnlab.models.registry import (create_model, get_preset, list_presets, load_model, register_model_class,
+                                     register_preset)
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
 from attnlab.models.bert import BertClassifier, BertClassifierConfig, BertConfig, BertEncoder
@@ -14,7 +15,7 @@ from attnlab.models.image_transformer import ImageTransformer, ImageTransformerC
 from attnlab.models.music import MusicTransformer, MusicTransformerConfig
 
 __all__ = ["AttnlabModel", "ModelConfig", "create_model", "get_preset", "list_presets", "load_model",
-           "register_family", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
+           "register_model_class", "register_preset", "Transformer", "TransformerConfig", "DecoderLM", "DecoderLMConfig",
            "BertConfig", "BertEncoder", "BertClassifier", "BertClassifierConfig", "VisionTransformer", "VisionTransformerConfig",
            "Captioner", "CaptionerConfig", "VQVAE", "VQVAEConfig",
            "TextToImage", "TextToImageConfig", "SceneAttributeClassifier", "SceneAttributeConfig",

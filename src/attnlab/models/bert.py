@@ -27,7 +27,7 @@ from attnlab.layers.feedforward import ACTIVATIONS
 from attnlab.layers.positional import LearnedPositionalEmbedding
 from attnlab.linear import Linear
 from attnlab.models.base import AttnlabModel, LayerConfig, check_token_ids, require_positive
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class BertOutput(NamedTuple):
     attentions: list[Tensor] | None
 
 
-@register_family
+@register_model_class
 class BertEncoder(AttnlabModel):
     """BERT: ``model(ids, attention_mask=..., token_type_ids=...)`` -> :class:`BertOutput`."""
 
@@ -185,7 +185,7 @@ class BertClassifierConfig(BertConfig):
         return cls(**values, num_labels=num_labels)
 
 
-@register_family
+@register_model_class
 class BertClassifier(BertEncoder):
     """BERT for sequence classification (Devlin et al. 2019, §4.1): the encoder of
     :class:`BertEncoder`, its pooler ``tanh(W h_[CLS] + b)``, dropout and one linear layer to

@@ -33,7 +33,7 @@ from attnlab.layers.patch import sincos_position_embedding_2d, strided_conv_laye
 from attnlab.layers.positional import build_positional
 from attnlab.models.base import AttnlabModel, StackConfig, check_images, check_token_ids
 from attnlab.models.parts import TokenDecoder, build_stack
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 from attnlab.models.vit import VisionTransformer, VisionTransformerConfig
 
 IMAGE_ENCODERS = ("vit", "cnn")
@@ -117,7 +117,7 @@ class ConvImageEncoder(nn.Module):
         return self.norm(x + self.positions)
 
 
-@register_family
+@register_model_class
 class Captioner(AttnlabModel):
     """Image encoder + :class:`~attnlab.models.parts.TokenDecoder`; see the module docstring.
 

@@ -42,7 +42,7 @@ from attnlab.layers.positional import sinusoidal_table
 from attnlab.linear import Linear
 from attnlab.models.base import AttnlabModel, StackConfig
 from attnlab.models.parts import build_stack
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 INTENSITIES = 256
 
@@ -228,7 +228,7 @@ class _ImageEmbedder(nn.Module):
         return self.dropout(x) if self.training else x
 
 
-@register_family
+@register_model_class
 class ImageTransformer(AttnlabModel):
     """Autoregressive image model over sub-pixels (optionally class-conditional, or a
     super-resolution decoder over an encoded low-resolution image).

@@ -31,7 +31,7 @@ from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
 from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids, require_positive
 from attnlab.models.parts import TokenDecoder, build_stack
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class DecoderLMConfig(StackConfig):
                 raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size})")
 
 
-@register_family
+@register_model_class
 class DecoderLM(AttnlabModel):
     """GPT-style decoder-only language model.
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from attnlab.models.lm import DecoderLM, DecoderLMConfig
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 # Vocabulary sizes of the encodings (attnlab.data.music defines them; models sit below data).
 ENCODING_VOCAB_SIZES = {"performance": 391, "jsb": 132}
@@ -63,7 +63,7 @@ class MusicTransformerConfig(DecoderLMConfig):
                              f"{ENCODING_VOCAB_SIZES[self.encoding]} tokens")
 
 
-@register_family
+@register_model_class
 class MusicTransformer(DecoderLM):
     """Decoder-only Music Transformer: a :class:`DecoderLM` with a music config."""
 

@@ -1,6 +1,8 @@
-"""Model families and presets: ``create_model``, ``list_presets``, ``load_model``.
+"""Model classes and presets: ``create_model``, ``list_presets``, ``load_model``.
 
-A *family* maps a name (stored in ``config.json``) to a config class and a model class.
+:func:`register_model_class` maps a config family (the ``family`` stored in
+``config.json``) to a config class and a model class (the family packages' registry,
+:mod:`attnlab.families`, is another one: it says what the commands do with those models).
 A *preset* is a tiny function named after a paper's setting that returns a config.
 """
 
@@ -20,13 +22,15 @@ from attnlab.files import MAX_CONFIG_BYTES, read_json_object, recover_directory
 from attnlab.models.base import CONFIG_NAME, WEIGHTS_NAME, AttnlabModel, ModelConfig, check_weights
 
 _FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
-_FAMILIES: dict[str, type[AttnlabModel]] = {}
+_MODEL_CLASSES: dict[str, type[AttnlabModel]] = {}
 _PRESETS: dict[str, Callable[[], ModelConfig]] = {}
 
 
-def register_family(model_class: type[AttnlabModel]) -> type[AttnlabModel]:
-    """Class decorator: make ``model_class`` loadable by its config's ``family`` name."""
-    _FAMILIES[model_class.config_class.family] = model_class
+def register_model_class(model_class: type[AttnlabModel]) -> type[AttnlabModel]:
+    """Class decorator: make ``model_class`` loadable by its config's ``family`` name. (The
+    model-class registry; a model *family* — verbs, pipeline, explorer, ONNX — registers with
+    :func:`attnlab.families.register_family`.)"""
+    _MODEL_CLASSES[model_class.config_class.family] = model_class
     return model_class
 
 
@@ -46,7 +50,7 @@ def _ensure_registered() -> None:
 def known_families() -> list[str]:
     """Names of the registered model families (the ``family`` of a ``config.json``)."""
     _ensure_registered()
-    return sorted(_FAMILIES)
+    return sorted(_MODEL_CLASSES)
 
 
 def list_presets() -> list[str]:
@@ -66,7 +70,7 @@ def get_preset(name: str, **overrides) -> ModelConfig:
 
 def model_class_for(config: ModelConfig) -> type[AttnlabModel]:
     _ensure_registered()
-    return _FAMILIES[config.family]
+    return _MODEL_CLASSES[config.family]
 
 
 def create_model(name: str, **overrides) -> AttnlabModel:
@@ -96,9 +100,9 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
         raise ValueError(f"{path}: a HuggingFace config (model_type={values['model_type']!r}), not an attnlab "
                          "model directory; attnlab.load(directory) and the verbs read HuggingFace BERT, GPT-2 and "
                          "MarianMT directories, and attnlab.interop converts other models")
-    if family not in _FAMILIES:
-        raise ValueError(f"{path}: unknown model family {family!r}; known families: {sorted(_FAMILIES)}")
-    return _FAMILIES[family].config_class.from_dict(values, source=str(path))
+    if family not in _MODEL_CLASSES:
+        raise ValueError(f"{path}: unknown model family {family!r}; known families: {sorted(_MODEL_CLASSES)}")
+    return _MODEL_CLASSES[family].config_class.from_dict(values, source=str(path))
 
 
 def _check_weights_fit(config: ModelConfig, weights: Path) -> None:

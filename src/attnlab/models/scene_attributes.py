@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.models.base import AttnlabModel, ModelConfig, check_images
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 from attnlab.models.scene_names import COLOURS, SHAPES
 
 
@@ -42,7 +42,7 @@ class SceneAttributeConfig(ModelConfig):
             raise ValueError(f"image_size={self.image_size} must be divisible by 4")
 
 
-@register_family
+@register_model_class
 class SceneAttributeClassifier(AttnlabModel):
     """``model(images)`` -> ``(presence logits (B, P), centres (B, P, 2) in [0, 1])``."""
 

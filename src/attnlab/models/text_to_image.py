@@ -31,7 +31,7 @@ from attnlab.attention.cache import StaticKVCache
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids
 from attnlab.models.parts import TokenDecoder, build_stack
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +117,7 @@ class TextImagePositions(nn.Module):
         return F.embedding(positions, self.table())
 
 
-@register_family
+@register_model_class
 class TextToImage(AttnlabModel):
     """Text tokens + image tokens through one causal :class:`TokenDecoder`; see the module docstring."""
 

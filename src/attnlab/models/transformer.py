@@ -18,7 +18,7 @@ from attnlab.layers.positional import build_positional
 from attnlab.linear import Linear
 from attnlab.models.base import AttnlabModel, StackConfig, check_token_ids, require_positive
 from attnlab.models.parts import TokenDecoder, TokenEncoder, build_stack
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Seq2SeqAttention(NamedTuple):
     cross: list[Tensor]
 
 
-@register_family
+@register_model_class
 class Transformer(AttnlabModel):
     """Encoder–decoder Transformer: a :class:`TokenEncoder` and a :class:`TokenDecoder`.
 

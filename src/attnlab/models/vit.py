@@ -31,7 +31,7 @@ from attnlab.layers.patch import (
     square_grid,
 )
 from attnlab.models.base import MAX_SIZE, AttnlabModel, LayerConfig, require_positive
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 POOLS = ("token", "mean")
 POSITION_EMBEDDINGS = ("learned", "sincos")
@@ -116,7 +116,7 @@ class VisionTransformerConfig(LayerConfig):
         return int(self.class_token)
 
 
-@register_family
+@register_model_class
 class VisionTransformer(AttnlabModel):
     """Image classifier; see the module docstring. Parameter names::
 

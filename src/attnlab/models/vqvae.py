@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.models.base import AttnlabModel, ModelConfig, check_images
-from attnlab.models.registry import register_family, register_preset
+from attnlab.models.registry import register_model_class, register_preset
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class VQOutput(NamedTuple):
     mse: Tensor  # mean squared error per pixel value, detached
 
 
-@register_family
+@register_model_class
 class VQVAE(AttnlabModel):
     """Image tokenizer: :meth:`encode` images -> codes, :meth:`decode_codes` codes -> images."""
 

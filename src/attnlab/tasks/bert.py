@@ -11,7 +11,9 @@ from text and keep them beside their weights.
   ``tokenizers`` library (BERT's special tokens first);
 * :func:`tokenizer_files`: the files a model directory keeps its vocabulary in
   (``vocab.txt``, ``tokenizer_config.json``), as :func:`attnlab.interop.hf_bert.load_wordpiece`
-  reads them back.
+  reads them back;
+* :func:`onnx_example`: the example inputs of both families' ONNX graphs (their
+  ``onnx.py``), ``ids, attention_mask, token_type_ids`` with the last row padded.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["BERT_FAMILIES", "SPECIAL_TOKENS", "TOKENIZER_FILES", "load_bert_directory", "load_init", "learn_wordpiece",
-           "tokenizer_files"]
+           "onnx_example", "tokenizer_files"]
 
 BERT_FAMILIES = ("bert", "bert_classifier")
 """The attnlab config families whose directories hold a BERT encoder and a WordPiece vocabulary."""
@@ -101,3 +103,20 @@ def tokenizer_files(tokenizer) -> dict[str, bytes]:
     return {"vocab.txt": Path(tokenizer.vocab_file).read_bytes(),
             "tokenizer_config.json": _tokenizer_config(tokenizer.lowercase)}
 
+
+
+def onnx_example(model):
+    """``example(batch, length, generator)``: random ``ids`` (never padding),
+    ``attention_mask`` and ``token_type_ids`` (zeros) for a BERT encoder's ONNX graph, the
+    last row's last two tokens padded (the padding-mask path is the one the trace records)."""
+    import torch
+
+    from attnlab.interop.onnx_export import pad_last_row, token_ids
+
+    ids = token_ids(model)
+
+    def example(batch, length, generator):
+        tokens = ids(batch, length, generator)
+        mask = pad_last_row(tokens, getattr(model.config, "pad_id", 0))
+        return {"ids": tokens, "attention_mask": mask, "token_type_ids": torch.zeros_like(tokens)}
+    return example

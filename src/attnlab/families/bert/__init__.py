@@ -18,7 +18,8 @@ FAMILY = register_family(Family(
     train="attnlab.families.bert.train",
     evaluate="evaluate-bert",
     pipeline="attnlab.families.bert.pipeline:BertPipeline",
+    attention="attnlab.viz.explorer.wordpiece:bert_attention",
     explore="attnlab.families.bert.explore:load_source",
-    onnx="attnlab.interop.onnx_export:bert_graph",
+    onnx="attnlab.families.bert.onnx:graph",
     recognise=("attnlab.interop.hf_bert:is_hf_bert_directory",),  # HuggingFace BERT directories
 ))

@@ -11,6 +11,7 @@ FAMILY = register_family(Family(
     train="attnlab.families.caption.train",
     evaluate="evaluate-caption",
     pipeline="attnlab.families.caption.pipeline:CaptionPipeline",
+    attention="attnlab.families.caption.explore:attention",
     explore="attnlab.families.caption.explore:load_source",
-    onnx="attnlab.interop.onnx_export:captioner_graph",
+    onnx="attnlab.families.caption.onnx:graph",
 ))

@@ -87,3 +87,9 @@ def held_out_image(directory, pipeline) -> tuple[Tensor, str]:
     if not len(data.images):
         raise ValueError(f"{spec} holds no held-out images")
     return data.images[0], f"the first held-out image of {spec} (captioned {data.captions[0][0]!r})"
+
+
+def attention(model, images: Tensor, tgt_in_ids: Tensor):
+    """This family's attention maps (its registration's ``attention``): the captioner's own
+    ``attention_maps``."""
+    return model.attention_maps(images, tgt_in_ids)

@@ -12,6 +12,7 @@ FAMILY = register_family(Family(
     train="attnlab.families.image.train",
     evaluate="evaluate-image",
     pipeline="attnlab.families.image.pipeline:ImageTransformerPipeline",
+    attention="attnlab.families.image.explore:attention",
     explore="attnlab.families.image.explore:load_source",
-    onnx="attnlab.interop.onnx_export:image_transformer_graph",
+    onnx="attnlab.families.image.onnx:graph",
 ))

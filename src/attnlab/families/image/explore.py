@@ -124,3 +124,14 @@ def held_out_image(directory, pipeline) -> tuple[Tensor, str]:
     if not len(data):
         raise ValueError(f"{source} holds no held-out images")
     return data.images[0], f"the first held-out image of {source}"
+
+
+def attention(model, images: Tensor, labels: Tensor | None = None, low_res: Tensor | None = None):
+    """This family's attention maps (its registration's ``attention``): sub-pixels in the
+    model's generation order (``model.embedder.order`` maps them to the raster); a
+    super-resolution model also attends to its low-resolution input ("cross")."""
+    _, weights = model(images, labels, low_res, need_weights=True)
+    maps = {"self": [w.self_attn for w in weights]}
+    if model.config.low_resolution:
+        maps["cross"] = [w.cross_attn for w in weights]
+    return maps

@@ -17,7 +17,8 @@ FAMILY = register_family(Family(
     train="attnlab.families.lm.train",
     evaluate="evaluate-lm",
     pipeline="attnlab.families.lm.pipeline:LanguageModelPipeline",
+    attention="attnlab.viz.explorer.maps:decoder_lm_attention",
     explore="attnlab.families.lm.explore:load_source",
-    onnx="attnlab.interop.onnx_export:lm_graph",
+    onnx="attnlab.families.lm.onnx:graph",
     recognise=("attnlab.interop.hf_gpt2:is_hf_gpt2_directory",),  # HuggingFace GPT-2 directories
 ))

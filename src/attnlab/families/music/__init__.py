@@ -17,6 +17,7 @@ FAMILY = register_family(Family(
     train="attnlab.families.music.train",
     evaluate="evaluate-music",
     pipeline="attnlab.families.music.pipeline:MusicPipeline",
+    attention="attnlab.viz.explorer.maps:decoder_lm_attention",
     explore="attnlab.families.music.explore:load_source",
-    onnx="attnlab.interop.onnx_export:lm_graph",
+    onnx="attnlab.families.music.onnx:graph",
 ))

@@ -19,6 +19,7 @@ FAMILY = register_family(Family(
     train="attnlab.families.text_classification.train",
     evaluate="evaluate-text-classifier",
     pipeline="attnlab.families.text_classification.pipeline:TextClassifierPipeline",
+    attention="attnlab.viz.explorer.wordpiece:bert_attention",
     explore="attnlab.families.text_classification.explore:load_source",
-    onnx="attnlab.interop.onnx_export:bert_classifier_graph",
+    onnx="attnlab.families.text_classification.onnx:graph",
 ))

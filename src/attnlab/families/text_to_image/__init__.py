@@ -11,6 +11,14 @@ FAMILY = register_family(Family(
     train="attnlab.families.text_to_image.train",
     evaluate="evaluate-text-to-image",
     pipeline="attnlab.families.text_to_image.pipeline:TextToImagePipeline",
+    attention="attnlab.families.text_to_image.explore:attention",
     explore="attnlab.families.text_to_image.explore:load_source",
-    onnx="attnlab.interop.onnx_export:text_to_image_graph",
+    onnx="attnlab.families.text_to_image.onnx:graph",
+    parts_not_exported={
+        "vqvae": "the VQ-VAE is the text-to-image model's image tokenizer (its codebook lookup is an argmin "
+                 "over distances with a straight-through estimator); export the text-to-image model's "
+                 "directory instead",
+        "scene_attributes": "the scene-attribute reader is text-to-image's fidelity judge, not a model to "
+                            "deploy",
+    },
 ))

@@ -87,3 +87,9 @@ def load_source(directory: Path, device: str) -> TextToImageSource:
     from attnlab.pipelines import load  # the family's pipeline, through the registry (no import cycle)
 
     return TextToImageSource(load(directory, device=device))
+
+
+def attention(model, text_ids: Tensor, codes: Tensor):
+    """This family's attention maps (its registration's ``attention``): one self-attention over
+    [text; image tokens]."""
+    return {"self": [w.self_attn for w in model(text_ids, codes, need_weights=True)[1]]}

@@ -20,7 +20,9 @@ FAMILY = register_family(Family(
     # attnlab.families.translation.evaluate)
     evaluate="evaluate",
     pipeline="attnlab.families.translation.pipeline:TranslationPipeline",
+    attention="attnlab.families.translation.explore:attention",
     explore="attnlab.families.translation.explore:load_source",
-    onnx="attnlab.interop.onnx_export:translation_graph",
+    onnx="attnlab.families.translation.onnx:graph",
+    onnx_parts=("encoder", "decoder"),  # beside OUT.onnx: OUT.encoder.onnx, OUT.decoder.onnx
     recognise=("attnlab.interop.hf_marian:is_hf_marian_directory",),  # OPUS-MT directories
 ))

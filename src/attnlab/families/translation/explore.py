@@ -93,3 +93,10 @@ def _held_out_sentence(directory, info: dict) -> tuple[str, str]:
         if corpus.pairs:
             return corpus.pairs[0][0], corpus.description or f"{info['data']} test"
     raise ValueError(f"{Path(directory) / TASK_FILE} records no held-out data")
+
+
+def attention(model, src_ids, tgt_in_ids):
+    """This family's attention maps (its registration's ``attention``): the Transformer's
+    three groups, from its own ``attention_maps``."""
+    _, weights = model.attention_maps(src_ids, tgt_in_ids)
+    return {"encoder self": weights.encoder, "decoder self": weights.decoder_self, "cross": weights.cross}

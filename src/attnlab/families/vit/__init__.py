@@ -11,7 +11,8 @@ FAMILY = register_family(Family(
     train="attnlab.families.vit.train",
     evaluate="evaluate-vit",
     pipeline="attnlab.families.vit.pipeline:ClassifierPipeline",
+    attention="attnlab.families.vit.explore:attention",
     explore="attnlab.families.vit.explore:load_source",
-    onnx="attnlab.interop.onnx_export:vit_graph",
+    onnx="attnlab.families.vit.onnx:graph",
     recognise=("attnlab.interop.timm_vit:is_timm_vit_directory",),  # timm hub checkpoints (config.json + safetensors)
 ))

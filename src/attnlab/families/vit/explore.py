@@ -72,3 +72,10 @@ def held_out_image(directory, pipeline) -> tuple[Tensor, str]:
     if not len(data):
         raise ValueError(f"{source} holds no held-out images")
     return data.images[0], f"the first held-out image of {source} (labelled {data.classes[int(data.labels[0])]})"
+
+
+def attention(model, images: Tensor):
+    """This family's attention maps (its registration's ``attention``): ``images`` normalised
+    (B, C, H, W); the tokens are the prefix (class token) then the patches, row-major."""
+    _, weights = model.encode(images, need_weights=True)
+    return {"self": [w.self_attn for w in weights]}

@@ -3,20 +3,19 @@ attnlab model's attention, served on 127.0.0.1 or written as one self-contained 
 
 ``explorer_html(model_dir_or_source, text)`` returns that file's HTML (for Jupyter:
 ``IPython.display.HTML(explorer_html(..., notebook=True))``); ``attnlab explore`` serves or
-writes it. Models show their attention through :func:`~attnlab.viz.explorer.maps.attention_maps`.
+writes it. Models show their attention through :func:`~attnlab.viz.explorer.maps.attention_maps`
+(the function each family's registration names, attnlab.families).
 """
 
 from __future__ import annotations
 
 import os
 
-from attnlab.viz.explorer.maps import (AttentionGroup, AttentionSource, Analysis, attention_maps, load_source,
-                                       register_attention_maps)
+from attnlab.viz.explorer.maps import AttentionGroup, AttentionSource, Analysis, attention_maps, load_source
 from attnlab.viz.explorer.page import notebook_html, render_page
 from attnlab.viz.explorer.payload import full_payload
 
-__all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "explorer_html", "load_source",
-           "register_attention_maps"]
+__all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "explorer_html", "load_source"]
 
 MAX_FILE_TOKENS = 1024  # a self-contained file holds every layer; keep it a sensible size
 

@@ -3,10 +3,12 @@
 :func:`attention_maps` ``(model, **inputs) -> list[AttentionGroup]``: named groups
 ("encoder self", "decoder self", "cross", or "self" for a single stack), each with
 weights ``(layers, heads, Lq, Lk)`` of one input (batch row 0) and the labels of its
-queries and keys. Every model family registers one small function with
-:func:`register_attention_maps`; they all read the attention through the public
-``need_weights`` path of the shared layers, so what is shown is what the model computed.
-ViT, music or image models add theirs the same way (patch or pixel labels as tokens).
+queries and keys. Every model family's registration (attnlab.families) names one small
+function in its package, ``attention=`` (families whose models share a class share one
+here: :func:`decoder_lm_attention` for the LM and music families, and
+attnlab.viz.explorer.wordpiece's ``bert_attention`` for the BERT ones); they all read the
+attention through the public ``need_weights`` path of the shared layers, so what is shown is
+what the model computed.
 
 A :class:`AttentionSource` wraps a model *with its tokenizer* (text in, groups out); the
 explorer talks only to sources, which :func:`load_source` builds from a model directory.
@@ -15,7 +17,6 @@ explorer talks only to sources, which :func:`load_source` builds from a model di
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -23,8 +24,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "register_attention_maps",
-           "load_source", "note_default"]
+__all__ = ["AttentionGroup", "AttentionSource", "Analysis", "attention_maps", "decoder_lm_attention",
+           "lm_hidden_and_attention", "load_source", "note_default"]
 
 
 @dataclass
@@ -59,81 +60,31 @@ class AttentionGroup:
                              "query cells")
 
 
-_MAPS: dict[type, Callable[..., dict[str, Tensor]]] = {}
-
-
-def register_attention_maps(model_class: type):
-    """Decorator: ``fn(model, **inputs) -> {group name: (layers, heads, Lq, Lk)}`` for
-    ``model_class`` (and its subclasses)."""
-    def decorate(fn):
-        _MAPS[model_class] = fn
-        return fn
-    return decorate
-
-
 @torch.no_grad()
 def attention_maps(model, **inputs) -> dict[str, Tensor]:
     """The attention weights of ``model`` on ``inputs`` (batch of one), by group name, each
-    ``(layers, heads, Lq, Lk)`` float32 on the CPU. Raises ValueError for a model family
-    without a registered function."""
-    for cls in type(model).__mro__:
-        if cls in _MAPS:
-            maps = _MAPS[cls](model, **inputs)
-            return {name: torch.stack([w[0] for w in layers]).float().cpu() for name, layers in maps.items()}
-    raise ValueError(f"{type(model).__name__} does not expose its attention yet (register_attention_maps)")
+    ``(layers, heads, Lq, Lk)`` float32 on the CPU, from the function its family's
+    registration names (``attention``, attnlab.families). Raises ValueError for a model of
+    no family, or of a family that names none."""
+    from attnlab.families import family_for_config
+
+    config_family = getattr(getattr(model, "config", None), "family", None)
+    family = family_for_config(config_family) if isinstance(config_family, str) else None
+    if family is None:
+        raise ValueError(f"{type(model).__name__} does not expose its attention yet: it is no registered family's "
+                         "model (a family's registration names its attention function, attnlab.families)")
+    maps = family.attention_maps(model, **inputs)
+    return {name: torch.stack([w[0] for w in layers]).float().cpu() for name, layers in maps.items()}
 
 
-def _register_builtin_maps() -> None:
-    from attnlab.models.bert import BertEncoder
-    from attnlab.models.image_transformer import ImageTransformer
-    from attnlab.models.lm import DecoderLM
-    from attnlab.models.transformer import Transformer
-
-    @register_attention_maps(Transformer)
-    def _transformer(model, src_ids: Tensor, tgt_in_ids: Tensor):
-        _, weights = model.attention_maps(src_ids, tgt_in_ids)
-        return {"encoder self": weights.encoder, "decoder self": weights.decoder_self, "cross": weights.cross}
-
-    @register_attention_maps(BertEncoder)
-    def _bert(model, ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None):
-        out = model(ids, attention_mask=attention_mask, token_type_ids=token_type_ids, need_weights=True)
-        return {"self": out.attentions}
-
-    @register_attention_maps(ImageTransformer)
-    def _image(model, images: Tensor, labels: Tensor | None = None, low_res: Tensor | None = None):
-        # Sub-pixels in the model's generation order (model.embedder.order maps them to the raster).
-        _, weights = model(images, labels, low_res, need_weights=True)
-        maps = {"self": [w.self_attn for w in weights]}
-        if model.config.low_resolution:
-            maps["cross"] = [w.cross_attn for w in weights]
-        return maps
-
-    @register_attention_maps(DecoderLM)
-    def _lm(model, ids: Tensor):
-        # DecoderLM.forward returns logits only; run its stack with need_weights on the same
-        # embeddings (one row, no padding: positions 0..L-1). tests/viz check that these
-        # hidden states give forward()'s logits, so the two cannot drift apart.
-        hidden, weights = lm_hidden_and_attention(model, ids)
-        return {"self": [w.self_attn for w in weights]}
-
-    from attnlab.models.captioner import Captioner
-    from attnlab.models.text_to_image import TextToImage
-
-    @register_attention_maps(Captioner)
-    def _captioner(model, images: Tensor, tgt_in_ids: Tensor):
-        return model.attention_maps(images, tgt_in_ids)
-
-    @register_attention_maps(TextToImage)
-    def _text_to_image(model, text_ids: Tensor, codes: Tensor):
-        return {"self": [w.self_attn for w in model(text_ids, codes, need_weights=True)[1]]}
-
-    from attnlab.models.vit import VisionTransformer
-
-    @register_attention_maps(VisionTransformer)
-    def _vit(model, images: Tensor):
-        # images: normalised (B, C, H, W); tokens are the prefix (class token) then the patches, row-major
-        _, weights = model.encode(images, need_weights=True)
-        return {"self": [w.self_attn for w in weights]}
+def decoder_lm_attention(model, ids: Tensor) -> dict[str, list[Tensor]]:
+    """The attention of a DecoderLM (the lm family's models, and the Music Transformer, which
+    is one): ``{"self": per-layer weights}``. DecoderLM.forward returns logits only, so this
+    runs its stack with need_weights on the same embeddings (:func:`lm_hidden_and_attention`;
+    tests/viz check that these hidden states give forward()'s logits, so the two cannot drift
+    apart)."""
+    _, weights = lm_hidden_and_attention(model, ids)
+    return {"self": [w.self_attn for w in weights]}
 
 
 def lm_hidden_and_attention(model, ids: Tensor):
@@ -147,9 +98,6 @@ def lm_hidden_and_attention(model, ids: Tensor):
     decoder = model.decoder  # the TokenDecoder part: the same embedding and stack as forward()
     x = decoder.embed_tokens(ids, positions, bound=ids.shape[1])
     return decoder.stack(x, need_weights=True)
-
-
-_register_builtin_maps()
 
 
 # -- sources: a model with its tokenizer ---------------------------------------------------

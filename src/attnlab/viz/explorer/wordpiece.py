@@ -2,14 +2,21 @@
 
 Shared by the families whose models are BERT encoders (``bert``; the text classifier,
 whose analysis also names the predicted label): each family's explore.py loads its
-directory and builds a :class:`BertSource`.
+directory and builds a :class:`BertSource`, and both registrations name
+:func:`bert_attention` (``attention=``) for their models' maps.
 """
 
 from __future__ import annotations
 
 from attnlab.viz.explorer.maps import SEEDS_SENTENCE, Analysis, AttentionGroup, _check_text, attention_maps
 
-__all__ = ["BertSource"]
+__all__ = ["BertSource", "bert_attention"]
+
+
+def bert_attention(model, ids, attention_mask=None, token_type_ids=None):
+    """A BERT encoder's (or classifier's) self-attention, ``{"self": per-layer weights}``."""
+    out = model(ids, attention_mask=attention_mask, token_type_ids=token_type_ids, need_weights=True)
+    return {"self": out.attentions}
 
 
 class BertSource:
