@@ -64,6 +64,7 @@ TOY_PACKAGE = textwrap.dedent('''
         explore="toyfamily.parts:load_source",
         onnx="toyfamily.parts:graph",
         onnx_parts=("embed",),
+        exporters={"hf": "toyfamily.parts:hf_export"},
     ))
 ''')
 
@@ -188,6 +189,13 @@ TOY_PARTS = textwrap.dedent('''
         embedded = model.embed(ids)
         scores = embedded @ embedded.transpose(-1, -2) / model.config.d_model ** 0.5
         return {"self": [scores.softmax(-1)[:, None]]}
+
+
+    def hf_export(pipeline):
+        from attnlab.interop.export import Export, json_bytes
+
+        model = pipeline.model
+        return Export({"embed.weight": model.embed.weight}, {"config.json": json_bytes({"vocab": 13})}, "a toy reader")
 
 
     def graph(model):
@@ -333,6 +341,15 @@ def test_a_registered_family_loads_explores_and_exports(toy_family, tmp_path, ca
     assert main(["export-onnx", "--model", str(toy_family), "-o", str(tmp_path / "mine.onnx")]) == 2
     assert "the embed part beside it" in capsys.readouterr().err and not (tmp_path / "mine.onnx").exists()
     assert (tmp_path / "mine.embed.onnx").read_text() == "mine"
+    # attnlab export: the exporter its registration names
+    from safetensors.torch import load_file
+
+    assert main(["export", "--model", str(toy_family), "--format", "hf", "-o", str(tmp_path / "hf")]) == 0
+    assert "opens with a toy reader" in capsys.readouterr().out
+    assert torch.equal(load_file(tmp_path / "hf" / "model.safetensors")["embed.weight"],
+                       pipeline.model.embed.weight.detach())
+    assert main(["export", "--model", str(toy_family), "--format", "timm", "-o", str(tmp_path / "timm")]) == 2
+    assert "has no layout for a 'toy_model' model" in capsys.readouterr().err
 
 
 def test_unregistering_removes_every_trace(toy_family):
@@ -343,6 +360,7 @@ def test_unregistering_removes_every_trace(toy_family):
 
 
 def test_the_builtin_families_are_whole():
+    from attnlab.interop.export import FORMATS
     from attnlab.models.registry import known_families
 
     names = [family.name for family in families()]
@@ -360,7 +378,8 @@ def test_the_builtin_families_are_whole():
             assert family.evaluate in family.verbs
         if family.explore:  # an explorer source shows the maps its registration names
             assert family.attention, family.name
-        for target in (family.attention, family.explore, family.onnx, *family.recognise):
+        assert set(family.exporters) <= set(FORMATS), family.name
+        for target in (family.attention, family.explore, family.onnx, *family.recognise, *family.exporters.values()):
             if target is not None:
                 assert callable(resolve(target)), target
     assert set(all_verbs()) <= set(verbs())

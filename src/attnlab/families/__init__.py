@@ -52,6 +52,10 @@ class Family:
     ``loader(directory, device) -> AttentionSource`` (the explorer), ``graph(model) ->
     OnnxGraph`` (:mod:`attnlab.interop.onnx_export`), and ``recognise(directory) -> bool`` for
     directories another library wrote (HuggingFace BERT, MarianMT) that this family reads.
+    ``exporters`` maps an ``attnlab export --format`` (``hf``, ``timm``) to the
+    ``"module:function"`` that exports its models' directories (``export(pipeline) ->
+    attnlab.interop.export.Export``), beside the core's converters in
+    :data:`attnlab.interop.export.EXPORTERS`.
     ``onnx_parts`` names the parts its graph also exports beside it (``OnnxGraph.parts``;
     ``export-onnx -o OUT.onnx`` writes ``OUT.<part>.onnx``). ``not_exported`` says why a
     family without ``onnx`` has no ONNX graph; ``parts_not_exported`` maps the config family
@@ -73,6 +77,7 @@ class Family:
     onnx_parts: tuple[str, ...] = ()
     not_exported: str | None = None
     parts_not_exported: Mapping[str, str] = field(default_factory=dict)
+    exporters: Mapping[str, str] = field(default_factory=dict)
     recognise: tuple[str, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
 
@@ -84,6 +89,7 @@ class Family:
         object.__setattr__(self, "verbs", MappingProxyType(dict(self.verbs)))
         object.__setattr__(self, "aliases", MappingProxyType(dict(self.aliases)))
         object.__setattr__(self, "parts_not_exported", MappingProxyType(dict(self.parts_not_exported)))
+        object.__setattr__(self, "exporters", MappingProxyType(dict(self.exporters)))
         object.__setattr__(self, "recognise", tuple(self.recognise))
         object.__setattr__(self, "onnx_parts", tuple(self.onnx_parts))
         if self.task is None and self.train is not None:
@@ -97,7 +103,8 @@ class Family:
         if self.evaluate is not None and self.evaluate not in self.verbs and self.evaluate != "evaluate":
             raise ValueError(f"family {self.name!r}: its evaluator {self.evaluate!r} is not one of its verbs")
         targets = {"pipeline": self.pipeline, "attention": self.attention, "explore": self.explore, "onnx": self.onnx,
-                   **{f"recognise[{i}]": target for i, target in enumerate(self.recognise)}}
+                   **{f"recognise[{i}]": target for i, target in enumerate(self.recognise)},
+                   **{f"exporters[{fmt!r}]": target for fmt, target in self.exporters.items()}}
         for what, value in targets.items():
             if value is not None and not _TARGET.match(value):
                 raise ValueError(f"family {self.name!r}: {what} = {value!r} is not 'module:attribute'")

@@ -10,10 +10,10 @@ format lacks, a tokenizer it cannot carry exactly...): an export never loads int
 that computes another function. Nothing is written by an exporter; the verb writes the
 :class:`Export` into a fresh directory (:func:`attnlab.files.atomic_directory`).
 
-Exporters are registered per ``(format, config family)`` (:func:`register_exporter`): the
-built-in ones are in :data:`EXPORTERS`; a new model class (a BERT sequence classifier, say)
-adds one function ``export(pipeline) -> Export`` and one ``register_exporter("hf",
-"<its config family>", "module:function")`` call (in its family package's ``__init__``).
+Exporters are found per ``(format, config family)``: the core's converters are in
+:data:`EXPORTERS` (:func:`register_exporter` adds one); a family's own exporter (the BERT
+text classifier's) lives in its package, named by its registration
+(``Family.exporters``, attnlab.families), which :func:`exporter_for` reads.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ FORMATS = {"hf": "HuggingFace transformers", "timm": "timm"}
 EXPORTERS: dict[tuple[str, str], str] = {
     ("hf", "decoder_lm"): "attnlab.interop.export_hf:gpt2_export",
     ("hf", "bert"): "attnlab.interop.export_hf:bert_export",
-    ("hf", "bert_classifier"): "attnlab.families.text_classification.export:hf_export",
     ("hf", "transformer"): "attnlab.interop.export_hf:marian_export",
     ("hf", "vit"): "attnlab.interop.export_timm:hf_vit_export",
     ("timm", "vit"): "attnlab.interop.export_timm:timm_export",
 }
 
-# optional packages an exporter needs (checked before anything is read: options.require_packages)
+# optional packages an exporter needs (checked before anything is read: options.require_packages);
+# the text classifier's exporter (its family's registration) is bert_export's with a head: the same needs
 NEEDS: dict[tuple[str, str], tuple[str, ...]] = {("hf", "decoder_lm"): ("tokenizers",), ("hf", "bert"): ("tokenizers",),
                                                  ("hf", "bert_classifier"): ("tokenizers",)}
 
@@ -62,15 +62,18 @@ def register_exporter(format: str, config_family: str, target: str, *, needs: tu
 
 
 def exporter_for(format: str, config_family: str) -> Callable:
-    """The exporter of ``config_family`` models to ``format`` (ValueError saying which
-    families the format covers when there is none)."""
-    from attnlab.families import resolve
+    """The exporter of ``config_family`` models to ``format``: the core's (:data:`EXPORTERS`)
+    or the one the family's registration names (ValueError saying which families the
+    format covers when there is none)."""
+    from attnlab.families import families, resolve
 
     if format not in FORMATS:
         raise ValueError(f"--format {format}: unknown format; choose one of {', '.join(FORMATS)}")
-    target = EXPORTERS.get((format, config_family))
+    exporters = {**{(fmt, family.config_family): target for family in families()
+                    for fmt, target in family.exporters.items()}, **EXPORTERS}
+    target = exporters.get((format, config_family))
     if target is None:
-        covered = sorted(family for fmt, family in EXPORTERS if fmt == format)
+        covered = sorted(family for fmt, family in exporters if fmt == format)
         raise ValueError(f"--format {format}: {FORMATS[format]} has no layout for a {config_family!r} model; "
                          f"it covers {', '.join(repr(f) for f in covered)}")
     return resolve(target)

@@ -22,4 +22,5 @@ FAMILY = register_family(Family(
     attention="attnlab.viz.explorer.wordpiece:bert_attention",
     explore="attnlab.families.text_classification.explore:load_source",
     onnx="attnlab.families.text_classification.onnx:graph",
+    exporters={"hf": "attnlab.families.text_classification.export:hf_export"},  # BertForSequenceClassification
 ))
