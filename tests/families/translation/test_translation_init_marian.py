@@ -237,6 +237,14 @@ def test_a_marian_fine_tuning_run_resumes_and_trains_with_lora(marian, tmp_path,
     assert not any("lora" in name for name in pipeline.model.state_dict())
     assert (tmp_path / "lora" / "model" / "source.spm").read_bytes() == (marian / "source.spm").read_bytes()
     assert isinstance(pipeline.translate(SOURCES[0], beam=1, max_len_a=0, max_len_b=5), str)
+    # the Python API runs the same lifecycle
+    from attnlab.translation import TranslationTrainOptions, train_translation
+
+    model_dir = train_translation(TranslationTrainOptions(
+        out=str(tmp_path / "api"), train_src=train[1], train_tgt=train[3], max_steps=1, val_every=None,
+        progress_bar=False, max_tokens=256, max_length=32, init=str(marian)))
+    assert json.loads((model_dir / "translation.json").read_text())["format"] == "marian"
+    assert (model_dir / "target.spm").read_bytes() == (marian / "target.spm").read_bytes()
 
 
 def _without(marian, tmp_path, name):
