@@ -65,6 +65,7 @@ __all__ = [
     "remove_made",
     "remove_stale_temporaries",
     "sha256_file",
+    "strict_json_bytes",
     "tensors_size",
 ]
 
@@ -266,10 +267,14 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def strict_json_bytes(data: Any, *, indent: int | None = 1) -> bytes:
+    """``data`` as strict JSON (non-finite numbers refused), UTF-8: what :func:`atomic_write_json` writes."""
+    return (json.dumps(data, indent=indent, allow_nan=False) + "\n").encode("utf-8")
+
+
 def atomic_write_json(target: str | os.PathLike, data: Any, *, indent: int | None = 1) -> Path:
     """Write ``data`` as strict JSON (non-finite numbers refused) atomically."""
-    text = json.dumps(data, indent=indent, allow_nan=False) + "\n"
-    return atomic_write_bytes(target, text.encode("utf-8"))
+    return atomic_write_bytes(target, strict_json_bytes(data, indent=indent))
 
 
 # --------------------------------------------------------------------------- #

@@ -130,6 +130,11 @@ class Tokenizer:
         """The serialised sentencepiece model: what ``tokenizer.model`` holds."""
         return self._proto
 
+    def files(self) -> dict[str, bytes]:
+        """``{"tokenizer.model": bytes}``: the files :meth:`save` writes (a training run carries
+        them in its checkpoints and model directory)."""
+        return {TOKENIZER_FILE: self._proto}
+
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``directory/tokenizer.model`` (atomically: write, then rename) and return its path."""
         directory = Path(directory)

@@ -339,7 +339,11 @@ def marian_export(pipeline) -> Export:
     if c.layer_norm_eps != 1e-5:
         problems.append(f"layer_norm_eps={c.layer_norm_eps}: Marian's LayerNorms use 1e-5")
     marian_source = is_hf_marian_directory(source)
-    if not marian_source and not (source / "tokenizer.model").is_file():
+    # an attnlab directory holding a MarianMT model's tokenizer (fine-tuned from one, or saved by
+    # save_pretrained): translation.json's "format": "marian"
+    marian_tokenizer = not marian_source and getattr(pipeline, "translator", None) is not None \
+        and pipeline.translator.info.get("format") == "marian"
+    if not marian_source and not marian_tokenizer and not (source / "tokenizer.model").is_file():
         problems.append(f"{source / 'tokenizer.model'}: no sentencepiece model to carry as source.spm/target.spm")
     state = StateReader(model)
     tied = state.tied("decoder.embed.weight", "encoder.embed.weight") & state.tied("decoder.head.weight",
@@ -401,9 +405,17 @@ def marian_export(pipeline) -> Export:
     }
     generation = {"decoder_start_token_id": c.bos_id, "eos_token_id": c.eos_id, "pad_token_id": c.pad_id,
                   "bad_words_ids": [[i] for i in suppress] or None, "num_beams": 4, "max_length": 512}
+    marian_settings = {"tokenizer_class": "MarianTokenizer", "separate_vocabs": False,
+                       "model_max_length": c.max_positions, "eos_token": "</s>", "unk_token": "<unk>",
+                       "pad_token": "<pad>"}
     if marian_source:  # the MarianMT directory attnlab read: its tokenizer and generation defaults as they are
         files = _copy_files(source, ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json",
                                      "special_tokens_map.json", "generation_config.json"))
+    elif marian_tokenizer:  # its MarianTokenizer's files as it reads them, translation.json's decoding defaults
+        tokenizer = pipeline.translator.tokenizer
+        files = {name: content for name, content in tokenizer.files().items() if name != "tokenizer_config.json"}
+        files["tokenizer_config.json"] = json_bytes({**marian_settings, "source_lang": tokenizer.source_lang})
+        generation.update(pipeline.translator.info.get("generation") or {})
     else:
         import sentencepiece
 
@@ -411,14 +423,12 @@ def marian_export(pipeline) -> Export:
         processor = sentencepiece.SentencePieceProcessor(model_proto=spm)
         vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
         files = {"source.spm": spm, "target.spm": spm, "vocab.json": json_bytes(vocab),
-                 "tokenizer_config.json": json_bytes({
-                     "tokenizer_class": "MarianTokenizer", "separate_vocabs": False, "model_max_length": c.max_positions,
-                     "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})}
+                 "tokenizer_config.json": json_bytes(marian_settings)}
     files.setdefault("generation_config.json", json_bytes({k: v for k, v in generation.items() if v is not None}))
     files["config.json"] = json_bytes(config)
     notes = ["the model dimension is reordered (the paper's interleaved sinusoids -> Marian's halves): the same "
              "function, its weights in another basis"] if permute else []
-    if not marian_source:
+    if not marian_source and not marian_tokenizer:
         notes.append("CTranslate2's TransformersConverter reads Marian directories in OPUS-MT's conventions only "
                      "(<pad> the last vocabulary entry, decoding from a zero embedding); this vocabulary has <pad> at "
                      f"id {c.pad_id} and decoding starts from id {c.bos_id}, so that converter refuses it")

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -214,7 +214,9 @@ class MarianTokenizer:
     sacremoses is installed, as HuggingFace's tokenizer does (otherwise unchanged).
 
     The interface :class:`~attnlab.translation.Translator` uses: ``vocab_size``,
-    ``encode_batch`` (ids without EOS), ``decode`` (special tokens dropped), ``pieces``.
+    ``encode_batch`` (ids without EOS), ``decode`` (special tokens dropped), ``pieces``;
+    fine-tuning (``attnlab train translation --init``) also ``encode_pairs``: targets split by
+    ``target.spm``, as HuggingFace's ``tokenizer(text_target=...)`` does.
     """
 
     special_tokens = ("</s>", "<unk>", "<pad>")
@@ -244,17 +246,23 @@ class MarianTokenizer:
         self.source_lang = source_lang
         self.normalize = _punctuation_normalizer(source_lang)
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """Write ``source.spm``, ``target.spm``, ``vocab.json`` and ``tokenizer_config.json``
-        into ``directory``: what :meth:`load` reads."""
-        from attnlab.files import atomic_write_bytes, atomic_write_json
+    def files(self) -> dict[str, bytes]:
+        """``source.spm``, ``target.spm`` (the sentencepiece models as read, byte for byte),
+        ``vocab.json`` and ``tokenizer_config.json``: what :meth:`save` writes and :meth:`load`
+        reads (a fine-tuning run carries them in its checkpoints and model)."""
+        from attnlab.files import strict_json_bytes
 
-        directory = Path(directory)
-        for name, processor in (("source.spm", self.source), ("target.spm", self.target)):
-            atomic_write_bytes(directory / name, processor.serialized_model_proto())
-        atomic_write_json(directory / "vocab.json", self.vocab, indent=None)
-        atomic_write_json(directory / "tokenizer_config.json",
-                          {"source_lang": self.source_lang, "separate_vocabs": False})
+        return {"source.spm": self.source.serialized_model_proto(),
+                "target.spm": self.target.serialized_model_proto(),
+                "vocab.json": strict_json_bytes(self.vocab, indent=None),
+                "tokenizer_config.json": strict_json_bytes({"source_lang": self.source_lang, "separate_vocabs": False})}
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write :meth:`files` into ``directory`` (each atomically)."""
+        from attnlab.files import atomic_write_bytes
+
+        for name, content in self.files().items():
+            atomic_write_bytes(Path(directory) / name, content)
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> MarianTokenizer:
@@ -286,17 +294,23 @@ class MarianTokenizer:
     def vocab_size(self) -> int:
         return len(self.vocab)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of one sentence, without the EOS the translator appends."""
+    def encode(self, text: str, *, target: bool = False) -> list[int]:
+        """Token ids of one sentence, without the EOS the translator appends; ``target``: a
+        target-side sentence, split by ``target.spm`` (a training pair's reference)."""
         text = self.normalize(text) if text else ""
         code = []
         if text.startswith(">>") and (end := text.find("<<")) != -1:
             code, text = [text[: end + 2]], text[end + 2:]
-        pieces = code + self.source.encode(text, out_type=str)
+        pieces = code + (self.target if target else self.source).encode(text, out_type=str)
         return [self.vocab.get(piece, self.unk_id) for piece in pieces]
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self.encode(text) for text in texts]
+    def encode_batch(self, texts: Sequence[str], *, target: bool = False) -> list[list[int]]:
+        return [self.encode(text, target=target) for text in texts]
+
+    def encode_pairs(self, pairs: Iterable[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """``(source ids, target ids)`` of each ``(source, target)`` pair (e.g. a ``ParallelCorpus``),
+        without EOS: the source by ``source.spm``, the target by ``target.spm``."""
+        return [(self.encode(source), self.encode(target, target=True)) for source, target in pairs]
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.id_to_piece.get(int(i), "<unk>") for i in ids]

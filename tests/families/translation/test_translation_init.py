@@ -97,19 +97,3 @@ def test_own_files_record_the_languages_given_and_evaluate_keeps_to_them(tmp_pat
     assert main(["evaluate", "--model", str(given / "model"), "--data", "multi30k", "--src", "de", "--limit",
                  "2"]) == 2
     assert "trained on fr->en" in capsys.readouterr().err
-
-
-def test_a_marian_directory_is_refused_before_reading_data(tmp_path, capsys):
-    """MarianMT is opened (the foreign format attnlab.load reads) but its two-model tokenizer cannot
-    yet be saved with an attnlab model: said in one line naming the directory, nothing written."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("sentencepiece")
-    from reference.foreign_dirs import marian_directory
-
-    marian = marian_directory(tmp_path / "opus-mt-de-en")
-    train = _pairs(tmp_path, "train_m", ["ein hund"] * 20, ["a dog"] * 20)
-    out = tmp_path / "o"
-    assert main(["train", "translation", *train, "--init", str(marian), "--max-steps", "1", "--out", str(out),
-                 *RUN]) == 2
-    err = capsys.readouterr().err
-    assert "MarianMT" in err and str(marian) in err and "data:" not in err and not out.exists()

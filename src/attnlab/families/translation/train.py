@@ -6,7 +6,9 @@
     torchrun --nproc_per_node=2 -m attnlab.cli.main train translation ...   # data-parallel
 
 The final model is written to ``OUT/model`` (config.json, model.safetensors,
-tokenizer.model, translation.json); ``OUT/checkpoints`` holds resumable checkpoints and
+tokenizer.model, translation.json; started with ``--init`` from a MarianMT directory, that
+model's tokenizer files source.spm, target.spm, vocab.json in place of tokenizer.model, and
+``"format": "marian"`` in translation.json); ``OUT/checkpoints`` holds resumable checkpoints and
 ``OUT/metrics.jsonl`` the training log.
 """
 
@@ -18,6 +20,9 @@ from pathlib import Path
 from attnlab.cli.training_run import TrainingTask, add_training_arguments, run_training
 
 DESCRIPTION = __doc__.split("\n\n")[0]
+TOKENIZER_INFO = ("format", "generation")
+"""``translation.json``'s fields that belong to the tokenizer (a MarianMT model's: ``"format": "marian"``
+and its decoding defaults): a run started with --init keeps them."""
 HELP = "train an encoder-decoder Transformer on parallel text (a named data set or your own aligned files)"
 
 
@@ -75,11 +80,11 @@ class TranslationTask(TrainingTask):
         args.translation = options
 
     def vocabulary(self, pipeline):
-        tokenizer = pipeline.translator.tokenizer
-        if not hasattr(tokenizer, "encode_pairs") or not hasattr(tokenizer, "save"):  # MarianMT's two-model tokenizer
-            raise ValueError(f"{pipeline.directory}: fine-tuning a MarianMT directory needs its tokenizer saved with an "
-                             "attnlab model, which is not supported yet; start from an attnlab translation model")
-        return tokenizer
+        """The start's tokenizer (a sentencepiece ``Tokenizer``, or a MarianMT model's
+        :class:`~attnlab.interop.hf_marian.MarianTokenizer`) and what ``translation.json`` keeps
+        with it: a MarianMT model's ``format`` and decoding defaults (``generation``)."""
+        translator = pipeline.translator
+        return translator.tokenizer, {key: translator.info[key] for key in TOKENIZER_INFO if key in translator.info}
 
     def data(self, run):
         import itertools
@@ -94,20 +99,20 @@ class TranslationTask(TrainingTask):
         say(f"data: {train.description}: {len(train)} training pairs"
             + (f" ({train.skipped_empty} empty lines skipped)" if train.skipped_empty else "")
             + (f"; {len(valid)} validation pairs" if valid is not None else "; no validation set"))
-        tokenizer = run.vocabulary
-        if tokenizer is None:  # rank 0 learns the joint vocabulary, from the training side only
+        if run.vocabulary is None:  # rank 0 learns the joint vocabulary, from the training side only
             learned = b""
             if context.is_main:
-                learned = _tokenizer_bytes(Tokenizer.train(
-                    itertools.chain(train.sources, train.targets), vocab_size=options.vocab_size,
-                    model_type=options.tokenizer_type, seed=options.seed))
-            tokenizer = _tokenizer_from_bytes(gather_bytes(learned, context)[0])
+                learned = Tokenizer.train(itertools.chain(train.sources, train.targets), vocab_size=options.vocab_size,
+                                          model_type=options.tokenizer_type, seed=options.seed).to_bytes()
+            tokenizer, kept = Tokenizer(gather_bytes(learned, context)[0]), {}
             say(f"vocabulary: {tokenizer.vocab_size} {options.tokenizer_type} pieces -> {run.out / TOKENIZER_FILE}")
-        elif run.previous is not None:
-            say(f"vocabulary: reusing the one of {run.previous}")
-        run.files[TOKENIZER_FILE] = _tokenizer_bytes(tokenizer)
+        else:
+            tokenizer, kept = run.vocabulary
+            if run.previous is not None:
+                say(f"vocabulary: reusing the one of {run.previous}")
+        run.files.update(tokenizer.files())  # tokenizer.model, or MarianMT's source.spm, target.spm, vocab.json
         held_out = [str(Path(f).resolve()) if f else None for f in (options.valid_src, options.valid_tgt)]
-        task = {"task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
+        task = {**kept, "task": "translation", "src_lang": options.src_lang, "tgt_lang": options.tgt_lang,
                 "data": options.data, "train": train.description,  # evaluate's default: the held-out files
                 "valid_src": held_out[0], "valid_tgt": held_out[1]}
         run.files[TASK_FILE] = (json.dumps(task, indent=2) + "\n").encode()
@@ -142,17 +147,21 @@ class TranslationTask(TrainingTask):
 
         options, tokenizer, context = run.args.translation, data["tokenizer"], run.context
         say = _say if context.is_main else (lambda message: None)
+        _check_lengths(options, config)
         examples, dropped = encode_and_filter(tokenizer, data["train"], options.max_length)
         if not examples:
             raise ValueError(f"no training pair is within --max-length={options.max_length} tokens")
         if dropped.dropped:
             say(f"length filter: dropped {dropped.dropped} training pairs (empty {dropped.too_short}, longer than "
                 f"{options.max_length} tokens {dropped.too_long})")
-        data["train_batches"] = TranslationBatches(examples, options.max_tokens, seed=options.seed)
+        # the model's own special ids: a MarianMT model's decoder starts from its pad token
+        special = {"pad_id": config.pad_id, "bos_id": config.bos_id, "eos_id": config.eos_id}
+        data["train_batches"] = TranslationBatches(examples, options.max_tokens, seed=options.seed, **special)
         data["valid_batches"] = None
         if data["valid"] is not None and options.val_every:
             valid, _ = encode_and_filter(tokenizer, data["valid"], options.max_length)
-            data["valid_batches"] = TranslationBatches(valid, options.max_tokens, shuffle=False) if valid else None
+            data["valid_batches"] = TranslationBatches(valid, options.max_tokens, shuffle=False,
+                                                       **special) if valid else None
 
     def describe(self, run, model, data):
         import torch
@@ -173,7 +182,7 @@ class TranslationTask(TrainingTask):
         from attnlab.families.translation.task import translation_loss
         from attnlab.training import TrainConfig, Trainer
 
-        options, tokenizer = run.args.translation, data["tokenizer"]
+        options = run.args.translation
         if run.start is not None:  # the fine-tuning defaults the lifecycle chose (or the given flags)
             options = dataclasses.replace(options, lr_scale=run.args.lr_scale, warmup=run.args.warmup)
         config = TrainConfig(
@@ -184,7 +193,7 @@ class TranslationTask(TrainingTask):
             checkpoint_every=options.save_every, keep_last=max(options.keep, options.average_last), seed=options.seed,
             progress_bar=options.progress_bar, max_minutes=options.max_minutes,
             checkpoint_every_minutes=options.save_every_minutes or None)
-        return Trainer(model, translation_loss(options.label_smoothing, tokenizer.pad_id, varlen=options.varlen),
+        return Trainer(model, translation_loss(options.label_smoothing, model.config.pad_id, varlen=options.varlen),
                        data["train_batches"], config, valid_batches=data["valid_batches"],
                        model_files=run.model_files(), context=run.context, run_info=run_info)
 
@@ -205,26 +214,21 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _tokenizer_bytes(tokenizer) -> bytes:
-    import tempfile
+def _check_lengths(options, config) -> None:
+    """``--max-length`` within the model's positions where they end (a learned table, or
+    Marian's fixed one): a pair is its tokens plus EOS on either side; ``--varlen`` only where
+    the decoder starts from a token other than padding (it finds the real tokens by it)."""
+    from attnlab.layers.positional import build_positional
 
-    from attnlab.data.tokenizer import TOKENIZER_FILE
-
-    with tempfile.TemporaryDirectory() as directory:
-        tokenizer.save(directory)
-        return (Path(directory) / TOKENIZER_FILE).read_bytes()
-
-
-def _tokenizer_from_bytes(content: bytes):
-    import tempfile
-
-    from attnlab.data.tokenizer import TOKENIZER_FILE, Tokenizer
-
-    with tempfile.TemporaryDirectory() as directory:
-        (Path(directory) / TOKENIZER_FILE).write_bytes(content)
-        return Tokenizer.load(directory)
-
-
+    positions = build_positional(config.positional, config.d_model, config.max_positions)
+    bound = getattr(positions, "max_positions", None)
+    if bound is not None and options.max_length + 1 > bound:
+        raise ValueError(f"--max-length={options.max_length}: a pair of {options.max_length} tokens plus EOS exceeds "
+                         f"the model's max_positions={bound}; give --max-length {bound - 1} or less")
+    if options.varlen and config.bos_id == config.pad_id:
+        raise ValueError("--varlen: this model's decoder starts from its padding token (pad_id = bos_id = "
+                         f"{config.pad_id}, as a MarianMT model's does), which packed sequences would drop; train "
+                         "without --varlen")
 
 
 def _add_translation_arguments(parser) -> None:
