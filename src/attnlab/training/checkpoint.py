@@ -26,14 +26,13 @@ complete one, never a half-written ``step_*`` directory.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import math
 import os
 import random
 import re
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 

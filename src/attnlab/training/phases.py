@@ -155,10 +155,9 @@ def train_within(trainer, budget: Budget, *, reserve: float = 0.0, resume: bool 
     """``trainer.train(resume=resume)`` within ``budget``, keeping ``reserve`` seconds of it
     for what comes after (final scoring). The one place a verb's budget reaches the Trainer.
 
-    BUDGET SEAM: the Trainer does not take a Budget yet, so its share is given as
-    ``TrainConfig.max_minutes`` (what is left now, less ``reserve``; at least one update).
-    Once ``Trainer(..., budget=Budget)`` exists, pass ``portion``/``share`` of ``budget``
-    (ending ``reserve`` seconds early) to it here instead, and nothing else changes.
+    The training's share is given as ``TrainConfig.max_minutes`` (what is left now, less
+    ``reserve``; at least one update); the Trainer's own ``budget`` (its ``RunClock``) shows
+    the whole command's and ends the run when either is spent.
     """
     left = budget.left()
     if left is not None:
