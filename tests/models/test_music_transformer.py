@@ -15,6 +15,7 @@ def test_vocabularies_match_the_encodings():
 @pytest.mark.parametrize("preset,layers,d_model,d_ff,heads,positional,span", [
     ("music_jsb_baseline", 5, 256, 1024, 8, "sinusoidal", None),
     ("music_jsb_relative", 5, 512, 512, 8, "none", 256),
+    ("music_jsb_small", 5, 256, 1024, 8, "none", 256),
     ("music_performance_small", 4, 256, 1024, 8, "none", 256)])
 def test_presets_follow_the_paper(preset, layers, d_model, d_ff, heads, positional, span):
     with torch.device("meta"):
