@@ -125,6 +125,7 @@ class Captioner(AttnlabModel):
     """
 
     config_class = CaptionerConfig
+    default_beam: ClassVar[int] = 3  # what `attnlab caption` (and `attnlab compile`) take without --beam
 
     def __init__(self, config: CaptionerConfig):
         super().__init__(config)
