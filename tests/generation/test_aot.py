@@ -270,7 +270,7 @@ def test_image_samples_through_the_package(attention, tmp_path, monkeypatch):
 @needs_compiler
 @pytest.mark.slow
 def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
-    from attnlab.generation import beam_search, greedy_search
+    from reference.aot_search import assert_search_through_the_package
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     torch.manual_seed(0)
@@ -278,13 +278,4 @@ def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
     src = torch.randint(4, 60, (5, 9))
     src[1, 6:] = 0
     src[3, 4:] = 0  # padded sources
-    options = dict(max_len_a=0, max_len_b=12)
-    for sources in (src, src[:1]):
-        compiled = beam_search(model, sources, beam_size=4, nbest=2, compile="aot", **options)
-        eager = beam_search(model, sources, beam_size=4, nbest=2, **options)
-        assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
-        for hyps, others in zip(compiled, eager):
-            for h, g in zip(hyps, others):
-                assert h.score == pytest.approx(g.score, abs=1e-4)
-    assert [h.tokens for h in greedy_search(model, src, compile="aot", **options)] == \
-        [h.tokens for h in greedy_search(model, src, **options)]
+    assert_search_through_the_package(model, (src, src[:1]), beam=4, nbest=2, max_len_a=0, max_len_b=12)

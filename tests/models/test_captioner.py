@@ -1,12 +1,18 @@
 """The Captioner: image encoder + the shared TokenDecoder; cached decoding, search, failure modes."""
 
+import warnings
+
 import pytest
 import torch
 
 import attnlab
 from attnlab.generation import beam_search, greedy_search
+from attnlab.generation.compiled import unavailable_reason
 from attnlab.generation.protocols import EncoderDecoder
 from attnlab.models.captioner import Captioner, CaptionerConfig
+
+# Fused kernels add in another order than the eager ones: float32 rounding, on any CPU.
+TOLERANCE = dict(atol=2e-5, rtol=2e-5)
 
 
 def _model(encoder="vit", **overrides):
@@ -154,3 +160,120 @@ def test_sampled_captions_follow_the_protocol():
     a = sample_captions(model, tokenizer, images, temperature=1.5, seed=1)
     assert [c.tokens for c in a] == [c.tokens for c in sample_captions(model, tokenizer, images, temperature=1.5, seed=1)]
     assert all(c.tokens and not {0, 1, 2, 3} & set(c.tokens) and len(c.tokens) <= 32 for c in a)
+
+
+# -- the step path (search's road) and the step compiled ahead of time -----------------------
+def _teacher_forced_steps(model, step, images, tokens, rows_per_source, origins, *, fixed_shape=False):
+    """Logits of ``step`` (``model.decode_step`` or a package) fed ``tokens`` (R, T) one position
+    at a time over a step cache, with ``origins[t]`` (beam search's reorder) applied after step t."""
+    memory, _ = model.encode(images)
+    cache = model.new_step_cache(memory, rows_per_source=rows_per_source, capacity=tokens.shape[1],
+                                 fixed_shape=fixed_shape)
+    if step is None:
+        from attnlab.generation import aot
+
+        step = aot.aot_step(model, "search", cache, beam=rows_per_source)
+    out = []
+    for t in range(tokens.shape[1]):
+        out.append(step(tokens[:, t], cache, None))
+        if t in origins:
+            cache.reorder(origins[t], include_memory=False)
+    return torch.stack(out, 1)
+
+
+def _reference(model, images, tokens, rows_per_source, origins):
+    """The same logits by ``decode`` over the whole (reordered) prefix, no cache: float64."""
+    memory, _ = model.encode(images)
+    memory = memory.repeat_interleave(rows_per_source, 0)
+    prefix, out = tokens[:, :0], []
+    for t in range(tokens.shape[1]):
+        prefix = torch.cat([prefix, tokens[:, t:t + 1]], 1)
+        out.append(model.decode(prefix, memory)[:, -1])
+        if t in origins:
+            prefix = prefix[origins[t]]
+    return torch.stack(out, 1)
+
+
+@pytest.mark.parametrize("encoder", ["vit", "cnn"])
+def test_the_step_path_equals_decode_with_the_masks_and_reorders(encoder):
+    model = _model(encoder)  # float64: the reference
+    images = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    torch.manual_seed(1)
+    tokens = torch.randint(2, 64, (6, 7))
+    origins = {1: torch.tensor([2, 0, 1, 5, 5, 3]), 4: torch.tensor([1, 1, 0, 4, 3, 3])}  # rows stay in their image
+    with torch.no_grad():
+        steps = _teacher_forced_steps(model, model.decode_step, images, tokens, 3, origins)
+        torch.testing.assert_close(steps, _reference(model, images, tokens, 3, origins), rtol=1e-10, atol=1e-10)
+    assert torch.isinf(steps[:, 0, [0, 1, 2, 3]]).all() and torch.isinf(steps[:, 1:, [0, 1, 3]]).all()
+    assert torch.isfinite(steps[:, 1:, 2]).all()  # EOS only barred from the first position
+    cache = model.new_step_cache(model.encode(images)[0], capacity=1000)
+    assert cache.capacity == model.config.max_positions  # a caption is never longer
+
+
+needs_compiler = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+
+
+@pytest.fixture(scope="module")
+def aot_cache(tmp_path_factory):
+    """One package cache for the module's slow tests: each package is built once, then loaded
+    by every fresh model of the same structure."""
+    return tmp_path_factory.mktemp("aot-cache")
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_the_package_gives_the_eager_logits_greedy_and_beam_tokens(aot_cache, monkeypatch):
+    from reference.aot_search import assert_search_through_the_package
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(aot_cache))
+    model = _model().float()
+    images = torch.randn(3, 3, 32, 32)
+    torch.manual_seed(1)
+    tokens = torch.randint(2, 64, (9, 12))
+    origins = {2: torch.tensor([1, 1, 0, 3, 4, 5, 8, 6, 6]), 6: torch.tensor([2, 0, 1, 5, 3, 3, 7, 7, 7])}
+    with torch.no_grad():  # teacher-forced: a near-tie cannot make the two runs feed different tokens
+        torch.testing.assert_close(_teacher_forced_steps(model, None, images, tokens, 3, origins, fixed_shape=True),
+                                   _teacher_forced_steps(model, model.decode_step, images, tokens, 3, origins),
+                                   **TOLERANCE)
+    # several images (any number: one package), and one; greedy: one package for several images
+    assert_search_through_the_package(model, (images, images[:1]), beam=3, nbest=3, max_len_a=0,
+                                      max_len_b=model.config.max_positions)
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_seeded_sampled_captions_draw_as_the_eager_step_does(aot_cache, monkeypatch):
+    from attnlab.data.tokenizer import Tokenizer
+    from attnlab.families.caption.task import sample_captions
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(aot_cache))
+    tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
+    model = _model().float()
+    images = (torch.rand(3, 3, 32, 32) * 255).to(torch.uint8)
+    for options in (dict(top_k=5, seed=3), dict(temperature=0.7, top_p=0.9, seed=4)):
+        assert [c.tokens for c in sample_captions(model, tokenizer, images, compile="aot", **options)] == \
+            [c.tokens for c in sample_captions(model, tokenizer, images, **options)]
+
+
+def test_without_a_compiler_one_warning_and_eager_captions(tmp_path, monkeypatch):
+    from attnlab.data.tokenizer import Tokenizer
+    from attnlab.families.caption.task import generate_captions, sample_captions
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
+    model = _model().float()
+    images = (torch.rand(2, 3, 32, 32) * 255).to(torch.uint8)
+    with pytest.warns(RuntimeWarning, match="no-such-c\\+\\+' is not found; decoding eagerly") as said:
+        captions = generate_captions(model, tokenizer, images, beam_size=2, compile="aot")
+    assert len([w for w in said if "decoding eagerly" in str(w.message)]) == 1
+    assert captions == generate_captions(model, tokenizer, images, beam_size=2)
+    with warnings.catch_warnings():  # said once per model and reason
+        warnings.simplefilter("error")
+        assert generate_captions(model, tokenizer, images, beam_size=1, compile="aot") == \
+            generate_captions(model, tokenizer, images, beam_size=1)
+        assert sample_captions(model, tokenizer, images, seed=2, compile="aot") == \
+            sample_captions(model, tokenizer, images, seed=2)
+    assert not list(tmp_path.rglob("*.pt2")) and not list(tmp_path.rglob("*.json"))
+    with pytest.raises(ValueError, match="compile=True"):
+        sample_captions(model, tokenizer, images, compile=True)

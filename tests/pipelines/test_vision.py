@@ -108,6 +108,15 @@ def test_caption_equals_generate_captions_and_attnlab_caption(captioner_dir, tmp
     assert cli == f"{path}\t{captioner.caption(path, beam=2)}\n"
 
 
+def test_caption_compile_aot_without_a_compiler_warns_and_captions_eagerly(captioner_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    captioner = attnlab.load(captioner_dir)
+    images = [_scene(0), _scene(1)]
+    with pytest.warns(RuntimeWarning, match="no-such-c\\+\\+' is not found; decoding eagerly"):
+        assert captioner.caption(images, beam=2, compile="aot") == captioner.caption(images, beam=2)
+
+
 def test_caption_attention_matches_the_word_attention_route(captioner_dir):
     from attnlab.families.caption.task import generate_captions, word_attention
 

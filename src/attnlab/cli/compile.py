@@ -2,10 +2,11 @@
 
     attnlab compile --model runs/shakespeare/model             # then: attnlab generate ... --compile aot
     attnlab compile --model runs/m30k/model --beam 4 --batch 32 # translate ... --compile aot
+    attnlab compile --model runs/caption-scenes/model          # caption ... --compile aot (beam 3)
 
 The package (:mod:`attnlab.generation.aot`) goes to the user cache (``$ATTNLAB_CACHE/aot``,
 default ``~/.cache/attnlab/aot``), keyed by the model's structure, dtype, batch (a language
-model, music or image model's rows; a translation model's beam size) and torch version; a
+model, music or image model's rows; a translation model's or captioner's beam size) and torch version; a
 decoding verb given ``--compile aot`` then loads it instead of building it on first use. An
 existing valid package is only checked. Nothing is written next to the model.
 """
@@ -19,12 +20,13 @@ def add_arguments(parser) -> None:
     from attnlab.cli.options import add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory that decodes (language model, music, "
-                                                        "image, text-to-image, translation)")
+                                                        "image, text-to-image, translation, captioner)")
     parser.add_argument("--batch", type=bounded_int(1, 4096), default=1, metavar="N",
                         help="rows decoded together (language, music and image models: one package per batch "
                              "size; default: 1)")
-    parser.add_argument("--beam", type=bounded_int(1, 64), default=4, metavar="K",
-                        help="translation models: the beam size (any batch and length; default: 4)")
+    parser.add_argument("--beam", type=bounded_int(1, 64), metavar="K",
+                        help="translation models and captioners: the beam size (any batch and length; default: "
+                             "what their decoding verb uses, 4 for translation, 3 for a captioner)")
     add_runtime_arguments(parser)
 
 
@@ -43,14 +45,15 @@ def run(args) -> int:
         raise ValueError(f"attnlab compile: {unavailable_reason()}")
     model = load_model(args.model, device=device).eval()
     kind = decoding_kind(model, args.model)
+    beam = args.beam if args.beam is not None else getattr(model, "default_beam", 4)
     start = time.perf_counter()
     with torch.inference_mode():
-        cache = example_cache(model, kind, args.batch, args.beam)
+        cache = example_cache(model, kind, args.batch, beam)
         try:
-            step = aot_step(model, kind, cache, beam=args.beam if kind == "search" else None)
+            step = aot_step(model, kind, cache, beam=beam if kind == "search" else None)
         except AotUnavailable as error:
             raise ValueError(f"--model {args.model}: the step cannot be compiled ahead of time: {error}") from None
-    print(f"{step.path} ({kind} step, {'beam ' + str(args.beam) if kind == 'search' else 'batch ' + str(args.batch)}"
+    print(f"{step.path} ({kind} step, {'beam ' + str(beam) if kind == 'search' else 'batch ' + str(args.batch)}"
           f"; ready in {time.perf_counter() - start:.1f} s; cache: {cache_directory()})")
     return 0
 
@@ -65,8 +68,7 @@ def decoding_kind(model, name: str) -> str:
         return "search"
     if hasattr(model, "step") and hasattr(model, "prefill"):
         return "causal"
-    raise ValueError(f"--model {name}: a {type(model).__name__} has no step-by-step decoding to compile "
-                     "(the captioner decodes through its growing cache)")
+    raise ValueError(f"--model {name}: a {type(model).__name__} has no step-by-step decoding to compile")
 
 
 def example_cache(model, kind: str, batch: int, beam: int):
@@ -87,6 +89,7 @@ def example_cache(model, kind: str, batch: int, beam: int):
         model.prefill(torch.zeros(batch, 0, dtype=torch.long, device=device), cache, labels, low_res)
         return cache
     sources = 1 if beam == 1 and batch == 1 else 2  # several rows: one package for any number
-    source = torch.full((sources, 2), model.config.eos_id, dtype=torch.long, device=device)
-    memory, _ = model.encode(source)
+    # The package takes any source length (a sentence, an image's cells): two memory positions
+    # stand for them (their values are not read; the key depends on no size that varies).
+    memory = next(model.parameters()).new_zeros(sources, 2, model.config.d_model)
     return model.new_step_cache(memory, rows_per_source=beam, capacity=8, fixed_shape=True)

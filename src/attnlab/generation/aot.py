@@ -404,13 +404,15 @@ class AotStep:
         return rows == 1 if self.layout.batch == 1 else rows >= MIN_CAPACITY
 
     def __call__(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
-        inputs = [tokens, *cache.step_tensors()]
+        # The runner reads the tokens (and the mask) as laid out contiguously: a column of a
+        # (rows, T) tensor (tokens[:, t]) was read as its first row's tokens (no-op when contiguous).
+        inputs = [tokens.contiguous(), *cache.step_tensors()]
         if self.layout.kind == "search":
             if memory_mask is None:
                 memory = cache.layers[0].cross_attn.k
                 memory_mask = torch.ones(memory.shape[0], 1, 1, memory.shape[2], dtype=torch.bool,
                                          device=memory.device)
-            inputs.append(memory_mask)
+            inputs.append(memory_mask.contiguous())
         logits = self._run(inputs)[0]
         cache.count_replayed(1)
         return logits

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnlab.attention.cache import StackCache
+from attnlab.attention.cache import StackCache, StaticKVCache
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.patch import sincos_position_embedding_2d, strided_conv_layers
 from attnlab.layers.positional import build_positional
@@ -125,6 +125,7 @@ class Captioner(AttnlabModel):
     """
 
     config_class = CaptionerConfig
+    default_beam: ClassVar[int] = 3  # what `attnlab caption` (and `attnlab compile`) take without --beam
 
     def __init__(self, config: CaptionerConfig):
         super().__init__(config)
@@ -167,6 +168,28 @@ class Captioner(AttnlabModel):
 
     def new_cache(self, capacity: int = 64) -> StackCache:
         return self.decoder.new_growing_cache(capacity)
+
+    # -- the step path (search's fast road; generation/aot.py compiles it) ----------------------
+    def new_step_cache(self, memory: Tensor, *, rows_per_source: int = 1, capacity: int = 64,
+                       fixed_shape: bool = False) -> StaticKVCache:
+        """A preallocated cache for :meth:`decode_step` over ``rows_per_source`` consecutive
+        rows per image of the encoded ``memory`` (the translation decoder's
+        :meth:`~attnlab.models.transformer.Transformer.new_step_cache`): the cross-attention
+        keys and values computed once per image, for at most ``max_positions`` positions (a
+        caption is never longer, so a larger ``capacity`` is cut to it)."""
+        capacity = min(capacity, self.config.max_positions)
+        return self.decoder.new_search_cache(memory, rows_per_source, capacity, fixed_shape=fixed_shape)
+
+    def decode_step(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
+        """One token per row ``(R,)`` -> next-word logits ``(R, V)``: :meth:`decode` with a cache
+        for one position (PAD, BOS and UNK -inf, EOS -inf at a row's first position), through
+        the decoder's step path (no argument checks or host syncs). ``memory_mask``: None (a
+        captioner's memory has no padding), or all true (an ahead-of-time package's input)."""
+        first = cache.positions == 0  # before the step moves them
+        logits = self.decoder.step(tokens, cache, memory_mask)
+        logits.masked_fill_(self.banned, float("-inf"))
+        logits[:, self.config.eos_id].masked_fill_(first, float("-inf"))
+        return logits
 
     def _decode(self, tgt_ids: Tensor, memory: Tensor | None, cache, need_weights: bool):
         check_token_ids(tgt_ids, self.config.vocab_size, "tgt_ids")

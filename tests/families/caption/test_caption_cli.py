@@ -125,3 +125,49 @@ def test_evaluate_without_data_scores_the_models_own_held_out_images(trained, co
     assert main(["evaluate-caption", "--model", str(moved)]) == 2
     err = capsys.readouterr().err
     assert "caption.json" in err and "deleted-folder" in err and "--data" in err, err
+
+
+def test_compile_aot_without_a_compiler_says_why_and_captions_eagerly(trained, coco, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    run = ["caption", "--model", str(trained / "model"), str(coco / "images" / "000.png"),
+           str(coco / "images" / "001.png")]
+    for extra in (["--beam", "2"], ["--sample", "--seed", "3"]):
+        assert main([*run, *extra]) == 0
+        eager = capsys.readouterr().out
+        with pytest.warns(RuntimeWarning, match="no-such-c\\+\\+' is not found; decoding eagerly") as said:
+            assert main([*run, *extra, "--compile", "aot"]) == 0
+        assert len([w for w in said if "decoding eagerly" in str(w.message)]) == 1
+        assert capsys.readouterr().out == eager
+    assert not list(tmp_path.rglob("*.pt2"))
+    with pytest.raises(SystemExit) as exit:  # argparse's choices: its usage line, status 2
+        main([*run, "--compile", "fast"])
+    assert exit.value.code == 2 and "argument --compile: invalid choice: 'fast'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compile_then_caption_through_the_package(trained, coco, tmp_path, monkeypatch, capsys):
+    import warnings
+
+    from attnlab.generation import aot
+    from attnlab.generation.compiled import unavailable_reason
+
+    if unavailable_reason() is not None:
+        pytest.skip(str(unavailable_reason()))
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    model = str(trained / "model")
+    assert main(["compile", "--model", model]) == 0  # the captioner's own default beam, 3
+    out = capsys.readouterr().out
+    assert "search step, beam 3" in out and len(list((tmp_path / "aot").glob("*.pt2"))) == 1
+
+    def build(*args, **kwargs):
+        raise AssertionError("attnlab caption --compile aot built a package that attnlab compile had built")
+
+    monkeypatch.setattr(aot, "_build", build)
+    images = [str(coco / "images" / f"{i:03d}.png") for i in range(4)]
+    assert main(["caption", "--model", model, *images]) == 0
+    eager = capsys.readouterr().out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package is loaded
+        assert main(["caption", "--model", model, *images, "--compile", "aot"]) == 0
+    assert capsys.readouterr().out == eager

@@ -2,12 +2,15 @@
 
     attnlab caption --model runs/caption-scenes/model a.png b.png
     attnlab caption --model runs/caption-scenes/model a.png --attention-dir figures/
+    attnlab caption --model runs/caption-scenes/model a.png b.png --compile aot
 
 Prints one line per image (``file<TAB>caption``): beam search, or with ``--sample`` words
 drawn with ``--temperature`` / ``--top-k``. Images are read with Pillow, converted
 to RGB and resized to the model's image size. ``--attention-dir`` also writes a PNG per
 image of each generated word's cross-attention over the image; an existing figure there is
-kept (refused) unless ``--force``.
+kept (refused) unless ``--force``. ``--compile aot`` decodes through the decoder's step
+compiled ahead of time (:mod:`attnlab.generation.aot`; built once per model structure and beam
+size, or beforehand by ``attnlab compile --model DIR``), beam search, greedy or sampled alike.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from attnlab.limits import MAX_BEAM  # noqa: E402,F401  (beam search keeps 2 x b
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import SEED, TEMPERATURE, add_force_argument, add_runtime_arguments, bounded_int
+    from attnlab.cli.options import (SEED, TEMPERATURE, add_decode_compile_argument, add_force_argument,
+                                     add_runtime_arguments, bounded_int)
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train caption")
     parser.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
@@ -31,6 +35,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=SEED, help="with --sample (default: 0)")
     parser.add_argument("--attention-dir", help="write DIR/<image name>.png: each word's attention over the image")
     add_force_argument(parser, "existing attention figures")
+    add_decode_compile_argument(parser)
     add_runtime_arguments(parser)
 
 
@@ -39,7 +44,7 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.options import resolve_device
+    from attnlab.cli.options import decode_compile, resolve_device
     from attnlab.data.images import read_image
     from attnlab.families.caption.task import generate_captions, load_captioner, sample_captions
 
@@ -61,9 +66,10 @@ def run(args) -> int:
     images = torch.stack([read_image(path, image_size=size, channels=3) for path in args.images])
     if args.sample:
         captions = sample_captions(model, tokenizer, images, temperature=args.temperature or 1.0,
-                                   top_k=args.top_k, seed=args.seed or 0)
+                                   top_k=args.top_k, seed=args.seed or 0, compile=decode_compile(args))
     else:
-        captions = generate_captions(model, tokenizer, images, beam_size=args.beam or 3)
+        captions = generate_captions(model, tokenizer, images, beam_size=args.beam or model.default_beam,
+                                     compile=decode_compile(args))
     if args.attention_dir:
         from attnlab.families.caption.figures import write_caption_figures
 

@@ -32,14 +32,18 @@ class CaptionPipeline(Pipeline):
         c = self.model.config
         return ImageSpec(c.in_channels, (c.image_size, c.image_size), resize=True)
 
-    def caption(self, images, *, beam: int = 3, alpha: float = 0.6) -> str | list[str]:
-        """A caption per image by beam search (``beam=1``: greedy), as ``attnlab caption``."""
+    def caption(self, images, *, beam: int = 3, alpha: float = 0.6, compile: bool | str = False) -> str | list[str]:
+        """A caption per image by beam search (``beam=1``: greedy), as ``attnlab caption``;
+        ``compile="aot"``: through the decoder's step compiled ahead of time, as ``--compile aot``."""
         from attnlab.families.caption.task import generate_captions
 
         check_beam(beam)
         check_number(alpha, "alpha", low=0.0)
+        if not (compile is False or compile == "aot"):
+            raise ValueError(f"compile={compile!r} must be False or 'aot' (the step compiled ahead of time)")
         pixels, single = to_pixels(images, self.image_spec)
-        captions = [c.text for c in generate_captions(self.model, self.tokenizer, pixels, beam_size=beam, alpha=alpha)]
+        captions = [c.text for c in generate_captions(self.model, self.tokenizer, pixels, beam_size=beam, alpha=alpha,
+                                                      compile=compile)]
         return captions[0] if single else captions
 
     def attention(self, image, caption: str | None = None, *, beam: int = 3) -> dict[str, Tensor]:

@@ -111,9 +111,12 @@ class CaptionedImage:
 
 @torch.no_grad()
 def generate_captions(model, tokenizer: Tokenizer, images: Tensor, *, beam_size: int = 3, alpha: float = 0.6,
-                      batch_size: int = 100) -> list[CaptionedImage]:
+                      batch_size: int = 100, compile: bool | str = False) -> list[CaptionedImage]:
     """Beam search (``beam_size`` 1: greedy) over uint8 images ``(N, C, H, W)``; every
-    caption is at most ``model.config.max_positions`` tokens (EOS included)."""
+    caption is at most ``model.config.max_positions`` tokens (EOS included).
+    ``compile="aot"``: the decoder's step compiled ahead of time (:mod:`attnlab.generation.aot`,
+    one package per model structure and beam size, built once; eager steps after one warning
+    where it cannot be had)."""
     from attnlab.generation import beam_search
 
     was_training = model.training
@@ -124,7 +127,7 @@ def generate_captions(model, tokenizer: Tokenizer, images: Tensor, *, beam_size:
         for start in range(0, len(images), batch_size):
             batch = normalize(images[start:start + batch_size]).to(device)
             for beams in beam_search(model, batch, beam_size=beam_size, alpha=alpha, max_len_a=0,
-                                     max_len_b=model.config.max_positions):
+                                     max_len_b=model.config.max_positions, compile=compile):
                 if not beams:  # cannot happen with the search as written; an empty caption, not a crash
                     out.append(CaptionedImage("", []))
                     continue
@@ -137,36 +140,46 @@ def generate_captions(model, tokenizer: Tokenizer, images: Tensor, *, beam_size:
 
 @torch.no_grad()
 def sample_captions(model, tokenizer: Tokenizer, images: Tensor, *, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, seed: int = 0) -> list[CaptionedImage]:
+                    top_p: float | None = None, seed: int = 0, compile: bool | str = False) -> list[CaptionedImage]:
     """One sampled caption per uint8 image: each next word drawn with
     :func:`attnlab.generation.sampling.choose_next` (temperature, top-k, nucleus) from the
-    model's ``decode`` with its cache (the protocol search uses); at most ``max_positions``
-    tokens."""
+    model's step (``decode_step``, search's road) over its preallocated cache; at most
+    ``max_positions`` tokens. ``compile="aot"``: that step compiled ahead of time (the
+    package greedy search uses; eager steps after one warning where it cannot be had)."""
+    from attnlab.generation.aot import aot_capacity, use_aot
+    from attnlab.generation.compiled import check_compile
     from attnlab.generation.sampling import choose_next
 
     if temperature <= 0:
         raise ValueError(f"temperature={temperature} must be > 0")
+    check_compile(compile)
+    if compile is True:
+        raise ValueError("compile=True (torch.compile) is not offered for captions; use compile='aot'")
     config = model.config
     was_training = model.training
     model.eval()
     parameter = next(model.parameters())
     generator = torch.Generator(device=parameter.device).manual_seed(seed)
     try:
-        memory, memory_mask = model.encode(normalize(images).to(parameter))
-        cache = model.new_cache(capacity=config.max_positions + 1)
-        step_input = torch.full((len(images), 1), config.bos_id, dtype=torch.long, device=parameter.device)
+        memory, _ = model.encode(normalize(images).to(parameter))
+        aot = compile == "aot"
+        capacity = aot_capacity(model, config.max_positions) if aot else config.max_positions
+        cache = model.new_step_cache(memory, capacity=capacity, fixed_shape=aot)
+        step = use_aot(model, "search", cache, beam=1) if aot else None
+        if step is None or not step.accepts(cache):
+            step = model.decode_step
+        tokens = torch.full((len(images),), config.bos_id, dtype=torch.long, device=parameter.device)
         produced, done = [[] for _ in range(len(images))], [False] * len(images)
-        for step in range(config.max_positions):
-            logits = model.decode(step_input, memory if step == 0 else None, memory_mask, cache=cache)[:, -1]
-            chosen = choose_next(logits, greedy=False, temperature=temperature, top_k=top_k, top_p=top_p,
-                                 generator=generator)
+        for _ in range(config.max_positions):
+            chosen = choose_next(step(tokens, cache, None), greedy=False, temperature=temperature, top_k=top_k,
+                                 top_p=top_p, generator=generator)
             for row, token in enumerate(chosen.tolist()):
                 if not done[row]:
                     produced[row].append(token)
                     done[row] = token == config.eos_id
             if all(done):
                 break
-            step_input = chosen[:, None]
+            tokens = chosen
     finally:
         model.train(was_training)
     tokens = [[t for t in row if t != config.eos_id] for row in produced]
