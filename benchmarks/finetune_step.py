@@ -1,29 +1,48 @@
 """A fine-tuning step of a GPT-2-small-shaped language model on the CPU (issue 37 §2):
 attnlab full fine-tuning vs LoRA r=8, and attnlab's full step vs HuggingFace's.
 
-    python benchmarks/finetune_step.py [--batch 2] [--length 128] [--repeats 5] [--threads N] [--peft]
+    python benchmarks/finetune_step.py [--batch 2] [--length 128] [--repeats 5] [--threads N] [--peft] [--layers 12]
 
 The model: a random ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small's defaults: 12 layers,
 d_model 768, 12 heads, 1,024 positions, 50,257-token vocabulary, tied head, dropout 0.1;
 124M parameters) and attnlab's ``DecoderLM`` converted from it by ``from_hf_gpt2`` (the same
-weights; the script first checks both give the same eval-mode loss). One step, the same on
-every row: zero the gradients, forward ``ids[:, :-1]`` of one fixed random batch in train mode
-(dropout on), ``F.cross_entropy`` of the logits against ``ids[:, 1:]`` (mean over tokens),
-backward, ``torch.optim.AdamW(lr 1e-5, weight decay 0.01)`` over the trainable parameters.
+weights; the script first checks both give the same eval-mode loss). Every row trains on one
+fixed random batch in train mode (dropout on), ``ids[:, :-1]`` in, ``ids[:, 1:]`` scored, and
+does one whole update as its library's trainer does it:
 
+* attnlab (``Trainer._update`` of ``train lm``): the summed next-token loss
+  (``training.losses.lm_loss``), backward, every gradient scaled by 1 / tokens, the gradient
+  norm clipped at 1.0 (``train lm``'s ``clip_grad_norm``), the optimizer step,
+  ``zero_grad(set_to_none=True)``;
+* HuggingFace (``Trainer.training_step`` + its update): the mean cross-entropy of the logits,
+  backward, the norm clipped at ``TrainingArguments().max_grad_norm`` (1.0), the step, zero_grad.
+
+Optimizers. HF: what its ``Trainer`` builds by default, read from the installed transformers
+(``Trainer.get_optimizer_cls_and_kwargs(TrainingArguments(...))``: ``optim="adamw_torch_fused"``
+= ``torch.optim.AdamW(fused=True)``, betas (0.9, 0.999), eps 1e-8, weight decay 0), lr 1e-5.
 Rows (interleaved in one process, medians of ``--repeats``; glibc malloc tuning on for all,
 the process-wide setting attnlab's Trainer makes):
-* ``hf-full``: HuggingFace GPT2LMHeadModel, every weight trains;
-* ``attnlab-full``: attnlab, every weight trains;
+
+* ``hf-full``: HF GPT2LMHeadModel, every weight trains, HF's default optimizer;
+* ``attnlab-full``: attnlab, every weight trains, **the same optimizer** as ``hf-full``
+  (the same class, kernel and settings): the like-for-like comparison;
+* ``attnlab-full-own``: attnlab with ``train lm``'s own optimizer (``build_optimizer(model,
+  "adam", betas=(0.9, 0.99), eps=1e-8)``: fused Adam on the CPU);
+* ``attnlab-full-loop``: the same with ``fused=False``: torch's per-parameter loop, what
+  ``build_optimizer`` used on the CPU before it picked the fused kernel;
 * ``attnlab-lora8``: attnlab with ``apply_lora(LoraConfig(rank=8))`` (the attention's joint qkv
-  and output projections of every layer; alpha 16), only the adapters train;
-* ``hf-peft-lora8`` (with ``--peft``): peft's LoRA r=8 on the same projections of HF GPT-2.
+  and output projections of every layer; alpha 16), only the adapters train, ``train lm``'s optimizer;
+* ``hf-peft-lora8`` (with ``--peft``): peft's LoRA r=8 on the same projections of HF GPT-2, HF's optimizer.
+
+Each row's seconds are wall-clock (``perf_counter``) and, beside them, the CPU time of the
+stepping thread (``thread_time``): on a machine shared with other jobs the wall clock also
+counts the time the scheduler gave to others, the thread's CPU time much less so.
 
 Peak memory, full vs LoRA: each in a fresh subprocess (``--memory full|lora``) that builds
 the attnlab model alone (from the config, no HF copy), reads its resident set after
-building, runs warm-up + 3 steps and reports ``ru_maxrss`` (the peak resident set of the
-process, as the kernel counts it) and the peak minus the built model's resident set (what
-training adds: gradients, AdamW's two moments, activations).
+building, runs warm-up + 3 steps (``train lm``'s optimizer) and reports the peak resident set
+(``VmHWM``) and the peak minus the built model's resident set (what training adds: gradients,
+the optimizer's two moments, activations).
 """
 
 from __future__ import annotations
@@ -34,6 +53,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -44,6 +64,11 @@ from common import interleaved_medians  # noqa: E402
 
 from attnlab.training.allocator import tune_allocator  # noqa: E402
 from attnlab.training.lora import LoraConfig, apply_lora  # noqa: E402
+from attnlab.training.losses import lm_loss  # noqa: E402
+from attnlab.training.optim import build_optimizer  # noqa: E402
+
+CLIP = 1.0  # train lm's clip_grad_norm; HF TrainingArguments().max_grad_norm (checked in main)
+LR = 1e-5
 
 
 def rss_bytes(field: str = "VmRSS") -> int:
@@ -57,32 +82,65 @@ def rss_bytes(field: str = "VmRSS") -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def make_step(model, ids, logits_of):
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=1e-5, weight_decay=0.01)
-    inputs, targets = ids[:, :-1], ids[:, 1:]
+def attnlab_optimizer(model, fused=None):
+    """``train lm``'s optimizer (cli/window_runs.py: Adam, betas (0.9, 0.99), eps 1e-8)."""
+    return build_optimizer(model, "adam", lr=LR, betas=(0.9, 0.99), eps=1e-8, fused=fused)
+
+
+def hf_optimizer(model, hf_default):
+    cls, kwargs, weight_decay = hf_default
+    return cls([p for p in model.parameters() if p.requires_grad], weight_decay=weight_decay, **kwargs)
+
+
+def attnlab_step(model, ids, optimizer):
+    """One update as attnlab's ``Trainer._update`` makes it (one micro-batch, one process)."""
     model.train()
+    batch = {"ids": ids}
 
     def step() -> float:
-        optimizer.zero_grad(set_to_none=True)
-        logits = logits_of(model, inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-        loss.backward()
+        loss_sum, tokens, _ = lm_loss(model, batch)
+        loss_sum.backward()
+        for parameter in model.parameters():
+            if parameter.grad is not None:
+                parameter.grad.mul_(1 / tokens)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss_sum.detach()) / tokens
+
+    return step
+
+
+def hf_step(model, ids, optimizer):
+    """One update as HF's ``Trainer`` makes it: mean loss, backward, clip, step, zero_grad."""
+    model.train()
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+
+    def step() -> float:
+        logits = model(inputs).logits
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         return float(loss.detach())
 
     return step
 
 
-def attnlab_logits(model, inputs):
-    return model(inputs)
+def hf_default_optimizer():
+    """(class, kwargs, weight decay) of the optimizer HF's Trainer builds by default."""
+    import transformers
+
+    with tempfile.TemporaryDirectory() as out:
+        args = transformers.TrainingArguments(output_dir=out, learning_rate=LR, report_to=[])
+        if args.max_grad_norm != CLIP:
+            raise RuntimeError(f"TrainingArguments().max_grad_norm is {args.max_grad_norm}, not {CLIP}")
+        cls, kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(args)
+        return cls, kwargs, args.weight_decay, str(args.optim)
 
 
-def hf_logits(model, inputs):
-    return model(inputs).logits
-
-
-def memory_child(mode: str, batch: int, length: int, threads: int) -> None:
+def memory_child(mode: str, batch: int, length: int, threads: int, layers: int) -> None:
     import transformers
 
     from attnlab.interop.hf_gpt2 import config_from_hf_gpt2
@@ -91,13 +149,13 @@ def memory_child(mode: str, batch: int, length: int, threads: int) -> None:
     torch.set_num_threads(threads)
     tune_allocator()
     torch.manual_seed(0)
-    model = DecoderLM(config_from_hf_gpt2(transformers.GPT2Config()))
+    model = DecoderLM(config_from_hf_gpt2(transformers.GPT2Config(n_layer=layers)))
     if mode == "lora":
         report = apply_lora(model, LoraConfig(rank=8))
     built = rss_bytes()
     ids = torch.randint(0, model.config.vocab_size, (batch, length + 1), generator=torch.Generator().manual_seed(1))
-    step = make_step(model, ids, attnlab_logits)
-    step()  # warm-up: AdamW's moments are allocated here
+    step = attnlab_step(model, ids, attnlab_optimizer(model))
+    step()  # warm-up: the optimizer's moments are allocated here
     times = []
     for _ in range(3):
         start = time.perf_counter()
@@ -115,12 +173,13 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128, help="tokens per sequence fed to the model")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=12, help="fewer for a quick check of the script")
     parser.add_argument("--peft", action="store_true", help="add peft's LoRA on HF GPT-2 as a row")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
     parser.add_argument("--memory", choices=("full", "lora"), help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     if args.memory:
-        memory_child(args.memory, args.batch, args.length, args.threads)
+        memory_child(args.memory, args.batch, args.length, args.threads, args.layers)
         return
 
     import transformers
@@ -129,51 +188,81 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     tune_allocator()
-    print(f"threads {args.threads}, batch {args.batch} x {args.length} tokens, load average "
+    print(f"{args.layers} layers, threads {args.threads}, batch {args.batch} x {args.length} tokens, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}")
     if not args.no_memory:
         print("peak memory, each in a fresh process (attnlab model only):")
         for mode in ("full", "lora"):
             result = subprocess.run([sys.executable, __file__, "--memory", mode, "--batch", str(args.batch),
-                                     "--length", str(args.length), "--threads", str(args.threads)],
+                                     "--length", str(args.length), "--threads", str(args.threads),
+                                     "--layers", str(args.layers)],
                                     capture_output=True, text=True, check=True)
             row = json.loads(result.stdout.strip().splitlines()[-1])
             print(f"| {mode} | trainable {row['trainable']:,} | built {row['built'] / 2**20:,.0f} MiB | "
                   f"peak {row['peak'] / 2**20:,.0f} MiB | training adds {(row['peak'] - row['built']) / 2**20:,.0f} "
                   f"MiB | step {row['step_s']:.3f} s (median of 3, alone) |")
+    cls, kwargs, weight_decay, optim_name = hf_default_optimizer()
+    hf_default = (cls, kwargs, weight_decay)
+    print(f"HF Trainer's default optimizer (optim={optim_name}): {cls.__module__}.{cls.__qualname__}"
+          f"({', '.join(f'{k}={v}' for k, v in kwargs.items())}, weight_decay={weight_decay}); "
+          f"max_grad_norm {CLIP}")
     torch.manual_seed(0)
-    config = transformers.GPT2Config()
+    config = transformers.GPT2Config(n_layer=args.layers)
     hf = transformers.GPT2LMHeadModel(config)
     ours = from_hf_gpt2(hf)
     ours_lora = from_hf_gpt2(hf)
     ids = torch.randint(0, config.vocab_size, (args.batch, args.length + 1), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         hf.eval(), ours.eval()
-        a = F.cross_entropy(hf_logits(hf, ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
-        b = F.cross_entropy(attnlab_logits(ours, ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
-    print(f"eval-mode loss: HF {float(a):.6f}, attnlab {float(b):.6f}; "
+        a = F.cross_entropy(hf(ids[:, :-1]).logits.flatten(0, 1), ids[:, 1:].flatten())
+        b = lm_loss(ours, {"ids": ids})
+    print(f"eval-mode loss: HF {float(a):.6f}, attnlab {float(b[0]) / b[1]:.6f}; "
           f"{sum(p.numel() for p in ours.parameters()):,} parameters")
     report = apply_lora(ours_lora, LoraConfig(rank=8))
     print(report.describe())
-    runs = {"hf-full": make_step(hf, ids, hf_logits), "attnlab-full": make_step(ours, ids, attnlab_logits),
-            "attnlab-lora8": make_step(ours_lora, ids, attnlab_logits)}
+    # The three attnlab full rows share one model (each its own optimizer state): the step's
+    # work does not depend on the weights' values, and three copies would need 1 GB more each.
+    own = attnlab_optimizer(ours)
+    loop = attnlab_optimizer(ours, fused=False)
+    print(f"train lm's optimizer: {type(own).__name__}, fused={own.param_groups[0]['fused']}; "
+          f"attnlab-full-loop: fused={loop.param_groups[0]['fused']}")
+    runs = {"hf-full": hf_step(hf, ids, hf_optimizer(hf, hf_default)),
+            "attnlab-full": attnlab_step(ours, ids, hf_optimizer(ours, hf_default)),
+            "attnlab-full-own": attnlab_step(ours, ids, own),
+            "attnlab-full-loop": attnlab_step(ours, ids, loop),
+            "attnlab-lora8": attnlab_step(ours_lora, ids, attnlab_optimizer(ours_lora))}
     if args.peft:
         import peft
 
         hf_peft = peft.get_peft_model(transformers.GPT2LMHeadModel(config),
                                       peft.LoraConfig(r=8, lora_alpha=16, fan_in_fan_out=True,
                                                       target_modules=r".*\.attn\.(c_attn|c_proj)"))
-        runs["hf-peft-lora8"] = make_step(hf_peft, ids, hf_logits)
-    medians = interleaved_medians(runs, repeats=args.repeats, warmup=1)
-    tokens = args.batch * args.length
-    base = medians["hf-full"]
-    print(f"\n| row | s per step | tokens/s | steps/s vs hf-full |\n|---|---|---|---|")
-    for name, seconds in medians.items():
-        print(f"| `{name}` | {seconds:.3f} | {tokens / seconds:,.0f} | {base / seconds:.2f}x |")
-    print(f"attnlab-full vs hf-full: {base / medians['attnlab-full']:.2f}x the step rate; "
-          f"attnlab-lora8 vs attnlab-full: {medians['attnlab-full'] / medians['attnlab-lora8']:.2f}x")
+        runs["hf-peft-lora8"] = hf_step(hf_peft, ids, hf_optimizer(hf_peft, hf_default))
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
 
+    def on_thread_clock(name, step):
+        def run():
+            start = time.thread_time()
+            step()
+            cpu[name].append(time.thread_time() - start)
+        return run
+
+    medians = interleaved_medians({name: on_thread_clock(name, step) for name, step in runs.items()},
+                                  repeats=args.repeats, warmup=1)
+    cpu_medians = {name: statistics.median(times[1:]) for name, times in cpu.items()}  # [0]: the warm-up
+    tokens = args.batch * args.length
+    base, cpu_base = medians["hf-full"], cpu_medians["hf-full"]
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("\n| row | s per step (wall) | tokens/s | step rate vs `hf-full` | CPU s per step | "
+          "vs `hf-full` (CPU) |\n|---|---|---|---|---|---|")
+    for name, seconds in medians.items():
+        print(f"| `{name}` | {seconds:.3f} | {tokens / seconds:,.0f} | {base / seconds:.2f}x | "
+              f"{cpu_medians[name]:.3f} | {cpu_base / cpu_medians[name]:.2f}x |")
+    for a, b in (("attnlab-full", "hf-full"), ("attnlab-full-own", "hf-full"),
+                 ("attnlab-full-own", "attnlab-full-loop"), ("attnlab-lora8", "attnlab-full-own")):
+        print(f"{a} vs {b}: {medians[b] / medians[a]:.2f}x the step rate (wall), "
+              f"{cpu_medians[b] / cpu_medians[a]:.2f}x (CPU)")
 
 if __name__ == "__main__":
     main()
