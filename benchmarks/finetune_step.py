@@ -2,6 +2,7 @@
 attnlab full fine-tuning vs LoRA r=8, and attnlab's full step vs HuggingFace's.
 
     python benchmarks/finetune_step.py [--batch 2] [--length 128] [--repeats 5] [--threads N] [--peft] [--layers 12]
+    python benchmarks/finetune_step.py --phases --no-memory   # where a step's CPU time goes
 
 The model: a random ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small's defaults: 12 layers,
 d_model 768, 12 heads, 1,024 positions, 50,257-token vocabulary, tied head, dropout 0.1;
@@ -92,40 +93,65 @@ def hf_optimizer(model, hf_default):
     return cls([p for p in model.parameters() if p.requires_grad], weight_decay=weight_decay, **kwargs)
 
 
-def attnlab_step(model, ids, optimizer):
-    """One update as attnlab's ``Trainer._update`` makes it (one micro-batch, one process)."""
+PHASES = ("forward + loss", "backward", "scale 1/tokens", "clip", "optimizer", "zero_grad")
+
+
+def attnlab_step(model, ids, optimizer, phases=None):
+    """One update as attnlab's ``Trainer._update`` makes it (one micro-batch, one process).
+    With ``phases`` (a dict of lists), each phase's thread CPU time is appended to it."""
     model.train()
     batch = {"ids": ids}
 
     def step() -> float:
+        marks = [time.thread_time()]
         loss_sum, tokens, _ = lm_loss(model, batch)
+        marks.append(time.thread_time())
         loss_sum.backward()
+        marks.append(time.thread_time())
         for parameter in model.parameters():
             if parameter.grad is not None:
                 parameter.grad.mul_(1 / tokens)
+        marks.append(time.thread_time())
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        marks.append(time.thread_time())
         optimizer.step()
+        marks.append(time.thread_time())
         optimizer.zero_grad(set_to_none=True)
+        marks.append(time.thread_time())
+        _record(phases, marks)
         return float(loss_sum.detach()) / tokens
 
     return step
 
 
-def hf_step(model, ids, optimizer):
+def hf_step(model, ids, optimizer, phases=None):
     """One update as HF's ``Trainer`` makes it: mean loss, backward, clip, step, zero_grad."""
     model.train()
     inputs, targets = ids[:, :-1], ids[:, 1:]
 
     def step() -> float:
+        marks = [time.thread_time()]
         logits = model(inputs).logits
         loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        marks.append(time.thread_time())
         loss.backward()
+        marks += [time.thread_time()] * 2  # no separate scaling: the mean loss's backward scales
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        marks.append(time.thread_time())
         optimizer.step()
+        marks.append(time.thread_time())
         optimizer.zero_grad(set_to_none=True)
+        marks.append(time.thread_time())
+        _record(phases, marks)
         return float(loss.detach())
 
     return step
+
+
+def _record(phases, marks) -> None:
+    if phases is not None:
+        for name, start, end in zip(PHASES, marks, marks[1:]):
+            phases.setdefault(name, []).append(end - start)
 
 
 def hf_default_optimizer():
@@ -176,6 +202,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=12, help="fewer for a quick check of the script")
     parser.add_argument("--peft", action="store_true", help="add peft's LoRA on HF GPT-2 as a row")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    parser.add_argument("--phases", action="store_true",
+                        help="instead of the rows: the thread CPU time of each phase of hf-full's and "
+                             "attnlab-full's step (the same optimizer), interleaved, medians")
     parser.add_argument("--memory", choices=("full", "lora"), help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     if args.memory:
@@ -227,6 +256,20 @@ def main() -> None:
     loop = attnlab_optimizer(ours, fused=False)
     print(f"train lm's optimizer: {type(own).__name__}, fused={own.param_groups[0]['fused']}; "
           f"attnlab-full-loop: fused={loop.param_groups[0]['fused']}")
+    if args.phases:
+        phases = {"hf-full": {}, "attnlab-full": {}}
+        interleaved_medians({"hf-full": hf_step(hf, ids, hf_optimizer(hf, hf_default), phases["hf-full"]),
+                             "attnlab-full": attnlab_step(ours, ids, hf_optimizer(ours, hf_default),
+                                                          phases["attnlab-full"])},
+                            repeats=args.repeats, warmup=1)
+        print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("\n| phase (thread CPU s, median) | `hf-full` | `attnlab-full` |\n|---|---|---|")
+        medians = {row: {name: statistics.median(times[1:]) for name, times in by_phase.items()}
+                   for row, by_phase in phases.items()}  # [0]: the warm-up
+        for name in PHASES + ("sum",):
+            hf_s, ours_s = (sum(m.values()) if name == "sum" else m[name] for m in medians.values())
+            print(f"| {name} | {hf_s:.3f} | {ours_s:.3f} |")
+        return
     runs = {"hf-full": hf_step(hf, ids, hf_optimizer(hf, hf_default)),
             "attnlab-full": attnlab_step(ours, ids, hf_optimizer(ours, hf_default)),
             "attnlab-full-own": attnlab_step(ours, ids, own),
