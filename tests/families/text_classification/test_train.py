@@ -129,6 +129,35 @@ def test_every_road_gives_the_same_answer(single, tmp_path, capsys):
     # --out again: kept without --force
     assert main(["evaluate", "--model", str(model_dir), "--data", str(valid), "--out", str(tmp_path / "ev")]) == 2
     assert "--force" in capsys.readouterr().err
+    # without --data: the model's own held-out data (its --valid file), said
+    assert main(["evaluate", "--model", str(model_dir), "--out", str(tmp_path / "own")]) == 0
+    assert f"scoring the model's own held-out data (--valid {valid.resolve()}, from text_classification.json)" \
+        in capsys.readouterr().out
+    assert json.loads((tmp_path / "own" / "results.json").read_text())["confusion_matrix"] == \
+        trained["confusion_matrix"]
+
+
+def test_evaluate_without_data_scores_the_rows_training_held_out(tmp_path, capsys):
+    """No --valid: training holds out a seeded 10 % of --train; evaluate with no --data scores
+    exactly those rows (the same count and confusion matrix as the run's own final scoring),
+    and says so; with the training file gone it names the file and the flag."""
+    _write(tmp_path / "train.tsv", 120, seed=3)
+    out = tmp_path / "run"
+    log = _train(["train", "text-classification", "--train", str(tmp_path / "train.tsv"), "--out", str(out),
+                  "--vocab-size", "100", "--max-length", "24", "--batch-size", "16", "--max-steps", "2",
+                  "--warmup", "1", "--seed", "5", "--no-progress", *TINY])
+    assert "held-out (12 texts)" in log
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out / "model"), "--out", str(tmp_path / "ev")]) == 0
+    said = capsys.readouterr().out
+    assert f"12 rows of --train {(tmp_path / 'train.tsv').resolve()} held out, seed 5" in said
+    scored = json.loads((tmp_path / "ev" / "results.json").read_text())
+    trained = json.loads((out / "evaluation" / "results.json").read_text())
+    assert scored["items"] == 12 and scored["confusion_matrix"] == trained["confusion_matrix"]
+    (tmp_path / "train.tsv").unlink()
+    assert main(["evaluate", "--model", str(out / "model")]) == 2
+    err = capsys.readouterr().err
+    assert "is gone; give the file to score with --data" in err and "train.tsv" in err
 
 
 def test_batched_predictions_equal_one_text_at_a_time(single):

@@ -1,7 +1,8 @@
-"""``attnlab evaluate-text-classifier --model DIR --data FILE``: a text classifier on a
-labelled file (the format ``train text-classification`` reads): accuracy, macro-F1, per-class
-precision and recall, and with ``--out DIR`` results.json and confusion_matrix.png.
-``attnlab evaluate --model DIR --data FILE`` of a text classifier runs this verb."""
+"""``attnlab evaluate-text-classifier --model DIR [--data FILE]``: a text classifier on a
+labelled file (the format ``train text-classification`` reads; without ``--data``, the model's
+own held-out rows, as its ``text_classification.json`` records them): accuracy, macro-F1,
+per-class precision and recall, and with ``--out DIR`` results.json and confusion_matrix.png.
+``attnlab evaluate --model DIR [--data FILE]`` of a text classifier runs this verb."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ def add_arguments(parser) -> None:
     from attnlab.cli.options import add_force_argument, add_limit_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory written by attnlab train text-classification")
-    parser.add_argument("--data", required=True, metavar="FILE", help="labelled .tsv/.csv (header: text, label"
-                                                                      "[, text_pair]) or .jsonl file")
+    parser.add_argument("--data", metavar="FILE", help="labelled .tsv/.csv (header: text, label[, text_pair]) or "
+                                                      ".jsonl file (default: the model's own held-out data, as its "
+                                                      "text_classification.json records it)")
     parser.add_argument("--out", help="write results.json and confusion_matrix.png here (made if missing; other "
                                       "files in it are left alone)")
     parser.add_argument("--batch-size", type=bounded_int(1, 4096), default=32, help="texts per batch (default: 32)")
@@ -37,7 +39,18 @@ def run(args) -> int:
     require_packages("evaluate-text-classifier", "tokenizers")
     apply_threads(args)
     model, tokenizer, labels, pairs = load_text_classifier(args.model, device=resolve_device(args.device))
-    data = read_labelled(args.data, flag="--data")
+    if args.data is None:  # the model's own held-out rows, said
+        from attnlab.families.text_classification.train import DATA_FILE, own_held_out
+
+        own = own_held_out(args.model)
+        if own is None:
+            raise ValueError(f"--data: give a labelled file to score; {args.model} has no {DATA_FILE} (a model trained "
+                             "before it was kept) to find its own held-out data")
+        data, what = own
+        print(f"scoring {what}")
+        args.data = data.path
+    else:
+        data = read_labelled(args.data, flag="--data")
     if (data.pairs is not None) != pairs:
         raise ValueError(f"--data {args.data}: {'text pairs' if data.pairs is not None else 'single texts'}, but the "
                          f"model reads {'text pairs' if pairs else 'single texts'}")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from attnlab.cli.bert_runs import BertTask
 from attnlab.cli.training_run import add_training_arguments, run_training
@@ -36,6 +37,7 @@ from attnlab.tasks.bert import load_init  # the --init part: any BERT directory 
 HELP = "train a BERT text classifier (single texts or pairs) on a labelled TSV/CSV/JSONL file, from --init or scratch"
 
 VALID_SHARE = 0.1
+DATA_FILE = "text_classification.json"  # in OUT/model: the --train/--valid files and the seed of the held-out split
 
 
 # -- the parts -------------------------------------------------------------------------
@@ -51,6 +53,7 @@ class ClassificationData:
     max_length: int
     description: str = ""
     run_info: dict = field(default_factory=dict)
+    record: dict = field(default_factory=dict)  # DATA_FILE: where the data came from
 
     @property
     def pairs(self) -> bool:
@@ -64,9 +67,7 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
     import hashlib
     import tempfile
 
-    import torch
-
-    from attnlab.families.text_classification.data import LabelledTexts, check_label_sets, read_labelled
+    from attnlab.families.text_classification.data import check_label_sets, read_labelled
     from attnlab.families.text_classification.task import LabelledBatches
     from attnlab.tasks.bert import learn_wordpiece
     from attnlab.tasks.bert import tokenizer_files as files_of
@@ -77,13 +78,7 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
     if valid is None:  # a seeded share of the training rows is held out
         if len(train) < 2:
             raise ValueError(f"--train {args.train}: {len(train)} row; give more rows or a --valid file")
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed)).tolist()
-        count = max(1, int(len(train) * VALID_SHARE))
-        held, kept = sorted(order[:count]), sorted(order[count:])
-        pick = lambda rows: LabelledTexts(  # noqa: E731
-            train.path, [train.texts[i] for i in rows], None if train.pairs is None else [train.pairs[i] for i in rows],
-            [train.labels[i] for i in rows], [train.lines[i] for i in rows])
-        train, valid = pick(kept), pick(held)
+        train, valid = split_held_out(train, args.seed)
         valid_what = f"{len(valid):,d} rows of --train held out (seed {args.seed})"
     else:
         valid_what = f"--valid {args.valid}: {len(valid):,d} rows"
@@ -112,8 +107,54 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
                    f"; WordPiece vocabulary of {tokenizer.vocab_size:,d}, inputs of up to {max_length} tokens")
     run_info = {"train": digest(train), "valid": digest(valid), "labels": labels, "max_length": max_length,
                 "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set}
+    record = {"train": str(Path(args.train).resolve()), "valid": str(Path(args.valid).resolve()) if args.valid else None,
+              "seed": args.seed, "valid_share": VALID_SHARE}
     return ClassificationData(train, valid, labels, tokenizer, tokenizer_files, batches, valid_batches, max_length,
-                              description, run_info)
+                              description, run_info, record)
+
+
+def split_held_out(rows, seed: int):
+    """``(kept, held)``: the seeded ``VALID_SHARE`` of ``rows`` (LabelledTexts) held out, as
+    training without ``--valid`` does and ``evaluate`` repeats from ``DATA_FILE``."""
+    import torch
+
+    from attnlab.families.text_classification.data import LabelledTexts
+
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    count = max(1, int(len(rows) * VALID_SHARE))
+    held, kept = sorted(order[:count]), sorted(order[count:])
+    pick = lambda chosen: LabelledTexts(  # noqa: E731
+        rows.path, [rows.texts[i] for i in chosen], None if rows.pairs is None else [rows.pairs[i] for i in chosen],
+        [rows.labels[i] for i in chosen], [rows.lines[i] for i in chosen])
+    return pick(kept), pick(held)
+
+
+def own_held_out(directory):
+    """The held-out rows a model directory's ``DATA_FILE`` names (its ``--valid`` file, or the
+    seeded share of its ``--train`` file), with a line saying what they are; None without the file."""
+    from attnlab.families.text_classification.data import read_labelled
+    from attnlab.files import read_json_object
+
+    path = Path(directory) / DATA_FILE
+    if not path.is_file():
+        return None
+    record = read_json_object(path, max_bytes=1 << 20, what="a record of training data")
+    if not isinstance(record.get("train"), str):
+        raise ValueError(f"{path}: not a record of training data (no 'train' file)")
+    for key in ("train", "valid"):
+        name = record.get(key)
+        if name is not None and not Path(str(name)).is_file():
+            raise ValueError(f"{path}: the model's {'--valid' if key == 'valid' else '--train'} file {name} is gone; "
+                             "give the file to score with --data")
+    if record.get("valid"):
+        rows = read_labelled(record["valid"], flag=f"{DATA_FILE}'s valid")
+        return rows, f"the model's own held-out data (--valid {record['valid']}, from {DATA_FILE})"
+    seed = record.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{path}: 'seed' must be a whole number")
+    _, held = split_held_out(read_labelled(record["train"], flag=f"{DATA_FILE}'s train"), seed)
+    return held, (f"the model's own held-out data ({len(held):,d} rows of --train {record['train']} held out, seed "
+                  f"{seed}, from {DATA_FILE})")
 
 
 def scratch_config(args, data: ClassificationData):
@@ -208,7 +249,10 @@ class TextClassificationTask(BertTask):
     def files(self, prepared):
         from attnlab.families.text_classification.task import LABELS_FILE, labels_file_bytes
 
-        return {**prepared.tokenizer_files, LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs)}
+        import json
+
+        return {**prepared.tokenizer_files, LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs),
+                DATA_FILE: (json.dumps(prepared.record, indent=2) + "\n").encode()}
 
     def trainer(self, run, model, data, run_info):
         from attnlab.families.text_classification.task import EVALUATION_FILES
