@@ -47,7 +47,7 @@ def packed_inference(enabled: bool = True):
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") \
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-SKINNY_ROWS = (2, 64)  # row counts skinny_linear sends to oneDNN
+SKINNY_ROWS = (2, 256)  # row counts skinny_linear sends to oneDNN
 ONEDNN_COPIES = WeakIdKeyDictionary()
 """weight tensor -> (its key, its reordered copy) for :func:`skinny_linear`. Kept beside the
 tensors, not on them: a copy in a tensor's ``__dict__`` travelled with ``copy.deepcopy`` and
@@ -63,14 +63,15 @@ def onednn_rows(rows: int) -> bool:
 def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear`` for a decode step's few rows (the step paths call it on gathered weights).
 
-    Inside :func:`packed_inference`, with 2 to 64 rows of float32 on the CPU and a plain
+    Inside :func:`packed_inference`, with 2 to 256 rows of float32 on the CPU and a plain
     weight tensor: oneDNN's matmul on a copy of the weight reordered once into its layout
     (kept per weight tensor in :data:`ONEDNN_COPIES`, renewed when :func:`derived_key` changes). Beam search's
     k or B·k rows are such products: on the development CPU (AMD EPYC, AVX2) one step's
     linear layers at 4 rows took 15.3 ms there against 26.3 ms with ``F.linear``'s MKL
-    GEMM (transformer_base's decoder + its 32,000-row head; docs/benchmarks.md). One row
-    (MKL's matrix-vector product is faster) and everything else: ``F.linear``. Results
-    equal ``F.linear``'s up to float32 summation order."""
+    GEMM (transformer_base's decoder + its 32,000-row head; docs/benchmarks.md); at 128 rows
+    (batch 32 x beam 4) oneDNN was 10-35 % faster per product on the AVX512 host of issue 40.
+    One row (MKL's matrix-vector product is faster) and everything else:
+    ``F.linear``. Results equal ``F.linear``'s up to float32 summation order."""
     rows = x.numel() // x.shape[-1]
     if not onednn_rows(rows) or type(weight) not in (Tensor, nn.Parameter) or weight.dtype != torch.float32 \
             or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():

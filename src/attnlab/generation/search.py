@@ -211,62 +211,92 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
 
     active = list(range(batch))  # original index of each source still in the batch
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    history = torch.empty(batch * k, 0, dtype=torch.long, device=device)  # generated tokens per row
+    # The generated tokens as back-pointers, not a (rows, length) tensor copied every step: step t
+    # gave row i token tokens[t][i], extending row origins[t][i] of step t - 1 (host lists).
+    tokens: list[list[int]] = []
+    origins: list[list[int]] = []
     # Start with one live hypothesis per source: the other k-1 copies get -inf.
     beam_log_probs = torch.full((batch, k), float("-inf"), device=device)
     beam_log_probs[:, 0] = 0.0
     step_input = torch.full((batch * k, 1), config.bos_id, dtype=torch.long, device=device)
+    # Row offsets b·k of each source's beams, for the rows the survivors extend.
+    offsets = torch.arange(0, batch * k, k, device=device)[:, None]
+    scratch = None  # the log-probabilities' buffer, reused: a fresh (B·k, V) tensor a step was page-faulted in
+
+    def prefix(row: int, steps: int) -> list[int]:
+        """The tokens of the hypothesis in ``row`` after ``steps`` steps."""
+        out = []
+        for step_tokens, step_origins in zip(reversed(tokens[:steps]), reversed(origins[:steps])):
+            out.append(step_tokens[row])
+            row = step_origins[row]
+        return out[::-1]
 
     for step in range(max(limits)):
         length = step + 1  # tokens per hypothesis after this step
-        logits = decoder.step(step_input)
-        vocab = logits.shape[-1]
-        # (B', k, V), or (B', 1, V) on a first step of one row per source: it broadcasts
-        # against the k beams, of which only the first is live (the others are -inf).
-        log_probs = torch.log_softmax(logits.float(), dim=-1).view(len(active), -1, vocab)
-        candidates = (beam_log_probs[:, :, None] + log_probs).view(len(active), k * vocab)
-        top_log_probs, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (B', 2k)
-        top_beam, top_token = top_index // vocab, top_index % vocab
+        logits = decoder.step(step_input).float()
+        rows_now, vocab = logits.shape
+        if scratch is None or scratch.numel() < rows_now * vocab:
+            scratch = logits.new_empty(batch * k * vocab)
+        log_probs = torch.log_softmax(logits, dim=-1, out=scratch[:rows_now * vocab].view(rows_now, vocab))
+        if rows_now == len(active) * k:  # (B', k, V): the beams' scores added in place
+            candidates = log_probs.view(len(active), k, vocab).add_(beam_log_probs[:, :, None])
+        else:
+            # (B', 1, V) on a first step of one row per source: it broadcasts against the k
+            # beams, of which only the first is live (the others are -inf).
+            candidates = beam_log_probs[:, :, None] + log_probs.view(len(active), 1, vocab)
+        top_log_probs, top_index = candidates.view(len(active), k * vocab).topk(min(2 * k, k * vocab), dim=1)
+        top_token = top_index % vocab  # (B', 2k)
         is_eos = top_token == config.eos_id
 
-        # Finish EOS continuations that rank among the best k.
-        eos_rows, eos_ranks = torch.nonzero(is_eos[:, :k] & (top_log_probs[:, :k] > float("-inf")), as_tuple=True)
-        if eos_rows.numel():
+        # Finish EOS continuations that rank among the best k (one host check when none does).
+        first_k = is_eos.narrow(1, 0, k)
+        if bool(first_k.any()):
+            top_beam = top_index // vocab
+            eos_rows, eos_ranks = torch.nonzero(first_k & (top_log_probs.narrow(1, 0, k) > float("-inf")),
+                                                as_tuple=True)
             for row, rank in zip(eos_rows.tolist(), eos_ranks.tolist()):
                 source = active[row]
                 if len(finished[source]) < k:
-                    beam = row * k + int(top_beam[row, rank])
                     lp = float(top_log_probs[row, rank])
-                    finished[source].append(Hypothesis(history[beam].tolist() + [config.eos_id], lp,
-                                                       lp / length_penalty(length, alpha)))
+                    finished[source].append(Hypothesis(prefix(row * k + int(top_beam[row, rank]), step)
+                                                       + [config.eos_id], lp, lp / length_penalty(length, alpha)))
         # Keep the best k continuations that do not end in EOS.
         survivor_log_probs = top_log_probs.masked_fill(is_eos, float("-inf"))
         beam_log_probs, pick = survivor_log_probs.topk(k, dim=1)  # (B', k)
-        next_beam = top_beam.gather(1, pick)
-        next_token = top_token.gather(1, pick)
+        picked = top_index.gather(1, pick)
+        next_beam = picked // vocab
+        next_token = picked % vocab
 
         # Sources at their length limit finish their live hypotheses as they stand.
         keep = []
+        ending = None
         for row, source in enumerate(active):
             if len(finished[source]) >= k:
                 continue
             if length >= limits[source]:
+                if ending is None:
+                    ending = beam_log_probs.tolist(), next_beam.tolist(), next_token.tolist()
                 for j in range(k):
-                    lp = float(beam_log_probs[row, j])
+                    lp = ending[0][row][j]
                     if lp > float("-inf"):
-                        beam = row * k + int(next_beam[row, j])
-                        tokens = history[beam].tolist() + [int(next_token[row, j])]
-                        finished[source].append(Hypothesis(tokens, lp, lp / length_penalty(length, alpha)))
+                        hypothesis = prefix(row * k + ending[1][row][j], step) + [ending[2][row][j]]
+                        finished[source].append(Hypothesis(hypothesis, lp, lp / length_penalty(length, alpha)))
                 continue
             keep.append(row)
         if not keep:
             break
 
-        rows = torch.tensor(keep, device=device)
-        origin = (rows[:, None] * k + next_beam[rows]).view(-1)  # (B''·k,) rows the survivors extend
-        history = torch.cat([history[origin], next_token[rows].view(-1, 1)], dim=1)
-        step_input = next_token[rows].view(-1, 1)
-        beam_log_probs = beam_log_probs[rows]
+        if len(keep) == len(active):  # no source left the batch: no row selection
+            origin = (offsets + next_beam).view(-1)  # (B'·k,) rows the survivors extend
+            step_input = next_token.view(-1, 1)
+        else:
+            rows = torch.tensor(keep, device=device)
+            origin = (rows[:, None] * k + next_beam[rows]).view(-1)
+            step_input = next_token[rows].view(-1, 1)
+            beam_log_probs = beam_log_probs[rows]
+            offsets = offsets[:len(keep)]
+        tokens.append(step_input.view(-1).tolist())
+        origins.append(origin.tolist())
         # Survivors' self-attention keys/values come from the rows they extend (one copy,
         # compacting the batch too); memory rows of one source are equal, so the memory is
         # only touched when whole sources leave the batch.
