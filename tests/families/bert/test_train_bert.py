@@ -163,6 +163,33 @@ def test_a_tiny_run_learns_and_scores_as_evaluate_bert(trained, capsys):
     # far from an untrained model's ln 60 = 4.1 nats and 1/60: half the masked words follow from their
     # neighbours (the, in, .), the others are coin flips (big/small, dog/cat, ...)
     assert accuracy > 0.3 and scores["nll"] < 0.5 * math.log(60)
+    # without --text: the model's own held-out text (its --valid-text, from bert.json), said, the
+    # same figures (it scored Multi30k's test captions before)
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out / "model"), "--no-progress", "--json", str(root / "own.json")]) == 0
+    said = capsys.readouterr().out
+    assert f"the model's own held-out text (--valid-text {(root / 'valid.txt').resolve()}, from bert.json)" in said
+    assert json.loads((root / "own.json").read_text())["accuracy"] == scores["accuracy"]
+
+
+def test_without_valid_text_evaluate_scores_the_last_tenth_of_the_training_lines(tmp_path, capsys):
+    (tmp_path / "train.txt").write_text(_text(100, seed=3))
+    out = tmp_path / "run"
+    assert main(["train", "bert", "--text", str(tmp_path / "train.txt"), "--vocab-size", "60", "--context", "24",
+                 "--batch-size", "16", "--max-steps", "2", "--warmup", "1", "--no-progress", "--out", str(out),
+                 *TINY]) == 0
+    lines = [line.strip() for line in (tmp_path / "train.txt").read_text().splitlines() if line.strip()]
+    (tmp_path / "tail.txt").write_text("\n".join(lines[int(len(lines) * 0.9):]) + "\n")
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out / "model"), "--no-progress", "--json", str(tmp_path / "own.json")]) == 0
+    assert "the last 10% of the lines of --text" in capsys.readouterr().out
+    assert main(["evaluate", "--model", str(out / "model"), "--text", str(tmp_path / "tail.txt"), "--no-progress",
+                 "--json", str(tmp_path / "tail.json")]) == 0
+    own, tail = (json.loads((tmp_path / name).read_text()) for name in ("own.json", "tail.json"))
+    assert own["accuracy"] == tail["accuracy"] and own["masked_tokens"] == tail["masked_tokens"]
+    (tmp_path / "train.txt").unlink()
+    assert main(["evaluate", "--model", str(out / "model"), "--no-progress"]) == 2
+    assert "is gone; give the text to score with --text" in capsys.readouterr().err
 
 
 def test_init_from_a_bert_without_its_masked_lm_head_adds_one(trained, run_verb):

@@ -31,8 +31,9 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--model", required=True, help="a BERT directory with a masked-LM head (HuggingFace-format, or attnlab train bert's)")
     parser.add_argument("--text", nargs="+", metavar="FILE",
-                        help="held-out text files, one sequence a line (default: the English captions of "
-                             "Multi30k's test split, shipped with attnlab)")
+                        help="held-out text files, one sequence a line (default: the model's own held-out text "
+                             "for a train bert model, else the English captions of Multi30k's test split, shipped "
+                             "with attnlab; said in the first line)")
     parser.add_argument("--mask-rate", type=bounded_float(0.0, 1.0), default=0.15, metavar="P",
                         help="probability that a token is masked (0 < P <= 1; default: 0.15)")
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the masking (default: 0)")
@@ -176,7 +177,12 @@ def run(args) -> int:
         raise ValueError(f"--model {args.model}: this BERT has no masked-LM head (its weights hold no "
                          "cls.predictions.*, e.g. a sentence-embedding model), so it cannot predict masked tokens; "
                          "use attnlab embed for its sentence embeddings")
-    lines, source = held_out_lines(args.text)
+    own = None
+    if not args.text:
+        from attnlab.families.bert.train import own_held_out_lines
+
+        own = own_held_out_lines(args.model)
+    lines, source = own if own is not None else held_out_lines(args.text)
     if len(lines) > MAX_LINES:
         raise ValueError(f"--text {source}: {len(lines):,d} lines; at most {MAX_LINES:,d} (use --limit)")
     if args.limit is not None and len(lines) > args.limit:

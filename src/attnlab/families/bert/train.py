@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from attnlab.cli.bert_runs import BertTask
 from attnlab.cli.training_run import add_training_arguments, run_training
@@ -53,6 +54,44 @@ class MLMData:
     context: int = 128
     description: str = ""
     run_info: dict = field(default_factory=dict)
+    record: dict = field(default_factory=dict)  # DATA_FILE: the training and held-out text files
+
+
+DATA_FILE = "bert.json"  # in OUT/model: where the text came from (evaluate-bert's default)
+
+
+def split_lines(text: str) -> tuple[list[str], list[str]]:
+    """The non-empty lines of a training text: all but the last 10 % to train, those held out
+    (without ``--valid-text``; evaluate-bert repeats it from ``DATA_FILE``)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cut = int(len(lines) * 0.9)
+    return lines[:cut], lines[cut:]
+
+
+def own_held_out_lines(directory) -> tuple[list[str], str] | None:
+    """The held-out lines a model directory's ``DATA_FILE`` names, with where they came from;
+    None without the file (a HuggingFace BERT, or a model trained before it was kept)."""
+    from attnlab.data.text import read_text_files
+    from attnlab.files import read_json_object
+
+    path = Path(directory) / DATA_FILE
+    if not path.is_file():
+        return None
+    record = read_json_object(path, max_bytes=1 << 20, what="a record of training text")
+    names = record.get("valid_text") or record.get("text")
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{path}: not a record of training text (no 'text' files)")
+    for name in names:
+        if not Path(name).is_file():
+            raise ValueError(f"{path}: the model's held-out text {name} is gone; give the text to score with --text")
+    text = read_text_files(names)
+    if record.get("valid_text"):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        what = f"--valid-text {', '.join(names)}"
+    else:
+        lines = split_lines(text)[1]
+        what = f"the last 10% of the lines of --text {', '.join(names)}"
+    return lines, f"the model's own held-out text ({what}, from {DATA_FILE})"
 
 
 def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | None = None) -> MLMData:
@@ -74,14 +113,12 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
             raise ValueError(f"{flag}: {error}") from None
 
     text = read(args.text, "--text")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if args.valid_text:
-        train_lines = lines
+        train_lines = [line.strip() for line in text.splitlines() if line.strip()]
         valid_lines = [line.strip() for line in read(args.valid_text, "--valid-text").splitlines() if line.strip()]
         valid_flag = "--valid-text"
     else:
-        cut = int(len(lines) * 0.9)
-        train_lines, valid_lines, valid_flag = lines[:cut], lines[cut:], "--text (its last 10% of lines)"
+        (train_lines, valid_lines), valid_flag = split_lines(text), "--text (its last 10% of lines)"
     if not train_lines:
         raise ValueError(f"--text {' '.join(args.text)}: no non-empty line to train on")
     if not valid_lines:
@@ -105,7 +142,10 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
                    f"vocabulary of {tokenizer.vocab_size:,d}")
     run_info = {"text": fingerprint(train_lines), "valid_text": fingerprint(valid_lines), "context": context,
                 "windows": args.windows, "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set}
-    return MLMData(tokenizer, tokenizer_files, train, valid_lines, valid_batches, context, description, run_info)
+    record = {"text": [str(Path(name).resolve()) for name in args.text],
+              "valid_text": [str(Path(name).resolve()) for name in args.valid_text] if args.valid_text else None}
+    return MLMData(tokenizer, tokenizer_files, train, valid_lines, valid_batches, context, description, run_info,
+                   record)
 
 
 def scratch_config(args, data: MLMData):
@@ -178,6 +218,11 @@ class BertTrainTask(BertTask):
                                "if smaller)")
         data.add_argument("--windows", choices=WINDOW_MODES, default="sentences",
                           help="windows of whole lines, or of the packed token stream (default: sentences)")
+
+    def files(self, prepared) -> dict[str, bytes]:
+        import json
+
+        return {**prepared.tokenizer_files, DATA_FILE: (json.dumps(prepared.record, indent=2) + "\n").encode()}
 
     def add_run_arguments(self, group) -> None:
         from attnlab.cli.options import bounded_int
