@@ -31,6 +31,12 @@ STARTUP_SECONDS = 240  # the time a loaded 2-core machine may need to import and
 FOREVER = "100000"  # --max-steps that no test waits for
 
 
+def _shell_sigint() -> None:
+    """In the child before exec: SIGINT at its default, as a shell starts a program (a test
+    worker may have it ignored, and an ignored signal is inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("images")
@@ -126,7 +132,7 @@ def _interrupt(argv: list[str], wait_for: Path, number: int) -> tuple[int, str]:
     ``number``; return the exit code and stderr."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     process = subprocess.Popen([sys.executable, "-m", "attnlab.cli.main", *argv], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_shell_sigint)
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
         while not wait_for.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -232,8 +238,13 @@ def test_a_signal_outside_training_unwinds_and_exits_with_its_code(monkeypatch, 
 
     before = signal.getsignal(signal.SIGTERM)
     monkeypatch.setattr(presets, "run", signalled)
+    # As from a shell: SIGINT at Python's own handler, whatever an earlier test in this worker left.
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
-    assert main(["presets"]) == code
+    try:
+        assert main(["presets"]) == code
+    finally:
+        signal.signal(signal.SIGINT, interrupt)
     assert time.monotonic() - started < 5
     assert capsys.readouterr().err.strip() == f"attnlab presets: {said}"
     assert signal.getsignal(signal.SIGTERM) is before
@@ -266,7 +277,7 @@ def test_sigint_in_the_final_scoring_exits_130_with_the_command_that_scores_agai
     argv = _command(verb, out, "2", data)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     process = subprocess.Popen([sys.executable, str(script), str(marker), *argv], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_shell_sigint)
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:

@@ -45,6 +45,45 @@ def add_arguments(parser) -> None:
     add_runtime_arguments(parser)
 
 
+DATA_FILE = "bert.json"  # in OUT/model: where the text came from (evaluate-bert's default)
+
+
+def split_lines(text: str) -> tuple[list[str], list[str]]:
+    """The non-empty lines of a training text: all but the last 10 % to train, those held out
+    (without ``--valid-text``; evaluate-bert repeats it from ``DATA_FILE``)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cut = int(len(lines) * 0.9)
+    return lines[:cut], lines[cut:]
+
+
+def own_held_out_lines(directory) -> tuple[list[str], str] | None:
+    """The held-out lines a model directory's ``DATA_FILE`` names, with where they came from;
+    None without the file (a HuggingFace BERT, or a model trained before it was kept)."""
+    from attnlab.data.text import read_text_files
+    from attnlab.files import read_json_object
+
+    from pathlib import Path
+
+    path = Path(directory) / DATA_FILE
+    if not path.is_file():
+        return None
+    record = read_json_object(path, max_bytes=1 << 20, what="a record of training text")
+    names = record.get("valid_text") or record.get("text")
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{path}: not a record of training text (no 'text' files)")
+    for name in names:
+        if not Path(name).is_file():
+            raise ValueError(f"{path}: the model's held-out text {name} is gone; give the text to score with --text")
+    text = read_text_files(names)
+    if record.get("valid_text"):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        what = f"--valid-text {', '.join(names)}"
+    else:
+        lines = split_lines(text)[1]
+        what = f"the last 10% of the lines of --text {', '.join(names)}"
+    return lines, f"the model's own held-out text ({what}, from {DATA_FILE})"
+
+
 def held_out_lines(paths) -> tuple[list[str], str]:
     """The non-empty lines of ``paths`` (or of Multi30k's English test captions) and a
     description of where they came from."""
@@ -179,8 +218,6 @@ def run(args) -> int:
                          "use attnlab embed for its sentence embeddings")
     own = None
     if not args.text:
-        from attnlab.families.bert.train import own_held_out_lines
-
         own = own_held_out_lines(args.model)
     lines, source = own if own is not None else held_out_lines(args.text)
     if len(lines) > MAX_LINES:

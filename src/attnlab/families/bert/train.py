@@ -54,44 +54,7 @@ class MLMData:
     context: int = 128
     description: str = ""
     run_info: dict = field(default_factory=dict)
-    record: dict = field(default_factory=dict)  # DATA_FILE: the training and held-out text files
-
-
-DATA_FILE = "bert.json"  # in OUT/model: where the text came from (evaluate-bert's default)
-
-
-def split_lines(text: str) -> tuple[list[str], list[str]]:
-    """The non-empty lines of a training text: all but the last 10 % to train, those held out
-    (without ``--valid-text``; evaluate-bert repeats it from ``DATA_FILE``)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    cut = int(len(lines) * 0.9)
-    return lines[:cut], lines[cut:]
-
-
-def own_held_out_lines(directory) -> tuple[list[str], str] | None:
-    """The held-out lines a model directory's ``DATA_FILE`` names, with where they came from;
-    None without the file (a HuggingFace BERT, or a model trained before it was kept)."""
-    from attnlab.data.text import read_text_files
-    from attnlab.files import read_json_object
-
-    path = Path(directory) / DATA_FILE
-    if not path.is_file():
-        return None
-    record = read_json_object(path, max_bytes=1 << 20, what="a record of training text")
-    names = record.get("valid_text") or record.get("text")
-    if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
-        raise ValueError(f"{path}: not a record of training text (no 'text' files)")
-    for name in names:
-        if not Path(name).is_file():
-            raise ValueError(f"{path}: the model's held-out text {name} is gone; give the text to score with --text")
-    text = read_text_files(names)
-    if record.get("valid_text"):
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        what = f"--valid-text {', '.join(names)}"
-    else:
-        lines = split_lines(text)[1]
-        what = f"the last 10% of the lines of --text {', '.join(names)}"
-    return lines, f"the model's own held-out text ({what}, from {DATA_FILE})"
+    record: dict = field(default_factory=dict)  # bert.json (evaluate.DATA_FILE): the text files
 
 
 def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | None = None) -> MLMData:
@@ -101,7 +64,7 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
     import tempfile
 
     from attnlab.data.text import read_text_files
-    from attnlab.families.bert.evaluate import MaskedLMScore
+    from attnlab.families.bert.evaluate import MaskedLMScore, split_lines
     from attnlab.families.bert.task import MaskedWindows, text_windows
     from attnlab.tasks.bert import learn_wordpiece
     from attnlab.tasks.bert import tokenizer_files as files_of
@@ -221,6 +184,8 @@ class BertTrainTask(BertTask):
 
     def files(self, prepared) -> dict[str, bytes]:
         import json
+
+        from attnlab.families.bert.evaluate import DATA_FILE
 
         return {**prepared.tokenizer_files, DATA_FILE: (json.dumps(prepared.record, indent=2) + "\n").encode()}
 
