@@ -23,6 +23,7 @@ through :func:`attnlab.pipelines.load`, which sits above training (tests/test_la
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -221,11 +222,37 @@ def add_training_arguments(parser, task: TrainingTask) -> None:
     from attnlab.cli.options import add_lora_arguments
 
     add_lora_arguments(start)  # with --init only: cli/lora_run.py
-    parser.set_defaults(training_defaults={action.dest: action.default for action in parser._actions})
+    parser.set_defaults(training_defaults={action.dest: action.default for action in parser._actions},
+                        options_given=frozenset())
+    for action in parser._actions:  # each option the command line names is recorded as given
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            action.__class__ = _recording(type(action))
+
+
+def _recording(base: type) -> type:
+    """``base`` (an argparse action class) that also adds its ``dest`` to ``options_given``:
+    argparse calls an optional's action only when the command line names it."""
+    if getattr(base, "records_given", False):
+        return base
+
+    class Recording(base):
+        records_given = True
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            namespace.options_given = frozenset(getattr(namespace, "options_given", frozenset()) | {self.dest})
+            return super().__call__(parser, namespace, values, option_string)
+
+    Recording.__name__ = f"Recording{base.__name__}"
+    return Recording
 
 
 def option_given(args, dest: str) -> bool:
-    """Whether the option ``dest`` was given other than at its default."""
+    """Whether the command line named the option ``dest`` (also at its default value, e.g.
+    ``--lr 1e-3`` where 1e-3 is the default). Arguments built without the parser (the Python
+    API) fall back to: given when the value differs from the default."""
+    given = getattr(args, "options_given", None)
+    if given is not None:
+        return dest in given
     defaults = getattr(args, "training_defaults", {}) or {}
     return dest in defaults and getattr(args, dest, None) != defaults[dest]
 

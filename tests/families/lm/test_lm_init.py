@@ -78,6 +78,23 @@ def test_the_after_figure_scores_the_saved_weights_when_the_last_validation_was_
     assert math.isclose(after, reference, rel_tol=2e-3), (after, reference)
 
 
+def test_an_option_given_at_its_default_value_is_given(start, tmp_path, capsys):
+    """--lr 2e-3 is train lm's default: named on the command line it is the user's, not
+    replaced by the fine-tuning tenth (it was: values equal to the default counted as not
+    given); --warmup left out takes the fine-tuning share of --max-steps."""
+    other = tmp_path / "b.txt"
+    other.write_text("the lazy dog and the brown fox.\n" * 30, encoding="utf-8")
+    capsys.readouterr()
+    assert main(["train", "lm", "--text", str(other), "--init", str(start), "--max-steps", "4", "--lr", "2e-3",
+                 "--out", str(tmp_path / "given"), *RUN]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("fine-tuning:"))
+    assert "peak --lr 0.002 (given)" in line and "(5% of --max-steps)" in line, line
+    assert main(["train", "lm", "--text", str(other), "--init", str(start), "--max-steps", "4",
+                 "--out", str(tmp_path / "default"), *RUN]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("fine-tuning:"))
+    assert "peak --lr 0.0002 (a tenth of the default)" in line, line
+
+
 def test_a_checkpoint_directory_is_a_start_too(start, tmp_path, capsys):
     checkpoint = sorted((start.parent / "checkpoints").iterdir())[-1]
     text = tmp_path / "c.txt"
