@@ -19,6 +19,10 @@ QUICK=(--src de --tgt en --max-tokens 1500 --threads 1 --no-progress)
 
 # 1. the starting model: Multi30k, 300 updates (or START, an existing model directory)
 if [ -n "${START:-}" ]; then
+  if [ -e "$OUT/start/model" ] && [ ! -L "$OUT/start/model" ]; then
+    echo "finetune_translation.sh: $OUT/start/model exists and is not this recipe's link to START: left alone" >&2
+    exit 2
+  fi
   mkdir -p "$OUT/start" && ln -sfn "$(cd "$START" && pwd)" "$OUT/start/model"
 else
   attnlab train translation --data multi30k "${QUICK[@]}" --preset multi30k --vocab-size 4000 --max-steps 300 \

@@ -9,6 +9,7 @@ cannot parse or write (said on stderr). Parsing is slow (0.2-2 s a piece).
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -33,7 +34,9 @@ def main(collection: str, count: int, out: str) -> None:
             score = corpus.parse(path)
             if hasattr(score, "scores"):  # an opus: its first piece
                 score = score.scores[0]
-            score.write("midi", fp=str(name))
+            partial = name.with_name(f".{name.name}.tmp")  # a kill leaves no half file under the real name
+            score.write("midi", fp=str(partial))
+            os.replace(partial, name)
             written += 1
         except Exception as error:  # noqa: BLE001 - a corpus file music21 cannot handle is skipped
             print(f"skipped {path}: {type(error).__name__}: {error}", file=sys.stderr)

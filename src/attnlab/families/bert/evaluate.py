@@ -59,10 +59,10 @@ def split_lines(text: str) -> tuple[list[str], list[str]]:
 def own_held_out_lines(directory) -> tuple[list[str], str] | None:
     """The held-out lines a model directory's ``DATA_FILE`` names, with where they came from;
     None without the file (a HuggingFace BERT, or a model trained before it was kept)."""
+    from pathlib import Path
+
     from attnlab.data.text import read_text_files
     from attnlab.files import read_json_object
-
-    from pathlib import Path
 
     path = Path(directory) / DATA_FILE
     if not path.is_file():
