@@ -33,7 +33,13 @@ the process-wide setting attnlab's Trainer makes):
   ``build_optimizer`` used on the CPU before it picked the fused kernel;
 * ``attnlab-lora8``: attnlab with ``apply_lora(LoraConfig(rank=8))`` (the attention's joint qkv
   and output projections of every layer; alpha 16), only the adapters train, ``train lm``'s optimizer;
-* ``hf-peft-lora8`` (with ``--peft``): peft's LoRA r=8 on the same projections of HF GPT-2, HF's optimizer.
+* ``hf-peft-lora8`` (with ``--peft``): peft's LoRA r=8 on the same projections of HF GPT-2, HF's optimizer;
+* ``attnlab-full-bf16`` and ``hf-full-bf16`` (with ``--bf16``): the like-for-like rows with the
+  forward and loss under bf16 autocast (float32 weights, gradients and optimizer), as ``train lm
+  --precision bf16`` and HF's ``TrainingArguments(bf16=True)`` run on a CPU;
+* ``attnlab-full-compiled`` and ``hf-full-compiled`` (with ``--compile``): the two like-for-like
+  rows with the model's forward under ``torch.compile`` (what ``train lm --compile`` and HF's
+  ``TrainingArguments(torch_compile=True)`` do; each compiles in the untimed warm-up), same optimizer.
 
 Each row's seconds are wall-clock (``perf_counter``) and, beside them, the CPU time of the
 stepping thread (``thread_time``): on a machine shared with other jobs the wall clock also
@@ -96,15 +102,17 @@ def hf_optimizer(model, hf_default):
 PHASES = ("forward + loss", "backward", "scale 1/tokens", "clip", "optimizer", "zero_grad")
 
 
-def attnlab_step(model, ids, optimizer, phases=None):
+def attnlab_step(model, ids, optimizer, phases=None, bf16=False):
     """One update as attnlab's ``Trainer._update`` makes it (one micro-batch, one process).
-    With ``phases`` (a dict of lists), each phase's thread CPU time is appended to it."""
+    With ``phases`` (a dict of lists), each phase's thread CPU time is appended to it; with
+    ``bf16`` the forward and loss run under bf16 autocast (``train lm --precision bf16``)."""
     model.train()
     batch = {"ids": ids}
 
     def step() -> float:
         marks = [time.thread_time()]
-        loss_sum, tokens, _ = lm_loss(model, batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss_sum, tokens, _ = lm_loss(model, batch)
         marks.append(time.thread_time())
         loss_sum.backward()
         marks.append(time.thread_time())
@@ -124,15 +132,17 @@ def attnlab_step(model, ids, optimizer, phases=None):
     return step
 
 
-def hf_step(model, ids, optimizer, phases=None):
-    """One update as HF's ``Trainer`` makes it: mean loss, backward, clip, step, zero_grad."""
+def hf_step(model, ids, optimizer, phases=None, bf16=False):
+    """One update as HF's ``Trainer`` makes it: mean loss, backward, clip, step, zero_grad
+    (``bf16``: the forward under bf16 autocast, as ``TrainingArguments(bf16=True)`` on a CPU)."""
     model.train()
     inputs, targets = ids[:, :-1], ids[:, 1:]
 
     def step() -> float:
         marks = [time.thread_time()]
-        logits = model(inputs).logits
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(inputs).logits
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         marks.append(time.thread_time())
         loss.backward()
         marks += [time.thread_time()] * 2  # no separate scaling: the mean loss's backward scales
@@ -201,6 +211,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--layers", type=int, default=12, help="fewer for a quick check of the script")
     parser.add_argument("--peft", action="store_true", help="add peft's LoRA on HF GPT-2 as a row")
+    parser.add_argument("--compile", action="store_true",
+                        help="add the like-for-like rows with torch.compile'd forwards (attnlab and HF)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="add the like-for-like rows under bf16 autocast (attnlab and HF; a CPU with "
+                             "AVX512-BF16 or AMX makes its products natively)")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
     parser.add_argument("--phases", action="store_true",
                         help="instead of the rows: the thread CPU time of each phase of hf-full's and "
@@ -275,6 +290,12 @@ def main() -> None:
             "attnlab-full-own": attnlab_step(ours, ids, own),
             "attnlab-full-loop": attnlab_step(ours, ids, loop),
             "attnlab-lora8": attnlab_step(ours_lora, ids, attnlab_optimizer(ours_lora))}
+    if args.compile:
+        runs["attnlab-full-compiled"] = attnlab_step(torch.compile(ours), ids, hf_optimizer(ours, hf_default))
+        runs["hf-full-compiled"] = hf_step(torch.compile(hf), ids, hf_optimizer(hf, hf_default))
+    if args.bf16:
+        runs["attnlab-full-bf16"] = attnlab_step(ours, ids, hf_optimizer(ours, hf_default), bf16=True)
+        runs["hf-full-bf16"] = hf_step(hf, ids, hf_optimizer(hf, hf_default), bf16=True)
     if args.peft:
         import peft
 
@@ -302,7 +323,10 @@ def main() -> None:
     for name, seconds in medians.items():
         print(f"| `{name}` | {seconds:.3f} | {tokens / seconds:,.0f} | {base / seconds:.2f}x | "
               f"{cpu_medians[name]:.3f} | {cpu_base / cpu_medians[name]:.2f}x |")
-    for a, b in (("attnlab-full", "hf-full"), ("attnlab-full-own", "hf-full"),
+    pairs = (("attnlab-full-compiled", "hf-full"), ("attnlab-full-compiled", "hf-full-compiled"),
+             ("attnlab-full-compiled", "attnlab-full")) if args.compile else ()
+    pairs += (("attnlab-full-bf16", "hf-full"), ("attnlab-full-bf16", "hf-full-bf16")) if args.bf16 else ()
+    for a, b in pairs + (("attnlab-full", "hf-full"), ("attnlab-full-own", "hf-full"),
                  ("attnlab-full-own", "attnlab-full-loop"), ("attnlab-lora8", "attnlab-full-own")):
         print(f"{a} vs {b}: {medians[b] / medians[a]:.2f}x the step rate (wall), "
               f"{cpu_medians[b] / cpu_medians[a]:.2f}x (CPU)")
