@@ -52,7 +52,7 @@ def test_scores_equal_huggingface_on_the_same_masked_tokens(mlm_dir, tmp_path):
     vocab = tokenizer.tokenizer
     special = {vocab.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
     generator = torch.Generator().manual_seed(3)
-    nll, correct, count = 0.0, 0, 0
+    nll, correct, count, answers = 0.0, 0, 0, []
     for start in range(0, len(LINES), 4):
         batch, _ = tokenizer.encode(LINES[start:start + 4])
         ids, targets = mask_batch(batch["ids"], batch["attention_mask"], special, vocab.token_to_id("[MASK]"), 0.15,
@@ -64,7 +64,12 @@ def test_scores_equal_huggingface_on_the_same_masked_tokens(mlm_dir, tmp_path):
         nll += float(torch.nn.functional.cross_entropy(logits[where], targets[where], reduction="sum"))
         correct += int((logits[where].argmax(-1) == targets[where]).sum())
         count += int(where.sum())
+        answers += [vocab.id_to_token(i) for i in targets[where].tolist()]
     assert got["masked_tokens"] == count and got["lines"] == len(LINES)
+    # the frequency baseline: the token most often masked (ties: the smaller id), and its share
+    most = max(set(answers), key=lambda token: (answers.count(token), -vocab.token_to_id(token)))
+    assert got["most_frequent_token"] == most
+    assert got["most_frequent_share"] == pytest.approx(answers.count(most) / count)
     assert got["nll"] == pytest.approx(nll / count, abs=1e-4)
     assert got["perplexity"] == pytest.approx(math.exp(nll / count), rel=1e-3)
     # accuracy: argmax ties between two float paths are possible only at exact ties; allow one token

@@ -56,6 +56,22 @@ def split_lines(text: str) -> tuple[list[str], list[str]]:
     return lines[:cut], lines[cut:]
 
 
+CAPTIONS = "multi30k-en"  # DATA_FILE's "data" when train bert ran without --text
+CAPTION_SPLITS = {"train": "Multi30k's English train captions (shipped with attnlab)",
+                  "valid": "Multi30k's English val captions (shipped with attnlab)",
+                  "test": "Multi30k test (English)"}
+
+
+def caption_lines(split: str) -> list[str]:
+    """The English captions of one Multi30k split (``train``, ``valid``, ``test``), shipped
+    inside attnlab: ``train bert``'s text without ``--text``, evaluate-bert's without a model
+    record or ``--text``."""
+    from attnlab.data.registry import get_parallel_dataset
+
+    corpus = get_parallel_dataset("multi30k", split, "de", "en")
+    return [line for line in (target.strip() for _, target in corpus) if line]
+
+
 def own_held_out_lines(directory) -> tuple[list[str], str] | None:
     """The held-out lines a model directory's ``DATA_FILE`` names, with where they came from;
     None without the file (a HuggingFace BERT, or a model trained before it was kept)."""
@@ -69,6 +85,8 @@ def own_held_out_lines(directory) -> tuple[list[str], str] | None:
         return None
     record = read_json_object(path, max_bytes=1 << 20, what="a record of training text")
     names = record.get("valid_text") or record.get("text")
+    if names is None and record.get("data") == CAPTIONS:
+        return caption_lines("valid"), f"the model's own held-out text ({CAPTION_SPLITS['valid']}, from {DATA_FILE})"
     if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
         raise ValueError(f"{path}: not a record of training text (no 'text' files)")
     for name in names:
@@ -96,10 +114,7 @@ def held_out_lines(paths) -> tuple[list[str], str]:
             raise ValueError(f"--text: {error}") from None
         source = ", ".join(str(p) for p in paths)
     else:
-        from attnlab.data.registry import get_parallel_dataset
-
-        corpus = get_parallel_dataset("multi30k", "test", "de", "en")
-        text, source = "\n".join(target for _, target in corpus), "Multi30k test (English)"
+        text, source = "\n".join(caption_lines("test")), CAPTION_SPLITS["test"]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise ValueError(f"--text {source}: no non-empty line to score")
@@ -141,6 +156,7 @@ class MaskedLMScore:
         self.special = {vocab.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
         self.generator = torch.Generator().manual_seed(seed)
         self.total_nll, self.correct, self.count, self.lines = 0.0, 0, 0, 0
+        self.targets: dict[int, int] = {}  # masked token id -> how often it was the answer
 
     def batch(self, lines) -> dict:
         """``{ids (masked), attention_mask, token_type_ids, targets}`` of ``lines`` (targets:
@@ -150,10 +166,26 @@ class MaskedLMScore:
                                                     self.rate, self.generator)
         return batch
 
-    def add(self, model, lines, device="cpu") -> None:
+    def states(self, groups) -> list:
+        """The masking generator's state at the start of each group of lines when the groups
+        are masked in order (the generator is left after the last): scoring group ``i`` after
+        ``generator.set_state(states[i])`` masks it as scoring them all in order does, so a
+        sample of groups, in any order, is scored under the protocol's masks."""
+        states = []
+        for group in groups:
+            states.append(self.generator.get_state())
+            self.batch(group)
+        return states
+
+    def add(self, model, lines, device="cpu", *, state=None) -> None:
         import torch
 
+        if state is not None:
+            self.generator.set_state(state)
         batch = self.batch(lines)
+        wanted = batch["targets"][batch["targets"] != -100]
+        for token, times in zip(*(part.tolist() for part in wanted.unique(return_counts=True))):
+            self.targets[token] = self.targets.get(token, 0) + times
         with torch.no_grad():
             _, nll, correct, count = masked_lm_sums(model, {k: v.to(device) for k, v in batch.items()})
         self.total_nll += float(nll)
@@ -167,9 +199,19 @@ class MaskedLMScore:
         if self.count == 0:
             raise ValueError("no token could be masked (every line holds only [CLS]/[SEP])")
         nll = self.total_nll / self.count
+        # the baseline: always answering the token most often masked (ties: the smaller id)
+        token, times = min(self.targets.items(), key=lambda item: (-item[1], item[0]))
         return {"masked_tokens": self.count, "accuracy": self.correct / self.count, "nll": nll,
                 "perplexity": math.exp(nll) if nll < 700 else math.inf, "lines": self.lines, "mask_rate": self.rate,
-                "seed": self.seed}
+                "seed": self.seed, "most_frequent_token": self.tokenizer.tokenizer.id_to_token(token),
+                "most_frequent_share": times / self.count}
+
+
+def frequency_baseline(result: dict) -> str:
+    """The line that puts a masked-token accuracy beside always answering the most frequent
+    masked token (what a model that learned only word frequencies scores)."""
+    return (f"always answering the most frequent masked token ({result['most_frequent_token']!r}) would score "
+            f"{result['most_frequent_share']:.4f}")
 
 
 def masked_lm_sums(model, batch: dict):
@@ -243,7 +285,7 @@ def run(args) -> int:
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(f"masked-token accuracy {result['accuracy']:.4f}, NLL {result['nll']:.4f} nats per masked token "
           f"(perplexity {result['perplexity']:.2f}) over {result['masked_tokens']:,d} masked tokens "
-          f"({result['seconds']} s)", flush=True)
+          f"({result['seconds']} s); {frequency_baseline(result)}", flush=True)
     if json_path is not None:
         atomic_write_json(json_path, json_safe({"model": str(args.model), "text": source, **result}))
     if not math.isfinite(result["nll"]):

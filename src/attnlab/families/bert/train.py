@@ -1,10 +1,12 @@
 """``attnlab train bert``: masked-LM pre-training of a BERT on your text files.
 
     attnlab train bert --text notes.txt more.txt --out runs/bert          # bert_mini, vocabulary from the text
+    attnlab train bert --vocab-size 4000 --context 64 --out runs/captions # Multi30k's English captions (shipped)
     attnlab train bert --text notes.txt --init all-MiniLM-L6-v2/ --out runs/minilm-mlm   # continue a BERT
 
 From scratch, a WordPiece vocabulary of ``--vocab-size`` tokens is learned from the
-training text (the ``tokenizers`` library) and the model is ``--preset`` (default
+training text (the ``tokenizers`` library; without ``--text``: the 29,000 English captions of
+Multi30k's train split that ship with attnlab, its val captions held out) and the model is ``--preset`` (default
 ``bert_mini``) with ``max_positions`` = ``--context``. With ``--init DIR`` (any BERT: a
 HuggingFace directory such as all-MiniLM-L6-v2, or one attnlab wrote) the layers and the
 vocabulary are DIR's; a directory without a masked-LM head gets a new one, and the verb
@@ -64,7 +66,7 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
     import tempfile
 
     from attnlab.data.text import read_text_files
-    from attnlab.families.bert.evaluate import MaskedLMScore, split_lines
+    from attnlab.families.bert.evaluate import CAPTION_SPLITS, CAPTIONS, MaskedLMScore, caption_lines, split_lines
     from attnlab.families.bert.task import MaskedWindows, text_windows
     from attnlab.tasks.bert import learn_wordpiece
     from attnlab.tasks.bert import tokenizer_files as files_of
@@ -75,15 +77,22 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
         except (FileNotFoundError, ValueError) as error:
             raise ValueError(f"{flag}: {error}") from None
 
-    text = read(args.text, "--text")
+    if args.text:
+        text = read(args.text, "--text")
+        train_source = ", ".join(args.text)
+    else:  # the shipped English captions, as train lm falls back to Shakespeare
+        train_lines, train_source = caption_lines("train"), CAPTION_SPLITS["train"]
     if args.valid_text:
-        train_lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if args.text:
+            train_lines = [line.strip() for line in text.splitlines() if line.strip()]
         valid_lines = [line.strip() for line in read(args.valid_text, "--valid-text").splitlines() if line.strip()]
         valid_flag = "--valid-text"
-    else:
+    elif args.text:
         (train_lines, valid_lines), valid_flag = split_lines(text), "--text (its last 10% of lines)"
+    else:
+        valid_lines, valid_flag = caption_lines("valid"), CAPTION_SPLITS["valid"]
     if not train_lines:
-        raise ValueError(f"--text {' '.join(args.text)}: no non-empty line to train on")
+        raise ValueError(f"--text {train_source}: no non-empty line to train on")
     if not valid_lines:
         raise ValueError(f"{valid_flag}: no held-out line; give more text or --valid-text")
     context = args.context or min(128, max_positions or 128)
@@ -100,12 +109,13 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
     held = valid_lines[:args.val_lines]
     valid_batches = [score.batch(held[i:i + SCORE_BATCH]) for i in range(0, len(held), SCORE_BATCH)]
     fingerprint = lambda lines: hashlib.sha256("\n".join(lines).encode()).hexdigest()  # noqa: E731
-    description = (f"data: {len(train_lines):,d} training lines -> {len(windows):,d} windows of up to {context} "
+    description = (f"data: {len(train_lines):,d} training lines ({train_source}) -> {len(windows):,d} windows of up to {context} "
                    f"tokens ({args.windows}); {len(valid_lines):,d} held-out lines ({valid_flag}); WordPiece "
                    f"vocabulary of {tokenizer.vocab_size:,d}")
     run_info = {"text": fingerprint(train_lines), "valid_text": fingerprint(valid_lines), "context": context,
                 "windows": args.windows, "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set}
-    record = {"text": [str(Path(name).resolve()) for name in args.text],
+    record = {"text": [str(Path(name).resolve()) for name in args.text] if args.text else None,
+              **({} if args.text else {"data": CAPTIONS}),
               "valid_text": [str(Path(name).resolve()) for name in args.valid_text] if args.valid_text else None}
     return MLMData(tokenizer, tokenizer_files, train, valid_lines, valid_batches, context, description, run_info,
                    record)
@@ -137,18 +147,28 @@ def loss(model, batch):
 
 
 def score(model, data: MLMData, *, budget=None, progress: bool = True, device="cpu"):
-    """The held-out lines under evaluate-bert's protocol (within ``budget``):
-    ``(result dict, Scoring)``."""
+    """The held-out lines under evaluate-bert's protocol (within ``budget``): ``(result dict,
+    what was scored)``. The lines are evaluate-bert's batches (``SCORE_BATCH`` consecutive
+    lines, masked as in order), so a scoring the budget does not cut gives evaluate-bert's
+    figures exactly; a cut one scores a random sample of those batches, with their masks."""
     from attnlab.families.bert.evaluate import MaskedLMScore
     from attnlab.training.phases import Scoring
 
     model.eval()
     totals = MaskedLMScore(data.tokenizer)
-    scoring = Scoring("held-out masked tokens", len(data.valid_lines), unit="line", batch_size=SCORE_BATCH,
-                      budget=budget, progress=progress)
+    lines = data.valid_lines
+    groups = [lines[start:start + SCORE_BATCH] for start in range(0, len(lines), SCORE_BATCH)]
+    states = totals.states(groups)
+    scoring = Scoring("held-out masked tokens", len(groups), unit="batch", batch_size=1, budget=budget,
+                      progress=progress)
+    scored = 0
     for index in scoring:
-        totals.add(model, [data.valid_lines[i] for i in index.tolist()], device)
-    return totals.result(), scoring
+        for i in index.tolist():
+            totals.add(model, groups[i], device, state=states[i])
+            scored += len(groups[i])
+    what = (f"{scored:,d} lines" if not scoring.cut else
+            f"{scored:,d} of {len(lines):,d} lines (a random sample of batches: the time budget ran out)")
+    return totals.result(), what
 
 
 # -- the verb ----------------------------------------------------------------------------
@@ -172,10 +192,12 @@ class BertTrainTask(BertTask):
         from attnlab.families.bert.task import WINDOW_MODES
 
         data = parser.add_argument_group("data")
-        data.add_argument("--text", nargs="+", required=True, metavar="FILE", help="training text files (UTF-8)")
+        data.add_argument("--text", nargs="+", metavar="FILE",
+                          help="training text files (UTF-8; default: the English captions of Multi30k's train "
+                               "split, 29,000 lines shipped with attnlab)")
         data.add_argument("--valid-text", nargs="+", metavar="FILE",
-                          help="held-out text files, one sequence a line (default: the last 10%% of the training "
-                               "lines)")
+                          help="held-out text files, one sequence a line (default: the last 10%% of --text's "
+                               "lines; without --text, Multi30k's 1,014 English val captions)")
         data.add_argument("--context", type=bounded_int(3, 2**16), metavar="N",
                           help="tokens per window, [CLS] and [SEP] included (default: 128, or --init's max_positions "
                                "if smaller)")
@@ -196,11 +218,14 @@ class BertTrainTask(BertTask):
                            help="held-out lines validated during training (default: 1000)")
 
     def finish(self, run, model, data, budget) -> None:
-        result, scoring = score(model, data["prepared"], budget=budget, progress=not run.args.no_progress,
-                                device=run.device)
-        print(f"held-out ({scoring.summary('lines')}), evaluate-bert's protocol: masked-token accuracy "
+        from attnlab.families.bert.evaluate import frequency_baseline
+
+        result, scored = score(model, data["prepared"], budget=budget, progress=not run.args.no_progress,
+                               device=run.device)
+        print(f"held-out ({scored}), evaluate-bert's protocol: masked-token accuracy "
               f"{result['accuracy']:.4f}, {result['nll']:.4f} nats per masked token (perplexity "
-              f"{result['perplexity']:.2f}) over {result['masked_tokens']:,d} masked tokens", file=sys.stderr, flush=True)
+              f"{result['perplexity']:.2f}) over {result['masked_tokens']:,d} masked tokens; {frequency_baseline(result)}",
+              file=sys.stderr, flush=True)
 
 
 TASK = BertTrainTask()
