@@ -55,6 +55,9 @@ def test_demo_replaces_its_own_model_and_with_force_anything(tmp_path, capsys):
     (["train", "caption", "--beam", "1000", "--out", "O"], "--beam"),
     (["train", "caption", "--image-size", "100000", "--out", "O"], "--image-size"),
     (["train", "text-to-image", "--temperature", "1e300", "--out", "O"], "--temperature"),
+    (["train", "lm", "--seed", "-1", "--out", "O"], "--seed"),  # torch.manual_seed's range, as the other verbs
+    (["train", "bert", "--seed", "99999999999999999999", "--out", "O"], "--seed"),
+    (["train", "translation", "--seed", "-3", "--out", "O"], "--seed"),
 ])
 def test_huge_and_non_finite_numbers_are_refused_at_the_parser(argv, flag, capsys, tmp_path):
     _refused([str(tmp_path / "o") if a == "O" else a for a in argv], capsys, f"argument {flag}")

@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--steps", type=bounded_int(1, MAX_STEPS), default=500, metavar="N",
                         help=f"training steps, 1 to {MAX_STEPS:,} (default: 500)")
-    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the weights and the data (default: 0)")
     parser.add_argument("--out", default=None,
                         help="save the trained model to this directory (new, empty, or an earlier demo model)")
     add_force_argument(parser, "--out")

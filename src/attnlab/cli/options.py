@@ -376,7 +376,7 @@ def add_run_group(parser, *, every: int = 500, seed: int = 0):
                      help=f"checkpoint every N updates (0: only at the end; default: {every})")
     add_checkpoint_minutes_argument(run)
     run.add_argument("--threads", type=bounded_int(1, MAX_THREADS), metavar="N", help="torch CPU threads")
-    run.add_argument("--seed", type=int, default=seed,
+    run.add_argument("--seed", type=SEED, default=seed,
                      help=f"the run's random seed: new weights, data order, dropout, held-out draws (default: {seed})")
     run.add_argument("--out", required=True, help="output directory")
     run.add_argument("--resume", action="store_true",

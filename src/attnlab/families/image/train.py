@@ -356,7 +356,7 @@ def add_sampling_arguments(parser) -> None:
 
     parser.add_argument("--top-k", type=bounded_int(1, 256), metavar="K",
                         help="sample among the K most probable intensities, 1 to 256")
-    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the sampling (default: 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_runtime_arguments(parser)
     from attnlab.cli.options import add_decode_compile_argument

@@ -291,7 +291,8 @@ def _add_text_to_image_arguments(parser) -> None:
                             help="sample among the K likeliest tokens (default: 32)")
     run_group = parser.add_argument_group("run")
     add_threads_argument(run_group)
-    run_group.add_argument("--seed", type=SEED, default=0)
+    run_group.add_argument("--seed", type=SEED, default=0,
+                           help="the run's random seed: new weights, data order, dropout (default: 0)")
     run_group.add_argument("--out", required=True, help="output directory")
     run_group.add_argument("--resume", action="store_true",
                            help="continue an interrupted run from its checkpoints (OUT/vqvae, OUT/attributes, "

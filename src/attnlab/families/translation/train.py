@@ -251,7 +251,7 @@ def _add_translation_arguments(parser) -> None:
     data.add_argument("--tokenizer-type", choices=("bpe", "unigram"), default="bpe")
     data.add_argument("--max-length", type=int, default=128,
                       help="drop training pairs with a side longer than this many subwords (default: 128)")
-    from attnlab.cli.options import add_set_argument
+    from attnlab.cli.options import SEED, add_set_argument
 
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--preset", default="transformer_small",
@@ -269,7 +269,8 @@ def _add_translation_arguments(parser) -> None:
     model.add_argument("--varlen", action="store_true",
                        help="compute only the real tokens of each padded batch: attention on packed "
                             "variable-length sequences (on a GPU in bf16: the pad-free flash kernel); the same loss")
-    model.add_argument("--seed", type=int, default=1)
+    model.add_argument("--seed", type=SEED, default=1,
+                       help="the run's random seed: new weights, data order, dropout (default: 1)")
     add_device_argument(model, help=DEVICE_HELP + "; under torchrun with nccl each process takes its own GPU")
     add_threads_argument(model)
     run_group = parser.add_argument_group("run")
