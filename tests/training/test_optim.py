@@ -1,11 +1,13 @@
 """The optimizer factory: Adam as the paper, AdamW with decay only on weight matrices."""
 
 import copy
+import json
 
 import pytest
 import torch
 from torch import nn
 
+from attnlab.training import checkpoint as ckpt
 from attnlab.training import ListBatchSource, TrainConfig, Trainer, build_optimizer
 from attnlab.training.optim import no_weight_decay_names
 
@@ -59,7 +61,7 @@ def test_one_step_equals_torch_adamw_with_the_same_groups():
               reference.proj.bias, reference.conv.bias]
     decayed = [reference.proj.weight, reference.conv.weight]
     theirs = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.3}, {"params": exempt, "weight_decay": 0.0}],
-                               lr=0.05, betas=(0.9, 0.95), eps=1e-8)
+                               lr=0.05, betas=(0.9, 0.95), eps=1e-8, fused=True)  # the kernel build_optimizer picks
     for net, optimizer in ((model, ours), (reference, theirs)):
         for _ in range(2):
             net(tokens).square().mean().backward()
@@ -67,6 +69,76 @@ def test_one_step_equals_torch_adamw_with_the_same_groups():
             optimizer.zero_grad()
     for (name, a), b in zip(model.named_parameters(), reference.parameters()):
         assert torch.equal(a, b), name
+
+
+def _steps(model, optimizer, count, seed):
+    """``count`` updates of ``model`` on fixed random tokens (the same for every call with ``seed``)."""
+    tokens = torch.randint(0, 7, (3, 5), generator=torch.Generator().manual_seed(seed))
+    for _ in range(count):
+        model(tokens).sin().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def _assert_close64(model, reference):
+    for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+        # float64 rounding of a few updates of size lr: far below 1e-12
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("name, decay", [("adam", 0.0), ("adamw", 0.3)])
+def test_fused_kernel_on_the_cpu_equals_the_per_parameter_loop_in_float64(name, decay):
+    torch.manual_seed(0)
+    model = _Net().double()
+    reference = copy.deepcopy(model)
+    fused = build_optimizer(model, name, lr=0.05, betas=(0.9, 0.95), eps=1e-8, weight_decay=decay)
+    loop = build_optimizer(reference, name, lr=0.05, betas=(0.9, 0.95), eps=1e-8, weight_decay=decay, fused=False)
+    assert all(group["fused"] for group in fused.param_groups)  # the default on the CPU
+    assert not any(group["fused"] for group in loop.param_groups)
+    _steps(model, fused, 4, seed=1)
+    _steps(reference, loop, 4, seed=1)
+    _assert_close64(model, reference)
+
+
+def test_parameters_without_a_fused_kernel_keep_the_loop():
+    model = nn.Linear(3, 3)
+    assert build_optimizer(model, lr=1e-3).param_groups[0]["fused"]
+    model.weight = nn.Parameter(torch.randn(3, 3, dtype=torch.complex64))  # torch fuses real types only
+    assert not build_optimizer(model, lr=1e-3).param_groups[0]["fused"]
+
+
+@pytest.mark.parametrize("saved_fused", [False, True])
+def test_a_checkpoint_of_either_kernel_resumes_with_this_runs_kernel(saved_fused):
+    """A checkpoint written by the per-parameter loop (every checkpoint of a CPU run before the
+    fused kernel) resumes with the fused one, and the other way round; the continued run equals
+    the uninterrupted one up to float64 rounding. The state goes through the checkpoint's
+    JSON + tensors encoding."""
+    torch.manual_seed(0)
+    straight = _Net().double()
+    writer = copy.deepcopy(straight)
+    _steps(straight, build_optimizer(straight, "adamw", lr=0.05, weight_decay=0.1), 5, seed=2)
+
+    first = build_optimizer(writer, "adamw", lr=0.05, weight_decay=0.1, fused=saved_fused)
+    _steps(writer, first, 2, seed=2)
+    encoded, tensors = ckpt.encode_state({"optimizer": first.state_dict()})
+    saved = ckpt.decode_state(json.loads(json.dumps(encoded)), tensors)["optimizer"]
+    assert [group["fused"] for group in saved["param_groups"]] == [saved_fused or None] * 2
+
+    resumed = copy.deepcopy(writer)
+    second = build_optimizer(resumed, "adamw", lr=0.05, weight_decay=0.1, fused=not saved_fused)
+    second.load_state_dict(saved)
+    assert [group["fused"] for group in second.param_groups] == [(not saved_fused) or None] * 2
+    assert [group["weight_decay"] for group in second.param_groups] == [0.1, 0.0]
+    _steps(resumed, second, 3, seed=2)
+    _assert_close64(resumed, straight)
+
+
+def test_a_checkpoint_with_other_groups_is_still_refused():
+    model = _Net()
+    adam = build_optimizer(model, "adam", lr=1e-3)  # one group
+    adamw = build_optimizer(model, "adamw", lr=1e-3, weight_decay=0.1)  # two
+    with pytest.raises(ValueError, match="different number of parameter groups"):
+        adamw.load_state_dict(adam.state_dict())
 
 
 def test_decay_shrinks_only_the_decayed_group():
