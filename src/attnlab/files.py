@@ -47,8 +47,10 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_json",
+    "check_recorded_files",
     "check_output_directory",
     "check_output_file",
+    "read_data_record",
     "read_json_object",
     "check_output_files",
     "default_file_mode",
@@ -453,6 +455,26 @@ def read_json_object(path: str | os.PathLike, *, max_bytes: int, what: str = "a 
 
 
 MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_data_record(directory: str | os.PathLike, name: str, *, what: str) -> tuple[Path, dict] | None:
+    """``(path, record)`` of the sidecar ``name`` in which a model directory records the data it
+    was trained on (``lm.json``, ``bert.json``, ``text_classification.json``: a small JSON
+    object, read as :func:`read_json_object` reads); None when the directory has none (a
+    foreign model, or one trained before the sidecar was kept)."""
+    path = Path(directory) / name
+    if not path.is_file():
+        return None
+    return path, read_json_object(path, max_bytes=1 << 20, what=what)
+
+
+def check_recorded_files(path: Path, names: Iterable[str], *, what: str, instead: str) -> None:
+    """ValueError naming the sidecar ``path`` for the first of ``names`` (files it records) that
+    is no longer a file: ``"{path}: the model's {what} {name} is gone; {instead}"`` (``instead``:
+    the flag to give the data with)."""
+    for name in names:
+        if not Path(name).is_file():
+            raise ValueError(f"{path}: the model's {what} {name} is gone; {instead}")
 
 
 def read_config_json(directory: str | os.PathLike) -> dict | None:

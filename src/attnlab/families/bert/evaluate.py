@@ -75,23 +75,19 @@ def caption_lines(split: str) -> list[str]:
 def own_held_out_lines(directory) -> tuple[list[str], str] | None:
     """The held-out lines a model directory's ``DATA_FILE`` names, with where they came from;
     None without the file (a HuggingFace BERT, or a model trained before it was kept)."""
-    from pathlib import Path
-
     from attnlab.data.text import read_text_files
-    from attnlab.files import read_json_object
+    from attnlab.files import check_recorded_files, read_data_record
 
-    path = Path(directory) / DATA_FILE
-    if not path.is_file():
+    found = read_data_record(directory, DATA_FILE, what="a record of training text")
+    if found is None:
         return None
-    record = read_json_object(path, max_bytes=1 << 20, what="a record of training text")
+    path, record = found
     names = record.get("valid_text") or record.get("text")
     if names is None and record.get("data") == CAPTIONS:
         return caption_lines("valid"), f"the model's own held-out text ({CAPTION_SPLITS['valid']}, from {DATA_FILE})"
     if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
         raise ValueError(f"{path}: not a record of training text (no 'text' files)")
-    for name in names:
-        if not Path(name).is_file():
-            raise ValueError(f"{path}: the model's held-out text {name} is gone; give the text to score with --text")
+    check_recorded_files(path, names, what="held-out text", instead="give the text to score with --text")
     text = read_text_files(names)
     if record.get("valid_text"):
         lines = [line.strip() for line in text.splitlines() if line.strip()]

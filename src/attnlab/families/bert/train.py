@@ -77,18 +77,17 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
         except (FileNotFoundError, ValueError) as error:
             raise ValueError(f"{flag}: {error}") from None
 
+    def lines(text):
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
     if args.text:
-        text = read(args.text, "--text")
-        train_source = ", ".join(args.text)
+        train_lines, train_source = lines(read(args.text, "--text")), ", ".join(args.text)
     else:  # the shipped English captions, as train lm falls back to Shakespeare
         train_lines, train_source = caption_lines("train"), CAPTION_SPLITS["train"]
     if args.valid_text:
-        if args.text:
-            train_lines = [line.strip() for line in text.splitlines() if line.strip()]
-        valid_lines = [line.strip() for line in read(args.valid_text, "--valid-text").splitlines() if line.strip()]
-        valid_flag = "--valid-text"
+        valid_lines, valid_flag = lines(read(args.valid_text, "--valid-text")), "--valid-text"
     elif args.text:
-        (train_lines, valid_lines), valid_flag = split_lines(text), "--text (its last 10% of lines)"
+        (train_lines, valid_lines), valid_flag = split_lines("\n".join(train_lines)), "--text (its last 10% of lines)"
     else:
         valid_lines, valid_flag = caption_lines("valid"), CAPTION_SPLITS["valid"]
     if not train_lines:
@@ -115,8 +114,9 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
     run_info = {"text": fingerprint(train_lines), "valid_text": fingerprint(valid_lines), "context": context,
                 "windows": args.windows, "vocab_size": args.vocab_size, "preset": args.preset, "set": args.set}
     record = {"text": [str(Path(name).resolve()) for name in args.text] if args.text else None,
-              **({} if args.text else {"data": CAPTIONS}),
               "valid_text": [str(Path(name).resolve()) for name in args.valid_text] if args.valid_text else None}
+    if not args.text:
+        record["data"] = CAPTIONS
     return MLMData(tokenizer, tokenizer_files, train, valid_lines, valid_batches, context, description, run_info,
                    record)
 
@@ -205,11 +205,10 @@ class BertTrainTask(BertTask):
                           help="windows of whole lines, or of the packed token stream (default: sentences)")
 
     def files(self, prepared) -> dict[str, bytes]:
-        import json
-
         from attnlab.families.bert.evaluate import DATA_FILE
+        from attnlab.files import strict_json_bytes
 
-        return {**prepared.tokenizer_files, DATA_FILE: (json.dumps(prepared.record, indent=2) + "\n").encode()}
+        return {**prepared.tokenizer_files, DATA_FILE: strict_json_bytes(prepared.record, indent=2)}
 
     def add_run_arguments(self, group) -> None:
         from attnlab.cli.options import bounded_int

@@ -55,21 +55,18 @@ def own_held_out_text(directory) -> tuple[str, str] | None:
     """The held-out text a model directory's ``lm.json`` names, with what it is (for the line
     that says what was scored); None when the directory has no ``lm.json`` (a model from before
     it was kept, or a HuggingFace GPT-2). ValueError naming lm.json when its files are gone."""
-    from pathlib import Path
+    from attnlab.files import check_recorded_files, read_data_record
 
-    from attnlab.files import read_json_object
-
-    path = Path(directory) / DATA_FILE
-    if not path.is_file():
+    found = read_data_record(directory, DATA_FILE, what="the data a language model was trained on")
+    if found is None:
         return None
-    record = read_json_object(path, max_bytes=1 << 20, what="the data a language model was trained on")
+    path, record = found
     text_files, valid_files = record.get("text"), record.get("valid_text")
     for files in (text_files, valid_files):
         if files is not None and not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
             raise ValueError(f"{path}: \"text\" and \"valid_text\" must be lists of file names or null")
-    for name in (valid_files or text_files or []):
-        if not Path(name).is_file():
-            raise ValueError(f"{path}: the model's held-out text {name} is gone; give the text to score with --text")
+    check_recorded_files(path, valid_files or text_files or [], what="held-out text",
+                         instead="give the text to score with --text")
     _, held_out = load_lm_texts(text_files, valid_files)
     what = ", ".join(valid_files) if valid_files else (f"the last 10% of {', '.join(text_files)}" if text_files
                                                       else "Shakespeare (held-out split)")

@@ -133,19 +133,17 @@ def own_held_out(directory):
     """The held-out rows a model directory's ``DATA_FILE`` names (its ``--valid`` file, or the
     seeded share of its ``--train`` file), with a line saying what they are; None without the file."""
     from attnlab.families.text_classification.data import read_labelled
-    from attnlab.files import read_json_object
+    from attnlab.files import check_recorded_files, read_data_record
 
-    path = Path(directory) / DATA_FILE
-    if not path.is_file():
+    found = read_data_record(directory, DATA_FILE, what="a record of training data")
+    if found is None:
         return None
-    record = read_json_object(path, max_bytes=1 << 20, what="a record of training data")
+    path, record = found
     if not isinstance(record.get("train"), str):
         raise ValueError(f"{path}: not a record of training data (no 'train' file)")
     for key in ("train", "valid"):
-        name = record.get(key)
-        if name is not None and not Path(str(name)).is_file():
-            raise ValueError(f"{path}: the model's {'--valid' if key == 'valid' else '--train'} file {name} is gone; "
-                             "give the file to score with --data")
+        if record.get(key) is not None:
+            check_recorded_files(path, [str(record[key])], what=f"--{key} file", instead="give the file to score with --data")
     if record.get("valid"):
         rows = read_labelled(record["valid"], flag=f"{DATA_FILE}'s valid")
         return rows, f"the model's own held-out data (--valid {record['valid']}, from {DATA_FILE})"
@@ -249,10 +247,10 @@ class TextClassificationTask(BertTask):
     def files(self, prepared):
         from attnlab.families.text_classification.task import LABELS_FILE, labels_file_bytes
 
-        import json
+        from attnlab.files import strict_json_bytes
 
         return {**prepared.tokenizer_files, LABELS_FILE: labels_file_bytes(prepared.labels, prepared.pairs),
-                DATA_FILE: (json.dumps(prepared.record, indent=2) + "\n").encode()}
+                DATA_FILE: strict_json_bytes(prepared.record, indent=2)}
 
     def trainer(self, run, model, data, run_info):
         from attnlab.families.text_classification.task import EVALUATION_FILES
