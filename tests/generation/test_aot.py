@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import sys
 import threading
 import warnings
 
@@ -185,6 +186,51 @@ def test_concurrent_builds_of_one_package_wait_for_each_other(copied, monkeypatc
         assert worker.is_alive() and not done  # waits for the lock
     worker.join(60)
     assert len(done) == 1 and calls == []  # then loads what the other one built
+
+
+def _load_checked(monkeypatch, command=None):
+    """Load checks on (as where CUDA is available), each child's command recorded."""
+    children = []
+    real = aot._check_command
+
+    def check_command(package):
+        children.append(package)
+        return command if command is not None else real(package)
+
+    monkeypatch.setattr(aot, "_load_check_needed", lambda: True)
+    monkeypatch.setattr(aot, "_check_command", check_command)
+    return children
+
+
+def test_a_package_that_crashes_its_loader_in_a_test_process_is_not_loaded_here(copied, monkeypatch):
+    calls = _no_build(monkeypatch)
+    crash = [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]  # what the loader did on the GPU machine
+    children = _load_checked(monkeypatch, crash)
+    model = lm()
+    with pytest.warns(RuntimeWarning, match=r"failed in a test process on this machine \(the test process was "
+                                            r"killed by SIGSEGV; .*decoding eagerly"):
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="aot")
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True)
+    assert children == [copied] and calls == []
+    loads = json.loads(copied.with_suffix(".json").read_text())["loads"]
+    assert list(loads.values()) == ["the test process was killed by SIGSEGV"]
+    with pytest.warns(RuntimeWarning, match="killed by SIGSEGV"):  # the verdict is kept: no second child
+        generate(lm(), [[3, 4]], max_new_tokens=3, greedy=True, compile="aot")
+    assert children == [copied]
+
+
+def test_a_package_that_loads_in_a_test_process_is_loaded_once_checked(copied, monkeypatch):
+    calls = _no_build(monkeypatch)
+    children = _load_checked(monkeypatch)
+    model = lm()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback
+        assert generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="aot") == \
+            generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True)
+        generate(lm(), [[3, 4]], max_new_tokens=3, greedy=True, compile="aot")
+    assert children == [copied] and calls == []  # one child for the package, then the kept verdict
+    manifest = json.loads(copied.with_suffix(".json").read_text())
+    assert list(manifest["loads"].values()) == ["ok"] and "torch " + torch.__version__ in next(iter(manifest["loads"]))
 
 
 def test_without_a_compiler_one_warning_and_eager_steps(tmp_path, monkeypatch):

@@ -53,6 +53,8 @@ import json
 import os
 import platform
 import shutil
+import signal
+import subprocess
 import sys
 import time
 import warnings
@@ -350,6 +352,69 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         print(f"attnlab: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
+# --------------------------------------------------------------------------------------- #
+# Loading a package first in a child process, where the loader has been seen to crash
+# --------------------------------------------------------------------------------------- #
+LOAD_CHECK_SECONDS = 180
+LOAD_CHECKS_KEPT = 16  # verdicts per manifest (one per machine and environment)
+_LOAD_CHECK = ("import sys, torch; torch._C._aoti.AOTIModelPackageLoader(sys.argv[1], 'model', False, 1, -1)"
+               ".get_constant_fqns()")
+
+
+def _load_check_needed() -> bool:
+    """Whether a package is loaded in a child process before this one loads it: where CUDA is
+    available. On an H200 machine (torch 2.11.0+cu130, Python 3.12) AOTInductor's loader died
+    with a segmentation fault for every package — CUDA and CPU ones, torch's own defaults
+    included (benchmarks/aot_cuda_probe.py) — while the same torch loads the same CPU packages
+    on a machine without a GPU. A crash cannot be caught in the process that crashes."""
+    return torch.cuda.is_available()
+
+
+def _environment() -> str:
+    return (f"{platform.node()} | Python {platform.python_version()} | torch {torch.__version__} | "
+            f"CUDA {'available' if torch.cuda.is_available() else 'unavailable'}")
+
+
+def _check_command(package: Path) -> list[str]:
+    return [sys.executable, "-c", _LOAD_CHECK, str(package)]
+
+
+def _exit_reason(returncode: int, stderr: bytes) -> str:
+    if returncode < 0:
+        try:
+            return f"the test process was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"the test process was killed by signal {-returncode}"
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return f"the test process exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
+
+
+def _check_loads(paths: _Paths) -> None:
+    """Raise :class:`AotUnavailable` unless the package loads in a child process on this
+    machine. The verdict is kept in the manifest per environment (machine, Python, torch,
+    CUDA), so it is paid once; called under the key's build lock."""
+    manifest = _read_manifest(paths)
+    if manifest is None:
+        raise AotUnavailable(f"the package {paths.package.name} lost its manifest while it was being checked")
+    checked = manifest.get("loads") if isinstance(manifest.get("loads"), dict) else {}
+    environment = _environment()
+    verdict = checked.get(environment)
+    if verdict is None:
+        try:
+            result = subprocess.run(_check_command(paths.package), stdin=subprocess.DEVNULL, capture_output=True,
+                                    timeout=LOAD_CHECK_SECONDS)
+            verdict = "ok" if result.returncode == 0 else _exit_reason(result.returncode, result.stderr)
+        except subprocess.TimeoutExpired:
+            verdict = f"the test process took more than {LOAD_CHECK_SECONDS} s"
+        except OSError as error:
+            verdict = f"the test process could not start ({error})"
+        kept = dict(list(checked.items())[-(LOAD_CHECKS_KEPT - 1):])
+        atomic_write_json(paths.manifest, {**manifest, "loads": {**kept, environment: verdict}})
+    if verdict != "ok":
+        raise AotUnavailable(f"loading the package {paths.package.name} failed in a test process on this machine "
+                             f"({verdict}; {environment}), so it is not loaded here")
+
+
 def _remove_leftovers(paths: _Paths) -> None:
     """Delete what killed builds of this key left (``.<key>.tmp-PID/`` of a process that no
     longer exists; called under the key's lock)."""
@@ -475,11 +540,14 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
         raise ValueError("an ahead-of-time compiled step needs a fixed-shape cache (fixed_shape=True)")
     weight = next(model.parameters())
     if weight.device.type != "cpu" and not os.environ.get("ATTNLAB_AOT_CUDA"):
-        # Measured once (2026-11-27, H200, torch 2.11): the CUDA package built (97 s), then the
-        # process died with a segmentation fault while loading it (AOTIModelPackageLoader). Until a
-        # GPU run shows it loads and equals the eager step, CUDA decodes eagerly (its CUDA graphs).
-        raise AotUnavailable(f"the ahead-of-time step is CPU-only for now (on {weight.device.type} its package "
-                             "crashed while loading in the one GPU run; ATTNLAB_AOT_CUDA=1 tries it anyway)")
+        # On the one GPU machine lent so far (H200, torch 2.11.0+cu130) AOTInductor's loader crashed
+        # for every package, torch's defaults and CPU packages included (benchmarks/aot_cuda_probe.py,
+        # three sessions); no CUDA package has run, so none is known to equal the eager step.
+        # CUDA decodes eagerly (with its CUDA graphs) unless asked; asked, the package is first
+        # loaded in a child process (_check_loads), so a crash there is a warning, not the end.
+        raise AotUnavailable(f"the ahead-of-time step is CPU-only for now (on {weight.device.type} no package has "
+                             "loaded yet: AOTInductor's loader crashed on the one GPU machine tried; "
+                             "ATTNLAB_AOT_CUDA=1 tries it anyway)")
     layout = _layout_of(model, kind, cache.positions.shape[0], beam, cache)
     derived = derived_tensors(model)
     structure = _structure(model, layout, weight.device, weight.dtype, derived)
@@ -518,6 +586,8 @@ def _load_or_build(model, layout, cache, memory_mask, derived, structure, key, q
             example, shapes = _example_inputs(model, layout, cache, memory_mask)
             _remove_leftovers(paths)
             _build(module, example, shapes, structure, paths, quiet=quiet)
+        if _load_check_needed():
+            _check_loads(paths)
         try:
             return AotStep(paths.package, layout, names, key)
         except RuntimeError as error:
