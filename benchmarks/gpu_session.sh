@@ -3,12 +3,7 @@
 # benchmarks/gpu.py's sections. Each stage has its own time limit so one slow stage cannot eat
 # the call; logs go to $OUT (the device tool brings them back).
 #   bash benchmarks/gpu_session.sh [GPU.PY ARGS...]
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH=src PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/device.txt"
+. "$(dirname "$0")/gpu_common.sh"
 timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu 2>&1 | tail -25 | tee "$OUT/pytest.log"
 timeout 130 python3 -c "import sys; from attnlab.cli.main import main; sys.exit(main(['train', 'translation', '--data', 'multi30k', '--src', 'de', '--tgt', 'en', '--preset', 'multi30k', '--out', '/tmp/m30k', '--max-minutes', '1.5', '--no-progress']))" > "$OUT/train.log" 2>&1
 tail -12 "$OUT/train.log"
