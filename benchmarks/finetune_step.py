@@ -3,6 +3,7 @@ attnlab full fine-tuning vs LoRA r=8, and attnlab's full step vs HuggingFace's.
 
     python benchmarks/finetune_step.py [--batch 2] [--length 128] [--repeats 5] [--threads N] [--peft] [--layers 12]
     python benchmarks/finetune_step.py --phases --no-memory   # where a step's CPU time goes
+    python benchmarks/finetune_step.py --no-memory --roofline  # the fastest step on torch's kernels
 
 The model: a random ``GPT2LMHeadModel(GPT2Config())`` (GPT-2 small's defaults: 12 layers,
 d_model 768, 12 heads, 1,024 positions, 50,257-token vocabulary, tied head, dropout 0.1;
@@ -176,6 +177,84 @@ def hf_default_optimizer():
         return cls, kwargs, args.weight_decay, str(args.optim)
 
 
+def product_shapes(config, batch: int, length: int) -> list[tuple[int, int, int, int, str]]:
+    """Every matrix product of one full fine-tuning step of a GPT-2-shaped model, as
+    ``(count, m, k, n, what)`` for ``(m, k) @ (k, n)``: each forward product and the two of its
+    backward (the input's gradient and the weight's), the attention's per (sequence, head) as
+    batched products, the tied head's three."""
+    tokens, d, vocabulary, layers = batch * length, config.n_embd, config.vocab_size, config.n_layer
+    heads, inner = config.n_head, config.n_inner or 4 * config.n_embd
+    head_dim = d // heads
+    shapes = []
+
+    def weight(count, m, k, n, what):  # forward, the input's gradient, the weight's gradient
+        shapes.extend([(count, m, k, n, what), (count, m, n, k, what + " dX"), (count, k, m, n, what + " dW")])
+
+    for k, n, what in ((d, 3 * d, "qkv"), (d, d, "attention out"), (d, inner, "FFN in"), (inner, d, "FFN out")):
+        weight(layers, tokens, k, n, what)
+    weight(1, tokens, d, vocabulary, "head")
+    # Scores q k^T and outputs p v per (sequence, head), each with two gradient products; causal:
+    # only the lower triangle is needed, so half of each is counted (kept a floor, not a guess).
+    pairs = layers * batch * heads / 2
+    for m, k, n, what in ((length, head_dim, length, "q k^T, causal half"), (length, length, head_dim, "p v, causal half")):
+        shapes.extend([(pairs, m, k, n, what), (pairs, m, n, k, what + " d1"), (pairs, k, m, n, what + " d2")])
+    return shapes
+
+
+def _layouts(m: int, k: int, n: int):
+    """The ways a library can lay out the product (m, k) @ (k, n) for BLAS: each operand stored
+    as it is or transposed, and the transposed problem (n, k) @ (k, m); the floor takes the
+    fastest, whichever a real step uses."""
+    for rows, inner, cols in ((m, k, n), (n, k, m)):
+        for a_transposed in (False, True):
+            for b_transposed in (False, True):
+                a = torch.randn(inner, rows).t() if a_transposed else torch.randn(rows, inner)
+                b = torch.randn(cols, inner).t() if b_transposed else torch.randn(inner, cols)
+                yield a, b
+
+
+def roofline(config, batch: int, length: int, repeats: int, hf_default, num_parameters: int,
+             hf_cpu_seconds: float | None) -> None:
+    """The fastest a step built on torch's own kernels can be on this core: every product of
+    the step timed alone through ``torch.mm`` (thread CPU time, median; the fastest of its
+    eight layouts), plus the same fused
+    AdamW step over the model's parameters; everything else (layer norms, GELU, softmax, dropout,
+    the loss, clipping) counted as free. Against HF's measured step: the most any library
+    calling these kernels could gain."""
+    def cpu_median(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.thread_time()
+            fn()
+            times.append(time.thread_time() - start)
+        return statistics.median(times)
+
+    total_seconds, total_flops, seen = 0.0, 0.0, {}
+    print("\n| product (m × k × n) | count | GFLOP/s alone | seconds in a step |\n|---|---|---|---|")
+    for count, m, k, n, what in product_shapes(config, batch, length):
+        if (m, k, n) not in seen:
+            seen[(m, k, n)] = min(cpu_median(lambda: torch.mm(a, b)) for a, b in _layouts(m, k, n))
+        seconds = count * seen[(m, k, n)]
+        total_seconds += seconds
+        total_flops += count * 2 * m * k * n
+        print(f"| {what} ({m} × {k} × {n}) | {count:g} | {2 * m * k * n / seen[(m, k, n)] / 1e9:.1f} | {seconds:.3f} |")
+    embedding = config.vocab_size * config.n_embd
+    parameters = [torch.nn.Parameter(torch.randn(n)) for n in (embedding, num_parameters - embedding)]
+    for p in parameters:
+        p.grad = torch.randn_like(p)
+    cls, kwargs, weight_decay = hf_default
+    optimizer = cls(parameters, weight_decay=weight_decay, **kwargs)
+    optimizer_seconds = cpu_median(optimizer.step)
+    floor = total_seconds + optimizer_seconds
+    print(f"products: {total_flops / 1e9:.1f} GFLOP in {total_seconds:.3f} s alone ({total_flops / total_seconds / 1e9:.1f} "
+          f"GFLOP/s); the fused AdamW step over {num_parameters:,} parameters {optimizer_seconds:.3f} s; "
+          f"floor {floor:.3f} s of CPU time per step")
+    if hf_cpu_seconds is not None:
+        print(f"hf-full's step {hf_cpu_seconds:.3f} s: a step on these kernels is at most {hf_cpu_seconds / floor:.2f}x "
+              f"HF's step rate (1.2x would need {hf_cpu_seconds / 1.2:.3f} s)")
+
+
 def memory_child(mode: str, batch: int, length: int, threads: int, layers: int) -> None:
     import transformers
 
@@ -220,6 +299,9 @@ def main() -> None:
     parser.add_argument("--phases", action="store_true",
                         help="instead of the rows: the thread CPU time of each phase of hf-full's and "
                              "attnlab-full's step (the same optimizer), interleaved, medians")
+    parser.add_argument("--roofline", action="store_true",
+                        help="after the rows: every matrix product of the step timed alone through torch.mm, "
+                             "plus the optimizer step: the fastest step on these kernels, against hf-full's")
     parser.add_argument("--memory", choices=("full", "lora"), help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     if args.memory:
@@ -330,6 +412,9 @@ def main() -> None:
                  ("attnlab-full-own", "attnlab-full-loop"), ("attnlab-lora8", "attnlab-full-own")):
         print(f"{a} vs {b}: {medians[b] / medians[a]:.2f}x the step rate (wall), "
               f"{cpu_medians[b] / cpu_medians[a]:.2f}x (CPU)")
+    if args.roofline:
+        roofline(config, args.batch, args.length, args.repeats, hf_default, sum(p.numel() for p in hf.parameters()),
+                 cpu_base)
 
 if __name__ == "__main__":
     main()
