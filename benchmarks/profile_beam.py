@@ -27,6 +27,36 @@ from attnlab.generation import beam_search  # noqa: E402
 from attnlab.interop import load_hf_marian  # noqa: E402
 
 
+def cycle_products(repeats: int) -> None:
+    """The step's products alone: oneDNN's reordered copies the search made
+    (``attnlab.linear.ONEDNN_COPIES``, in the order of first use) called one after another at 4
+    rows, as a step does — each weight read from wherever the others left it — against each
+    called on its own in a loop (its weight then stays in the core's caches)."""
+    from attnlab.linear import ONEDNN_COPIES
+
+    packed = [(weight.shape, copy) for weight, (_, copy) in ONEDNN_COPIES.items()]
+    linear = torch.ops.mkldnn._linear_pointwise
+    inputs = {shape[1]: torch.randn(4, shape[1]) for shape, _ in packed}
+    cycled = {k: [] for k in range(len(packed))}
+    for _ in range(30 * repeats):
+        for k, (shape, copy) in enumerate(packed):
+            start = time.perf_counter()
+            linear(inputs[shape[1]], copy, None, "none", [], "")
+            cycled[k].append(time.perf_counter() - start)
+    alone = []
+    for shape, copy in packed:
+        times = []
+        for _ in range(30 * repeats):
+            start = time.perf_counter()
+            linear(inputs[shape[1]], copy, None, "none", [], "")
+            times.append(time.perf_counter() - start)
+        alone.append(statistics.median(times))
+    megabytes = sum(shape.numel() for shape, _ in packed) * 4 / 2**20
+    print(f"the step's {len(packed)} products at 4 rows ({megabytes:.1f} MiB of weights): "
+          f"{1e3 * sum(statistics.median(t) for t in cycled.values()):.2f} ms called in turn, "
+          f"{1e3 * sum(alone):.2f} ms each alone (medians)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=list(cpu_engines.TRANSLATE_SHAPES), default="multi30k")
@@ -56,6 +86,7 @@ def main() -> None:
     steps = sum(map(len, outputs))  # one beam step per output token of the best hypothesis, per source
     print(f"{args.shape}, batch {args.batch}, {len(sources)} sentences: {seconds:.3f} s of thread CPU time "
           f"(median of {args.repeats}), {steps} output steps, {1000 * seconds / steps:.2f} ms a step")
+    cycle_products(args.repeats)
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
