@@ -36,7 +36,11 @@ package are serialised by an ``flock`` on ``.<key>.lock``; the package is writte
 temporary directory (``.<key>.tmp-PID/``, removed by the next build once that process is
 gone), its manifest (with the checksum) written atomically, and only then renamed
 into place. Loading a package loads native code, so the cache directory must be as trusted
-as the Python environment (it is the user's own, like torch's inductor cache).
+as the Python environment (it is the user's own, like torch's inductor cache). Where CUDA is
+available a package is first loaded in a child process (on the one GPU machine tried,
+AOTInductor's loader died with a segmentation fault for every package): a loader that crashes
+there costs one warning and the eager step, not the process; the verdict is kept in the
+manifest per machine, Python, torch and CUDA.
 
 Without a C++ compiler (:func:`attnlab.generation.compiled.unavailable_reason`), when export
 or compilation fails, or when the model's step reads something that cannot be exported
