@@ -18,4 +18,6 @@ if grep -E "^F " "$OUT/probe.log" | grep -q ": ok:"; then
 else
   echo "attnlab's own path (F) did not run: no GPT-2 rows" | tee "$OUT/gpu-aot.log"
 fi
-[ -n "${GPU_TESTS:-}" ] && timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu 2>&1 | tail -25 | tee "$OUT/pytest.log"
+if [ -n "${GPU_TESTS:-}" ]; then
+  timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu 2>&1 | tail -25 | tee "$OUT/pytest.log"
+fi
