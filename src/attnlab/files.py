@@ -468,13 +468,19 @@ def read_data_record(directory: str | os.PathLike, name: str, *, what: str) -> t
     return path, read_json_object(path, max_bytes=1 << 20, what=what)
 
 
-def check_recorded_files(path: Path, names: Iterable[str], *, what: str, instead: str) -> None:
-    """ValueError naming the sidecar ``path`` for the first of ``names`` (files it records) that
-    is no longer a file: ``"{path}: the model's {what} {name} is gone; {instead}"`` (``instead``:
-    the flag to give the data with)."""
+def check_recorded_files(path: Path, names: Iterable[str], *, what: str, instead: str, folders: bool = False) -> None:
+    """ValueError naming the sidecar ``path`` for the first of ``names`` (the files, or with
+    ``folders`` the files or folders, it records) that is no longer there: ``"{path}: the
+    model's {what} {name} is gone (moved or deleted); {instead}"`` (``instead``: what to give
+    instead, e.g. the data flag). Every verb that scores or shows a model's own recorded data
+    checks it here (:func:`attnlab.cli.options.check_recorded_data` for one named set or path)."""
     for name in names:
-        if not Path(name).is_file():
-            raise ValueError(f"{path}: the model's {what} {name} is gone; {instead}")
+        try:
+            there = Path(name).exists() if folders else Path(name).is_file()
+        except (OSError, ValueError):  # a name the file system cannot hold (too long, a NUL byte)
+            there = False
+        if not there:
+            raise ValueError(f"{path}: the model's {what} {name} is gone (moved or deleted); {instead}")
 
 
 def read_config_json(directory: str | os.PathLike) -> dict | None:

@@ -555,16 +555,13 @@ def check_recorded_data(model, record: str, data: str | None, flag: str, *, name
     when it does not say, or names a file or folder that is no longer there."""
     from pathlib import Path
 
+    from attnlab.files import check_recorded_files
+
     path = Path(model) / record
     if not data:
         raise ValueError(f"{path} does not say which data the model was trained on; pass {flag}")
     if data in set(named):
         return data
-    try:
-        there = Path(data).exists()
-    except (OSError, ValueError):
-        there = False
-    if not there:
-        raise ValueError(f"{path}: the model's own data {data} is no longer there (moved or deleted); "
-                         f"pass {flag} to score it on data you have")
+    check_recorded_files(path, [data], what="own data", instead=f"pass {flag} to score it on data you have",
+                         folders=True)
     return data

@@ -222,7 +222,7 @@ def test_without_valid_text_evaluate_scores_the_last_tenth_of_the_training_lines
     assert own["accuracy"] == tail["accuracy"] and own["masked_tokens"] == tail["masked_tokens"]
     (tmp_path / "train.txt").unlink()
     assert main(["evaluate", "--model", str(out / "model"), "--no-progress"]) == 2
-    assert "is gone; give the text to score with --text" in capsys.readouterr().err
+    assert "is gone (moved or deleted); give the text to score with --text" in capsys.readouterr().err
 
 
 def test_without_text_it_trains_on_the_shipped_captions_and_evaluate_scores_their_val_split(tmp_path, capsys):

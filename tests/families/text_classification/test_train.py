@@ -157,7 +157,7 @@ def test_evaluate_without_data_scores_the_rows_training_held_out(tmp_path, capsy
     (tmp_path / "train.tsv").unlink()
     assert main(["evaluate", "--model", str(out / "model")]) == 2
     err = capsys.readouterr().err
-    assert "is gone; give the file to score with --data" in err and "train.tsv" in err
+    assert "is gone (moved or deleted); give the file to score with --data" in err and "train.tsv" in err
 
 
 def test_batched_predictions_equal_one_text_at_a_time(single):
