@@ -10,16 +10,22 @@ one line per variant: ``ok`` with the largest difference from the eager module, 
 first line, or the signal that killed it.
 
 A tiny module shaped like attnlab's step (a product with the module's own weight, an input
-cache written in place, a position input) is built three ways:
+cache written in place, a position input) is built four ways:
 
 * ``in-so``: inductor's defaults (the weights inside the ``.so``);
 * ``no-so``: ``aot_inductor.package_constants_in_so=False`` (what generation/aot.py builds: the
   weights stay outside and are read from the model with ``load_constants(user_managed=True)``);
-* ``pickle``: no weights in the ``.so``, a copy pickled beside it in the package.
+* ``pickle``: no weights in the ``.so``, a copy pickled beside it in the package (this script's
+  own file in its own work directory: the only unpickling here);
+* ``cpu``: a CPU package, loaded in the same processes (does any package load here?);
 
-and loaded several ways (torch's public ``aoti_load_package``, the private loader attnlab calls
-with device index -1 and with the current device's index). The last variant is attnlab's own
-path: ``generate(compile="aot")`` on a 2-layer LM against the eager tokens.
+and loaded ten ways (torch's public ``aoti_load_package``, the private loader attnlab calls with
+device index -1 and with the current device's index, AOTInductor's container runner on the
+library extracted by hand). Variant F is attnlab's own path: ``generate(compile="aot")`` on
+``lm_tiny`` against the eager tokens. ``--dlopen`` only builds the CPU and CUDA packages and
+``dlopen``s their libraries. On the H200 machine of 2026-11-27 (torch 2.11.0+cu130) every load
+crashed and every ``dlopen`` succeeded (docs/benchmarks.md); ``PROBE_DEVICE=cpu`` runs it all
+on a CPU.
 """
 
 from __future__ import annotations
