@@ -48,10 +48,14 @@ def add_arguments(parser) -> None:
 DATA_FILE = "bert.json"  # in OUT/model: where the text came from (evaluate-bert's default)
 
 
-def split_lines(text: str) -> tuple[list[str], list[str]]:
-    """The non-empty lines of a training text: all but the last 10 % to train, those held out
-    (without ``--valid-text``; evaluate-bert repeats it from ``DATA_FILE``)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+def text_lines(text: str) -> list[str]:
+    """The non-empty lines of a text, stripped: one sequence each (training, held out, scored)."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def split_lines(lines: list[str]) -> tuple[list[str], list[str]]:
+    """A training text's lines (:func:`text_lines`): all but the last 10 % to train, those held
+    out (without ``--valid-text``; evaluate-bert repeats it from ``DATA_FILE``)."""
     cut = int(len(lines) * 0.9)
     return lines[:cut], lines[cut:]
 
@@ -88,12 +92,11 @@ def own_held_out_lines(directory) -> tuple[list[str], str] | None:
     if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
         raise ValueError(f"{path}: not a record of training text (no 'text' files)")
     check_recorded_files(path, names, what="held-out text", instead="give the text to score with --text")
-    text = read_text_files(names)
+    lines = text_lines(read_text_files(names))
     if record.get("valid_text"):
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
         what = f"--valid-text {', '.join(names)}"
     else:
-        lines = split_lines(text)[1]
+        lines = split_lines(lines)[1]
         what = f"the last 10% of the lines of --text {', '.join(names)}"
     return lines, f"the model's own held-out text ({what}, from {DATA_FILE})"
 
@@ -105,13 +108,12 @@ def held_out_lines(paths) -> tuple[list[str], str]:
         from attnlab.data.text import read_text_files
 
         try:
-            text = read_text_files(paths)
+            lines = text_lines(read_text_files(paths))
         except FileNotFoundError as error:
             raise ValueError(f"--text: {error}") from None
         source = ", ".join(str(p) for p in paths)
     else:
-        text, source = "\n".join(caption_lines("test")), CAPTION_SPLITS["test"]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+        lines, source = caption_lines("test"), CAPTION_SPLITS["test"]
     if not lines:
         raise ValueError(f"--text {source}: no non-empty line to score")
     return lines, source

@@ -66,7 +66,8 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
     import tempfile
 
     from attnlab.data.text import read_text_files
-    from attnlab.families.bert.evaluate import CAPTION_SPLITS, CAPTIONS, MaskedLMScore, caption_lines, split_lines
+    from attnlab.families.bert.evaluate import (CAPTION_SPLITS, CAPTIONS, MaskedLMScore, caption_lines, split_lines,
+                                                text_lines)
     from attnlab.families.bert.task import MaskedWindows, text_windows
     from attnlab.tasks.bert import learn_wordpiece
     from attnlab.tasks.bert import tokenizer_files as files_of
@@ -77,17 +78,14 @@ def data(args, *, tokenizer=None, tokenizer_files=None, max_positions: int | Non
         except (FileNotFoundError, ValueError) as error:
             raise ValueError(f"{flag}: {error}") from None
 
-    def lines(text):
-        return [line.strip() for line in text.splitlines() if line.strip()]
-
     if args.text:
-        train_lines, train_source = lines(read(args.text, "--text")), ", ".join(args.text)
+        train_lines, train_source = text_lines(read(args.text, "--text")), ", ".join(args.text)
     else:  # the shipped English captions, as train lm falls back to Shakespeare
         train_lines, train_source = caption_lines("train"), CAPTION_SPLITS["train"]
     if args.valid_text:
-        valid_lines, valid_flag = lines(read(args.valid_text, "--valid-text")), "--valid-text"
+        valid_lines, valid_flag = text_lines(read(args.valid_text, "--valid-text")), "--valid-text"
     elif args.text:
-        (train_lines, valid_lines), valid_flag = split_lines("\n".join(train_lines)), "--text (its last 10% of lines)"
+        (train_lines, valid_lines), valid_flag = split_lines(train_lines), "--text (its last 10% of lines)"
     else:
         valid_lines, valid_flag = caption_lines("valid"), CAPTION_SPLITS["valid"]
     if not train_lines:
