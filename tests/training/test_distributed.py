@@ -57,9 +57,12 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     # The all-reduce sums the ranks' gradients in another order than one process accumulates them:
     # float32 rounding, which Adam's normalisation carries into the weights (1.4e-6 on one embedding
     # element after 6 updates with torch's fused kernel on one CPU, under 1e-6 with the per-parameter
-    # loop); a real error in the global normalisation or the RNG would move them by ~lr (1e-3).
+    # loop; other CPUs and kernels round otherwise, hence the margin). A rank that reads the wrong
+    # micro-batches or RNG stream moves weights by ~lr (1e-3) an update. (A constant gradient-scale
+    # error barely moves Adam's weights after clipping; the global loss and token counts are checked
+    # in the records below.)
     for key, tensor in single_weights.items():
-        assert torch.allclose(distributed_weights[key], tensor, atol=1e-5, rtol=0), key
+        assert torch.allclose(distributed_weights[key], tensor, atol=1e-4, rtol=0), key
 
     # Only rank 0 logged: one line per step and per validation, same numbers as the single run.
     distributed_log, single_log = _records(distributed_dir), _records(single_dir)
