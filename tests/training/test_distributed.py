@@ -11,7 +11,6 @@ import torch
 
 from attnlab.training.distributed import DistributedContext, all_reduce_sum, gather_bytes, init_distributed
 
-from . import _ddp_worker
 
 WORKER = Path(__file__).with_name("_ddp_worker.py")
 
@@ -47,9 +46,15 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     assert [p.name for p in (signal_dir / "checkpoints").iterdir()] == ["step_00000003"]
     assert _records(signal_dir)[-1]["stopped"] == "SIGINT" and _records(signal_dir)[-1]["step"] == 3
 
-    # The reference: one process, accumulating both ranks' micro-batches.
+    # The reference: one process, accumulating both ranks' micro-batches. A process of its own like
+    # the ranks', so both sides start from the same state (seeds, threads) whatever this one holds.
     world_size = 2
-    _ddp_worker.run(str(single_dir), 6, world_size * _ddp_worker.GRAD_ACCUM_PER_RANK, resume=False)
+    reference = (f"import sys, torch; sys.path.insert(0, {str(WORKER.parent)!r}); torch.set_num_threads(1); "
+                 f"import _ddp_worker; _ddp_worker.run({str(single_dir)!r}, 6, "
+                 f"{world_size} * _ddp_worker.GRAD_ACCUM_PER_RANK, resume=False)")
+    finished = subprocess.run([sys.executable, "-c", reference], env=environment, capture_output=True, text=True,
+                              timeout=120)
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
 
     final = "checkpoints/step_00000006/model.safetensors"
     distributed_weights = safetensors.torch.load_file(distributed_dir / final)
