@@ -10,18 +10,19 @@ import torch.nn.functional as F
 import attnlab
 from attnlab.cli.main import main
 from attnlab.generation import beam_search, generate, greedy_search
-from attnlab.quantize import QUANTIZE_MODES, Int8Weight, QuantizedLinear
+from attnlab.quantize import QUANTIZE_MODES, Int8Weight, QuantizedLinear, full_range_inputs
 
 pytestmark = pytest.mark.skipif(not torch.backends.quantized.supported_engines,
                                 reason="torch has no quantized CPU engine")
 
 
 def _activation_error_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """What quantising the input to 7 bits (one affine scale for the whole call, range
-    including 0) can change in ``x @ weight.T``: half a step times sum_k |w_k|, per output."""
+    """What quantising the input to 8 bits where the kernel takes them, else 7 (one affine
+    scale for the whole call, range including 0) can change in ``x @ weight.T``: half a step
+    times sum_k |w_k|, per output."""
     rows = x.reshape(-1, x.shape[-1]).double()
     low, high = min(float(rows.min()), 0.0), max(float(rows.max()), 0.0)
-    step = (high - low) / 127
+    step = (high - low) / (255 if full_range_inputs() else 127)
     return (0.5 * step * weight.double().abs().sum(dim=1)) * 1.01 + 1e-5  # (out,)
 
 
@@ -49,6 +50,45 @@ def test_linear_is_the_product_with_the_dequantised_weight_within_the_input_roun
     # wrongly scaled or transposed weight
     wrong = x.double() @ (q.dequantize().double() * 1.05).T + bias.double()
     assert not ((out.double() - wrong).abs() <= _activation_error_bound(x, q.dequantize())).all()
+
+
+_WORST_CASE = """
+import json, torch
+from attnlab.quantize import Int8Weight, full_range_inputs
+out = {"full_range": full_range_inputs(), "within": [], "raw_8_bit_exact": []}
+for rows, width in ((1, 96), (5, 512)):
+    weight = Int8Weight(torch.full((8, width), 127, dtype=torch.int8), torch.ones(8, dtype=torch.float64))
+    x = torch.full((rows, width), 255.0)
+    x[:, 0] = 0.0
+    exact = 255.0 * (width - 1) * 127
+    out["within"].append(float(((weight.linear(x, None) - exact).abs() / exact).max()))
+    raw = torch.ops.quantized.linear_dynamic(x, weight.packed, False)
+    out["raw_8_bit_exact"].append(bool(((raw - exact).abs() <= 0.01 * exact).all()))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("instructions", [None, "AVX2"])
+def test_the_kernels_sums_never_saturate(instructions):
+    """8-bit inputs only where the kernel sums them in 32 bits: the worst case (every input
+    at the top code against weights of 127) comes out within the inputs' rounding, with the
+    machine's own kernel and with fbgemm held to AVX2 (16-bit pair sums, which would clip it
+    to about half with 8-bit inputs); and the probe's answer is what the raw kernel does."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    if instructions:
+        env["FBGEMM_ENABLE_INSTRUCTIONS"] = instructions
+    else:
+        env.pop("FBGEMM_ENABLE_INSTRUCTIONS", None)
+    result = subprocess.run([sys.executable, "-c", _WORST_CASE], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert max(found["within"]) < 0.01, found
+    assert found["full_range"] == all(found["raw_8_bit_exact"]), found
 
 
 def test_row_slices_equal_the_rows_of_the_whole_product():
