@@ -1,16 +1,42 @@
-"""The lever issue 40's beam rows would need, measured: beam search's step (4 rows, the
-``multi30k`` Marian model of ``cpu_engines.py --translate``) compiled ahead of time with inductor's
-``freezing`` (the weights folded into the package, its products prepacked), against attnlab's
-package (plain GEMMs, weights outside, read from the model) and the eager ``decode_step``.
+"""What torch's own compilers can make of a decode step, against CTranslate2's (issue 40's unmet rows).
 
-    taskset -c 0 python benchmarks/aot_frozen_step.py
+Beam search's step (``--step beam``, the default: the random Marian model of ``cpu_engines.py
+--translate``, ``--shape multi30k|transformer_base``, ``--batch`` sources x 4 beams) or a
+language model's greedy step (``--step lm``, ``--size small|medium``: the GPT-2-shaped model of
+``cpu_engines.py``), each compiled ahead of time (AOTInductor) in the ways torch offers:
 
-Not a product path: a frozen package holds the weights it was built from, so it goes stale when
-they change (attnlab's packages read the model's own tensors instead). Thread CPU time per
-step, 24 steps from an empty cache, 7 interleaved rounds; the logits are checked against the
-eager step's first.
+* **package**: attnlab's own (``compile="aot"``: weights outside, read from the model, plain GEMMs);
+* **frozen**: inductor's ``freezing`` (the weights folded into the package, its products
+  prepacked for oneDNN);
+* **frozen+cpp**: freezing and ``max_autotune`` with inductor's C++ GEMM templates (it
+  benchmarks its own generated GEMM kernels against oneDNN's per product and keeps the faster);
+* (``--step lm``) **int8 pt2e**: dynamic int8 (int8 weights per channel, activations quantised per
+  call) by torchao's ``X86InductorQuantizer``, frozen: oneDNN's int8 products (needs ``torchao``,
+  not one of attnlab's dependencies: ``pip install --no-deps torchao``; the row is skipped without it);
+
+against the eager step and CTranslate2 (fp32, and int8 for ``--step lm``). CT2 runs its whole
+search or generation; its time per step is (time for N+1 steps - time for 1 step) / N, so its
+encoder and prompt are left out as attnlab's rows leave them out. Wall time (CT2 keeps its own
+thread) on one pinned core, one thread, medians of interleaved rounds; every compiled step's first
+logits are checked against the eager step's first.
+
+    taskset -c 0 python benchmarks/aot_frozen_step.py                     # beam, multi30k, 1 source
+    taskset -c 0 python benchmarks/aot_frozen_step.py --batch 32 --static
+    taskset -c 0 python benchmarks/aot_frozen_step.py --step lm --size small
+
+The frozen rows are not a product path: a frozen package holds the weights it was built from
+(stale when they change; attnlab's packages read the model's tensors). For the frozen rows the
+step's products are exported as ``F.linear`` (what freezing prepacks and the C++ templates take;
+the step's one-row ``addmv`` is neither). ``--static`` exports beam search's rows as a fixed size
+(the C++ templates autotune a fixed number of rows only). Builds take 10-60 s each, untimed.
 """
+
+from __future__ import annotations
+
+import argparse
 import atexit
+import contextlib
+import copy
 import os
 import shutil
 import statistics
@@ -20,86 +46,257 @@ import time
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 import cpu_engines as ce  # noqa: E402
+
+import attnlab.linear as attnlab_linear  # noqa: E402
+import attnlab.models.parts as attnlab_parts  # noqa: E402
 from attnlab.generation import aot  # noqa: E402
-from attnlab.interop import load_hf_marian  # noqa: E402
 from attnlab.linear import packed_inference  # noqa: E402
 
-warnings.simplefilter("ignore")
-torch.set_num_threads(1)
-d = tempfile.mkdtemp()
-atexit.register(shutil.rmtree, d, True)
-model, tok, _ = load_hf_marian(ce.build_marian("multi30k", d, ce.train_sentencepiece(d)))
-model.eval()
-src = ce.translation_batches(tok, ce.multi30k_lines("test_2016_flickr.de.gz")[:1], 1, model.config.pad_id, model.config.eos_id)[0][0]
-with torch.no_grad():
-    memory, mask = model.encode(src)
-    cap = aot.aot_capacity(model, 64)
-    cache = model.new_step_cache(memory, rows_per_source=4, capacity=cap, fixed_shape=True)
-    layout = aot._layout_of(model, "search", cache.positions.shape[0], 4, cache)
-    print(layout)
-    derived = aot.derived_tensors(model)
-    stack = aot._stack(model)
-    module = aot._StepModule(model, layout, derived, len(stack.layers), cache.conditioning is not None, stack.has_cross_attention)
-    example, shapes = aot._example_inputs(model, layout, cache, None)
-    with packed_inference(False):
-        exported = torch.export.export(module, example, dynamic_shapes=shapes, strict=True)
-    runners = {}
-    for name, configs in (("plain (attnlab)", {"aot_inductor.package_constants_in_so": False}),
-                          ("in-so (weights inside, not frozen)", {}),
-                          ("frozen", {"freezing": True}),
-                          ("frozen-outside (weights outside, folded at load)",
-                           {"freezing": True, "aot_inductor.use_runtime_constant_folding": True,
-                            "aot_inductor.package_constants_in_so": False})):
-        t = time.perf_counter()
-        path = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(d, name.split()[0].replace("-", "") + ".pt2"),
-                                                        inductor_configs=configs)
-        loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
-        if "outside" in name or name.startswith("plain"):
-            tensors = aot._named_tensors(model)
-            wanted = loader.get_constant_fqns()
-            unknown = [n for n in wanted if n not in tensors]
-            if unknown:
-                print(f"{name}: the package wants {len(unknown)} of its {len(wanted)} constants under names the model "
-                      f"does not have ({', '.join(unknown[:3])}, ...): it cannot read the model's own weights")
-                continue
-            loader.load_constants({n: tensors[n] for n in wanted}, False, True, True)
-        print(name, "built in", round(time.perf_counter() - t), "s; constants:", len(loader.get_constant_fqns()))
-        runners[name] = loader.run
-    tokens = torch.full((4,), 5, dtype=torch.long)
-    snap = cache.snapshot()
-    def package_call(run):
-        def call():
-            cache.restore(snap)
-            ts = []
-            for _ in range(24):
-                s = time.thread_time(); run([tokens, *cache.step_tensors(), torch.ones(1, 1, 1, memory.shape[1], dtype=torch.bool)]); ts.append(time.thread_time() - s)
-            return ts
-        return call
-    def eager_call():
-        c = model.new_step_cache(memory, rows_per_source=4, capacity=cap, fixed_shape=False)
-        ts = []
+FROZEN = {"freezing": True}
+FROZEN_CPP = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+
+
+@contextlib.contextmanager
+def linear_products():
+    """The step's products as ``F.linear`` (one row too, not ``addmv``; no oneDNN reordered weights)."""
+    saved = attnlab_linear.one_row_linear, attnlab_parts.onednn_rows, attnlab_parts.skinny_linear
+    attnlab_linear.one_row_linear = F.linear
+    attnlab_parts.onednn_rows = lambda rows: True
+    attnlab_parts.skinny_linear = F.linear
+    try:
+        yield
+    finally:
+        attnlab_linear.one_row_linear, attnlab_parts.onednn_rows, attnlab_parts.skinny_linear = saved
+
+
+def export_step(model, kind: str, capacity: int, *, memory=None, memory_mask=None, beam: int | None = None,
+                static: bool, linear: bool):
+    """The step of a copy of ``model`` (fresh step plans) exported as attnlab's package exports it:
+    one row ("causal"), or ``beam`` rows per source of ``memory`` ("search")."""
+    with contextlib.ExitStack() as stack:
+        if linear:
+            stack.enter_context(linear_products())
+        copy_ = copy.deepcopy(model)  # a copy drops the step plans, so they are made under linear_products
+        if kind == "search":
+            cache = copy_.new_step_cache(memory, rows_per_source=beam, capacity=capacity, fixed_shape=True)
+        else:
+            cache = copy_.new_cache(1, capacity, fixed_shape=True)
+        layout = aot._layout_of(copy_, kind, cache.positions.shape[0], beam, cache)
+        stack_ = aot._stack(copy_)
+        module = aot._StepModule(copy_, layout, aot.derived_tensors(copy_), len(stack_.layers),
+                                 cache.conditioning is not None, stack_.has_cross_attention)
+        if static:
+            example = (torch.zeros(cache.positions.shape[0], dtype=torch.long), cache.step_tensors())
+            example += (memory_mask,) if kind == "search" else ()
+            shapes = None
+        else:
+            example, shapes = aot._example_inputs(copy_, layout, cache, memory_mask)
+        stack.enter_context(packed_inference(False))
+        stack.enter_context(torch.no_grad())
+        return torch.export.export(module, example, dynamic_shapes=shapes, strict=True), example
+
+
+def build(exported, directory: str, name: str, configs: dict):
+    start = time.perf_counter()
+    path = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(directory, name + ".pt2"),
+                                                    inductor_configs=configs)
+    runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1).run
+    print(f"  {name}: built in {time.perf_counter() - start:.0f} s", flush=True)
+    return runner
+
+
+def pt2e_int8(exported, example):
+    """The exported step quantised to dynamic int8 by torchao's X86InductorQuantizer (None without torchao)."""
+    try:
+        import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as x86
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    except ImportError:
+        print("  int8 pt2e: skipped (torchao is not installed: pip install --no-deps torchao)")
+        return None
+    quantizer = x86.X86InductorQuantizer()
+    quantizer.set_global(x86.get_default_x86_inductor_quantization_config(is_dynamic=True))
+    prepared = prepare_pt2e(exported.module(), quantizer)
+    with torch.no_grad():
+        prepared(*example)
+        return torch.export.export(convert_pt2e(prepared), example, strict=False)
+
+
+def per_step(call_n, call_1, steps: int):
+    """Seconds a step of an engine that runs whole searches: (N+1 steps - 1 step) / N."""
+    def run():
+        start = time.perf_counter()
+        call_n()
+        middle = time.perf_counter()
+        call_1()
+        return (middle - start - (time.perf_counter() - middle)) / steps
+    return run
+
+
+def report(calls: dict, rounds: int, first: str, peers: list[str]) -> None:
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, run in calls.items():
+            times[name].append(run())
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"\nms a step (wall time, median of {rounds} interleaved rounds)" + "".join(f"; / {p}" for p in peers))
+    for name, seconds in medians.items():
+        ratios = "".join(f"   {medians[p] / seconds:5.2f}x" for p in peers)
+        print(f"  {name:22s} {1e3 * seconds:8.3f}{ratios}")
+    print(f"(ratios: the peer's time over the row's, > 1 is faster than the peer; {first} is attnlab's default step)")
+
+
+def check(name: str, out, ref) -> None:
+    finite = torch.isfinite(ref)
+    print(f"  {name}: max |logits - eager| {float((out - ref)[finite].abs().max()):.2e}, same -inf positions "
+          f"{bool((torch.isfinite(out) == finite).all())}, same argmax {bool((out.argmax(-1) == ref.argmax(-1)).all())}")
+
+
+def beam(args, directory: str) -> None:
+    import ctranslate2
+
+    from attnlab.interop import load_hf_marian
+
+    hf_dir = ce.build_marian(args.shape, directory, ce.train_sentencepiece(directory))
+    ctranslate2.converters.TransformersConverter(hf_dir).convert(hf_dir + "-ct2", quantization=None)
+    translator = ctranslate2.Translator(hf_dir + "-ct2", device="cpu", compute_type="float32", intra_threads=1)
+    model, tokenizer, _ = load_hf_marian(hf_dir)
+    model.eval()
+    lines = ce.multi30k_lines("test_2016_flickr.de.gz")[:args.batch]
+    src, lengths, _ = ce.translation_batches(tokenizer, lines, args.batch, model.config.pad_id, model.config.eos_id)[0]
+    sources = [tokenizer.pieces(src[row, :n].tolist()) for row, n in enumerate(lengths)]
+    rows = 4 * args.batch
+    with torch.no_grad():
+        memory, _ = model.encode(src)
+        memory_mask = (src != model.config.pad_id)[:, None, None, :]
+        capacity = aot.aot_capacity(model, args.steps + 8)
+        cache = model.new_step_cache(memory, rows_per_source=4, capacity=capacity, fixed_shape=True)
+        print(f"{args.shape}, {args.batch} source(s) x 4 beams = {rows} rows, capacity {capacity}, "
+              f"{'static' if args.static else 'dynamic'} rows")
+        package = aot.aot_step(model, "search", cache, beam=4, memory_mask=memory_mask)
+        exported, _ = export_step(model, "search", capacity, memory=memory, memory_mask=memory_mask, beam=4,
+                                  static=args.static, linear=True)
+        runners = {"package (attnlab)": lambda tokens: package(tokens, cache, memory_mask)}
+        for name, configs in (("frozen", FROZEN), ("frozen+cpp", FROZEN_CPP)):
+            run = build(exported, directory, name.replace("+", "_"), configs)
+            runners[name] = lambda tokens, run=run: run([tokens, *cache.step_tensors(), memory_mask])[0]
+        tokens = torch.full((rows,), 5, dtype=torch.long)
+        start = cache.snapshot()
+
         with packed_inference():
-            for _ in range(24):
-                s = time.thread_time(); model.decode_step(tokens, c, None); ts.append(time.thread_time() - s)
-        return ts
-    # same logits?
-    cache.restore(snap)
-    c = model.new_step_cache(memory, rows_per_source=4, capacity=cap, fixed_shape=False)
-    with packed_inference():
-        ref = model.decode_step(tokens, c, None)
-    for name, run in runners.items():
-        cache.restore(snap)
-        out = run([tokens, *cache.step_tensors(), torch.ones(1, 1, 1, memory.shape[1], dtype=torch.bool)])[0]
-        finite = torch.isfinite(ref)
-        print(name, "max |logits - eager| over finite logits", float((out - ref)[finite].abs().max()),
-              "same -inf positions", bool((torch.isfinite(out) == finite).all()), "same argmax", bool((out.argmax(-1) == ref.argmax(-1)).all()))
-    calls = {"eager decode_step": eager_call, **{n: package_call(r) for n, r in runners.items()}}
-    res = {n: [] for n in calls}
-    for _ in range(7):
-        for n, f in calls.items():
-            res[n] += f()
-    for n, v in res.items():
-        print(f"{n}: {1e3 * statistics.median(v):.3f} ms a step (thread CPU, median of {len(v)})")
+            ref = model.decode_step(tokens, model.new_step_cache(memory, rows_per_source=4, capacity=capacity),
+                                    memory_mask)
+        for name, run in runners.items():
+            cache.restore(start)
+            check(name, run(tokens), ref)
+
+        def eager():
+            eager_cache = model.new_step_cache(memory, rows_per_source=4, capacity=capacity)
+            begin = time.perf_counter()
+            with packed_inference():
+                for _ in range(args.steps):
+                    model.decode_step(tokens, eager_cache, memory_mask)
+            return (time.perf_counter() - begin) / args.steps
+
+        def compiled(run):
+            def call():
+                cache.restore(start)
+                begin = time.perf_counter()
+                for _ in range(args.steps):
+                    run(tokens)
+                return (time.perf_counter() - begin) / args.steps
+            return call
+
+        def ct2(steps):
+            return lambda: translator.translate_batch(sources, beam_size=4, length_penalty=0.0, max_decoding_length=steps,
+                                                      min_decoding_length=steps, max_batch_size=0)
+
+        calls = {"eager decode_step": eager, **{name: compiled(run) for name, run in runners.items()},
+                 "CT2 whole search": per_step(ct2(args.steps + 1), ct2(1), args.steps)}
+        for run in calls.values():
+            run()
+        report(calls, args.rounds, "eager decode_step", ["CT2 whole search"])
+
+
+def lm(args, directory: str) -> None:
+    import ctranslate2
+
+    hf, model, converted = ce.build(args.size, directory, True)
+    del hf
+    model.eval()
+    generators = {name: ctranslate2.Generator(path, device="cpu", compute_type=name, intra_threads=1)
+                  for name, path in converted.items()}
+    vocab = ce.SIZES[args.size][0]["vocab_size"]
+    prompt = torch.randint(1, vocab, (1, ce.PROMPT_TOKENS), generator=torch.Generator().manual_seed(1))
+    capacity = aot.aot_capacity(model, ce.PROMPT_TOKENS + args.steps + 1)
+    int8 = copy.deepcopy(model).quantize("int8")
+    with torch.no_grad():
+        cache = model.new_cache(1, capacity, fixed_shape=True)
+        print(f"LM {args.size}, greedy, 1 row, capacity {capacity}")
+        package = aot.aot_step(model, "causal", cache)
+        exported, example = export_step(model, "causal", capacity, static=True, linear=True)
+        runners = {"package (attnlab)": lambda tokens, c: package(tokens, c)}
+        variants = [("frozen", exported, FROZEN), ("frozen+cpp", exported, FROZEN_CPP)]
+        quantised = pt2e_int8(exported, example)
+        if quantised is not None:
+            variants.append(("int8 pt2e, frozen", quantised, FROZEN))
+        for name, program, configs in variants:
+            run = build(program, directory, name.split(",")[0].replace("+", "_").replace(" ", "_"), configs)
+            runners[name] = lambda tokens, c, run=run: run([tokens, *c.step_tensors()])[0]
+
+    def steps_of(step, source):
+        def call():
+            c = source.new_cache(1, capacity, fixed_shape=step is not None)
+            with torch.inference_mode():
+                logits = source.prefill(prompt, c, None)
+                begin = time.perf_counter()
+                for _ in range(args.steps):
+                    tokens = logits.argmax(-1)
+                    logits = (step or source.step)(tokens, c)
+                return (time.perf_counter() - begin) / args.steps
+        return call
+
+    with torch.inference_mode():  # first logits after the prompt: each compiled step against the eager one
+        eager_cache = model.new_cache(1, capacity)
+        tokens = model.prefill(prompt, eager_cache, None).argmax(-1)
+        ref = model.step(tokens, eager_cache)
+        for name, run in runners.items():
+            c = model.new_cache(1, capacity, fixed_shape=True)
+            model.prefill(prompt, c, None)
+            check(name, run(tokens, c), ref)
+
+    def ct2(name, steps):
+        return lambda: ce.ct2_generate(generators[name], prompt, steps)
+
+    calls = {"eager step": steps_of(None, model), "eager int8": steps_of(None, int8),
+             **{name: steps_of(run, model) for name, run in runners.items()},
+             "CT2 fp32": per_step(ct2("float32", args.steps + 1), ct2("float32", 1), args.steps),
+             "CT2 int8": per_step(ct2("int8", args.steps + 1), ct2("int8", 1), args.steps)}
+    for run in calls.values():
+        run()
+    report(calls, args.rounds, "eager step", ["CT2 fp32", "CT2 int8"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--step", choices=["beam", "lm"], default="beam")
+    parser.add_argument("--shape", choices=sorted(ce.TRANSLATE_SHAPES), default="multi30k")
+    parser.add_argument("--batch", type=int, default=1, help="sources (beam search: 4 rows each)")
+    parser.add_argument("--static", action="store_true", help="export beam search's rows as a fixed size")
+    parser.add_argument("--size", choices=["small", "medium"], default="small")
+    parser.add_argument("--steps", type=int, default=24, help="steps timed a round (default 24)")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    directory = tempfile.mkdtemp()
+    atexit.register(shutil.rmtree, directory, True)
+    os.environ.setdefault("ATTNLAB_CACHE", os.path.join(directory, "cache"))
+    (beam if args.step == "beam" else lm)(args, directory)
+
+
+if __name__ == "__main__":
+    main()
