@@ -45,6 +45,20 @@ def packed_inference(enabled: bool = True):
         _state.enabled = previous
 
 
+@contextlib.contextmanager
+def products_for_folding():
+    """Within this block (exporting a step for a package whose weights are folded in,
+    :mod:`attnlab.generation.aot`), a one-row product is ``F.linear`` like any other: inductor
+    prepacks a folded weight of ``F.linear`` into its own GEMM kernels, which ``addmv`` does not
+    get (a small LM's step 0.62 ms that way against 2.0 ms; docs/benchmarks.md)."""
+    previous = getattr(_state, "folding", False)
+    _state.folding = True
+    try:
+        yield
+    finally:
+        _state.folding = previous
+
+
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") \
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 SKINNY_ROWS = (2, 256)  # row counts skinny_linear sends to oneDNN
@@ -153,7 +167,7 @@ def one_row_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     :func:`skinny_linear` (oneDNN for beam search's few rows inside :func:`packed_inference`,
     else ``F.linear``). Equal to ``F.linear`` up to float32 summation order. Only for plain
     tensors (:func:`step_linear` chooses)."""
-    if x.shape[0] == 1 and x.shape[1] == 1:
+    if x.shape[0] == 1 and x.shape[1] == 1 and not getattr(_state, "folding", False):
         row = x.view(-1)
         out = torch.mv(weight, row) if bias is None else torch.addmv(bias, weight, row)
         return out.view(1, 1, -1)

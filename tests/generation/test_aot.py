@@ -7,7 +7,6 @@ machine), shared by the module; the other families' packages are under the slow 
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import sys
@@ -102,7 +101,12 @@ def test_seeded_sampling_draws_as_the_eager_step_does(cache_dir):
             generate(model, [[3, 4]], max_new_tokens=25, seed=11, **options)
 
 
-def test_an_in_place_weight_change_is_seen_including_the_heads_derived_copy(cache_dir):
+def test_weights_kept_outside_an_in_place_change_is_seen_including_the_heads_derived_copy(tmp_path, monkeypatch):
+    """$ATTNLAB_AOT_WEIGHTS=outside (the way off the CPU): the runner reads the model's tensors."""
+    if unavailable_reason() is not None:
+        pytest.skip(str(unavailable_reason()))
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_AOT_WEIGHTS", "outside")
     model = lm()
     ids = torch.randint(1, 23, (1, 20))
     _teacher_forced(model, None, ids, prompt=3)
@@ -114,6 +118,28 @@ def test_an_in_place_weight_change_is_seen_including_the_heads_derived_copy(cach
         model.decoder.stack.layers[0].self_attn.out_proj.weight = torch.nn.Parameter(
             torch.randn_like(model.decoder.stack.layers[0].self_attn.out_proj.weight))
     _teacher_forced(model, None, ids, prompt=3)
+    manifests = list((tmp_path / "aot").glob("*.json"))  # one package, built once: no rebuild for new values
+    assert len(manifests) == 1 and json.loads(manifests[0].read_text())["weights_sha256"] is None
+
+
+def test_folded_weights_a_package_never_runs_other_weights_than_the_models(copied, monkeypatch):
+    """On the CPU the package holds the weights: written in place (in this process: their
+    version counters) it is rebuilt for the new values; a model whose weights differ from the
+    package's on disk (another process's, the same structure) gets a build, never that package."""
+    model = lm()
+    ids = torch.randint(1, 23, (1, 20))
+    _teacher_forced(model, None, ids, prompt=3)  # the module's package: lm()'s weights
+    manifest = copied.with_suffix(".json")
+    assert json.loads(manifest.read_text())["weights_sha256"] == aot.weights_digest(model)
+    with torch.no_grad():  # the tied embedding (the head's transposed copy derives from it)
+        model.decoder.embed.weight.mul_(-1.7).add_(0.05)
+    _teacher_forced(model, None, ids, prompt=3)  # rebuilt, with the new values
+    assert json.loads(manifest.read_text())["weights_sha256"] == aot.weights_digest(model) != \
+        aot.weights_digest(lm())
+    calls = _no_build(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="test: no build here; decoding eagerly"):
+        tokens = generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot")
+    assert tokens == generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True) and len(calls) == 1
 
 
 def _refused_then_rebuilt(monkeypatch, message):
