@@ -142,6 +142,17 @@ def test_folded_weights_a_package_never_runs_other_weights_than_the_models(copie
     assert tokens == generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True) and len(calls) == 1
 
 
+def test_an_unknown_weights_setting_is_named_and_decoding_runs_eagerly(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_AOT_WEIGHTS", "inside")
+    calls = _no_build(monkeypatch)
+    model = lm()
+    with pytest.warns(RuntimeWarning, match=r"\$ATTNLAB_AOT_WEIGHTS='inside' is neither 'folded' nor 'outside'; "
+                                            r"decoding eagerly"):
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=5, greedy=True, compile="aot")
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=5, greedy=True) and calls == []
+
+
 def _refused_then_rebuilt(monkeypatch, message):
     calls = _no_build(monkeypatch)
     model = lm()

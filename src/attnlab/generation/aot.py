@@ -64,6 +64,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+import io
 import json
 import os
 import platform
@@ -184,8 +185,11 @@ def derived_tensors(model) -> list[Tensor]:
 
 def folds_weights(device: torch.device) -> bool:
     """Whether a package for a model on ``device`` holds its weights (folded, prepacked): on the
-    CPU unless ``$ATTNLAB_AOT_WEIGHTS`` is "outside"."""
-    return device.type == "cpu" and os.environ.get(WEIGHTS_SETTING, "").strip().lower() != "outside"
+    CPU unless ``$ATTNLAB_AOT_WEIGHTS`` is "outside" ("folded" or unset: the default)."""
+    setting = os.environ.get(WEIGHTS_SETTING, "").strip().lower()
+    if setting not in ("", "folded", "outside"):
+        raise AotUnavailable(f"${WEIGHTS_SETTING}={os.environ[WEIGHTS_SETTING]!r} is neither 'folded' nor 'outside'")
+    return device.type == "cpu" and setting != "outside"
 
 
 def _own_tensors(model) -> list[tuple[str, Tensor]]:
@@ -361,8 +365,9 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         raise AotUnavailable(reason)
     start = time.perf_counter()
     if not quiet:
-        print(f"attnlab: compiling the decode step ahead of time (AOTInductor; about 25-60 s, once per model "
-              f"structure) into {paths.package}", file=sys.stderr, flush=True)
+        what = "model structure and set of weights" if weights is not None else "model structure"
+        print(f"attnlab: compiling the decode step ahead of time (AOTInductor; about 25-70 s, once per {what}) "
+              f"into {paths.package}", file=sys.stderr, flush=True)
     workspace = paths.directory / f".{paths.package.stem}.tmp-{os.getpid()}"
     workspace.mkdir()
     temporary = workspace / paths.package.name  # the package's own name: its archive is named after it
@@ -382,9 +387,11 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
                 raise AotUnavailable(f"the step reads tensors that are not the model's parameters or buffers "
                                      f"({', '.join(sorted(constants.values())[:3])})")
             try:
-                torch._inductor.aoti_compile_and_package(
-                    exported, package_path=str(temporary),
-                    inductor_configs=FOLDED_CONFIGS if weights is not None else OUTSIDE_CONFIGS)
+                # max_autotune writes every product's timings to stderr: not the user's business
+                with contextlib.redirect_stderr(io.StringIO()) if weights is not None else contextlib.nullcontext():
+                    torch._inductor.aoti_compile_and_package(
+                        exported, package_path=str(temporary),
+                        inductor_configs=FOLDED_CONFIGS if weights is not None else OUTSIDE_CONFIGS)
             except Exception as error:
                 raise AotUnavailable(f"AOTInductor failed ({type(error).__name__}: {_first_line(error)})") from error
         size = temporary.stat().st_size

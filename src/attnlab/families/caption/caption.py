@@ -9,8 +9,9 @@ drawn with ``--temperature`` / ``--top-k``. Images are read with Pillow, convert
 to RGB and resized to the model's image size. ``--attention-dir`` also writes a PNG per
 image of each generated word's cross-attention over the image; an existing figure there is
 kept (refused) unless ``--force``. ``--compile aot`` decodes through the decoder's step
-compiled ahead of time (:mod:`attnlab.generation.aot`; built once per model structure and beam
-size, or beforehand by ``attnlab compile --model DIR``), beam search, greedy or sampled alike.
+compiled ahead of time (:mod:`attnlab.generation.aot`; built once per model (its structure
+and, on the CPU, its weights) and beam size, or beforehand by ``attnlab compile --model
+DIR``), beam search, greedy or sampled alike.
 """
 
 from __future__ import annotations
