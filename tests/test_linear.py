@@ -210,6 +210,51 @@ def test_derived_key_changes_whenever_a_copy_would_be_stale():
     assert derived_key(weight.double()) != derived_key(weight)
 
 
+@pytest.mark.parametrize("kernel", [dict(fused=True), dict(foreach=True), dict(foreach=False)])
+def test_derived_key_changes_after_any_optimizer_step(kernel):
+    """torch's fused Adam (attnlab's optimizer on the CPU) writes parameters without moving
+    their version counters: the optimizers' step hook counts the write instead."""
+    from attnlab.linear import derived_key
+
+    weight, untouched = torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(2))
+    optimizer = torch.optim.AdamW([weight], lr=0.1, **kernel)
+    keys = derived_key(weight), derived_key(untouched)
+    weight.grad = torch.ones_like(weight)
+    optimizer.step()
+    assert derived_key(weight) != keys[0] and derived_key(untouched) == keys[1]
+
+
+def test_decoding_after_training_steps_reads_the_new_weights():
+    """Decode, train a few steps with attnlab's optimizer (fused Adam on the CPU), decode again:
+    the step path's derived copies (the tied head's transposed copy) follow the new weights, as
+    a fresh copy of the model computes them. Before the step hook the head copy stayed stale."""
+    import copy
+
+    from attnlab.training.optim import build_optimizer
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_tiny", vocab_size=23, d_model=16, num_heads=2, d_ff=24, num_layers=2,
+                                 max_positions=40)
+    optimizer = build_optimizer(model, "adam", lr=0.5)
+    prompt, token = torch.tensor([[3, 4, 5]]), torch.tensor([6])
+
+    def step_logits(m):
+        with torch.inference_mode():
+            cache = m.new_cache(1, 8)
+            m.prefill(prompt, cache)
+            return m.step(token, cache)
+
+    model.eval()
+    step_logits(model)  # the derived copies are made here
+    model.train()
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.randint(1, 23, (4, 10))).logsumexp(-1).mean().backward()
+        optimizer.step()
+    model.eval()
+    torch.testing.assert_close(step_logits(model), step_logits(copy.deepcopy(model)), atol=1e-5, rtol=1e-5)
+
+
 def test_one_row_linear_equals_f_linear_for_one_row_and_many():
     from attnlab.linear import one_row_linear
 

@@ -18,16 +18,33 @@ import threading
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
 
 def derived_key(weight: Tensor) -> tuple:
     """The one staleness rule for anything derived from a parameter's values (a packed or
-    transposed copy): the copy is current while this key is unchanged. It changes when the
-    tensor's storage moves (``.to()``, a new ``.data``), its dtype or device changes, or its
-    values are written in place (an optimizer step, ``load_state_dict``, ``copy_``: the
-    version counter)."""
-    return (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+    transposed copy, a package with folded weights): the copy is current while this key is
+    unchanged. It changes when the tensor's storage moves (``.to()``, a new ``.data``), its
+    dtype or device changes, or its values are written in place: ``load_state_dict``,
+    ``copy_`` and in-place ops (the version counter), and any ``torch.optim`` optimizer's
+    step (:data:`OPTIMIZER_WRITES`: torch's fused Adam/AdamW, attnlab's default on the CPU
+    and GPU, writes parameters without moving their version counters). Writes through
+    ``.data`` are not seen (torch counts nothing for them)."""
+    return (weight.data_ptr(), weight._version, OPTIMIZER_WRITES.get(weight, 0), weight.dtype, weight.device)
+
+
+OPTIMIZER_WRITES = WeakIdKeyDictionary()
+"""Parameter -> how many ``torch.optim`` optimizer steps have updated it (this process)."""
+
+
+def _count_optimizer_writes(optimizer, args, kwargs) -> None:
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            OPTIMIZER_WRITES[parameter] = OPTIMIZER_WRITES.get(parameter, 0) + 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_writes)
 
 
 _MKL_PACKED = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
