@@ -18,8 +18,10 @@ step 0.62 against 0.86 ms, beam search's at 4 rows 1.47 against 3.63 ms; docs/be
 and its package is a copy of the weights: it is built for the weights' content (SHA-256 of
 every parameter and buffer, kept in the manifest) and rebuilt when that changes — in this
 process whenever any parameter's or buffer's :func:`~attnlab.linear.derived_key` (storage,
-version counter, dtype) moved since it was loaded, across processes by the checksum — so a
-step never runs other weights than the model's. A model whose weights change between decodes
+version counter, optimizer steps, dtype) moved since it was loaded, across processes by the
+checksum — so a step never runs other weights than the model's (writes through ``.data`` are
+the one thing torch does not count, here as for every derived copy). Loaded, the package's
+copy of the weights sits in memory beside the model's. A model whose weights change between decodes
 (sampling during training) pays a build each time: ``ATTNLAB_AOT_WEIGHTS=outside`` keeps them
 outside. **Elsewhere (and with that setting) the weights stay outside**: the runner reads the
 model's own tensors (``load_constants(..., user_managed=True)``: their storage, no copy), so an
