@@ -34,7 +34,8 @@ storage moved, so a step never reads a stale copy.
 
 One package per (model structure, dtype, device, layout, batch bucket, torch version, CPU
 capability, weights folded or not), keyed by a hash of all of them (weights' names, shapes and
-dtypes, not their values: a folded package is replaced when the values differ), in the user cache (``$ATTNLAB_CACHE/aot``, default ``~/.cache/attnlab/aot``):
+dtypes, not their values: a folded package is replaced when the values differ), in the user
+cache (``$ATTNLAB_CACHE/aot``, default ``~/.cache/attnlab/aot``):
 ``<key>.pt2`` and its manifest ``<key>.json`` (what was built, the package's SHA-256). The
 cache capacity is a dynamic dimension (one package for every length) unless the pattern has
 a window (then the capacity is part of the key); beam search's rows and source length are
@@ -194,21 +195,28 @@ def folds_weights(device: torch.device) -> bool:
     return device.type == "cpu" and setting != "outside"
 
 
-def _own_tensors(model) -> list[tuple[str, Tensor]]:
-    return list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
+def _folded_tensors(model) -> list[tuple[str, Tensor]]:
+    """What a folded package holds: every parameter and buffer (the tensor objects themselves)
+    and the step's derived tensors (the head's transposed copy, a LoRA layer's merged weight)."""
+    return (list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
+            + [(f"derived_{i}", t) for i, t in enumerate(derived_tensors(model))])
 
 
 def weights_snapshot(model) -> tuple:
-    """Every parameter's and buffer's :func:`~attnlab.linear.derived_key` (storage, version
-    counter, dtype, device): unchanged while no weight was replaced or written in place."""
-    return tuple((name, derived_key(t)) for name, t in _own_tensors(model))
+    """The :func:`~attnlab.linear.derived_key` (storage, version counter, optimizer steps,
+    dtype, device) of every tensor a folded package holds: unchanged while none was replaced or
+    written in place (a derived copy the model renews is a new tensor)."""
+    # A derived copy made under inference_mode has no version counter: its storage names it
+    # (the model makes a new tensor when it renews one).
+    return tuple((name, (t.data_ptr(), tuple(t.shape), t.dtype, t.device) if t.is_inference() else derived_key(t))
+                 for name, t in _folded_tensors(model))
 
 
 def weights_digest(model) -> str:
-    """SHA-256 of every parameter's and buffer's name, dtype, shape and values: what a package
-    with folded weights was built from."""
+    """SHA-256 of the name, dtype, shape and values of every tensor a folded package holds: what
+    it was built from."""
     digest = hashlib.sha256()
-    for name, t in _own_tensors(model):
+    for name, t in _folded_tensors(model):
         digest.update(f"{name}|{t.dtype}|{list(t.shape)}|".encode())
         digest.update(t.detach().contiguous().view(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
