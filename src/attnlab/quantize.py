@@ -8,9 +8,10 @@ integers and returns float32. The inputs take all 8 bits where the kernel sums i
 (AVX512-VNNI, AMX), 7 bits elsewhere (``reduce_range``: AVX2's 16-bit intermediate sums of
 8-bit inputs would saturate); which one is found by one product that saturates a 16-bit
 kernel (:func:`full_range_inputs`), not assumed from the CPU's name. 8 bits halve the
-inputs' rounding error (the logits of a 6-layer LM moved 1.6-1.8x less on AVX512-VNNI). Embeddings, LayerNorms, biases, attention
-itself and the softmax stay float32; a tied output projection gets its own int8 copy, the
-embedding keeps its float32 table.
+inputs' rounding step (on AVX512-VNNI the logits of a 3- and a 6-layer LM moved 1.6-1.7x
+less from float32's; docs/results.md). Embeddings, LayerNorms, biases, attention itself and
+the softmax stay float32; a tied output projection gets its own int8 copy, the embedding
+keeps its float32 table.
 
 Why this kernel: on the development CPU (AMD EPYC, AVX2, no AVX512-VNNI/AMX), one
 decode step of a GPT-2-small-shaped decoder (batch 1, one thread) spent 62 ms in its
