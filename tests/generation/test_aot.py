@@ -1,9 +1,11 @@
 """The decode step compiled ahead of time (attnlab.generation.aot): the package's logits equal
 the eager step's up to float rounding at every position (teacher-forced, so a near-tie cannot
 make the two runs feed different tokens), greedy tokens are the eager ones, an in-place weight
-change is seen (the head's derived copy included), and the package cache refuses what it
-must not run or replace. One package is built for the fast tests (about 30-60 s on a 2-core
-machine), shared by the module; the other families' packages are under the slow mark."""
+change is seen (weights outside: read by the next step, the head's derived copy included;
+folded, on the CPU: the package rebuilt for the new values, never run with others), and the
+package cache refuses what it must not run or replace. One folded package is built for the
+fast tests and shared by the module (about 30-60 s on a 2-core machine), plus one rebuild and
+one package with the weights outside; the other families' packages are under the slow mark."""
 
 from __future__ import annotations
 
@@ -124,7 +126,7 @@ def test_weights_kept_outside_an_in_place_change_is_seen_including_the_heads_der
 
 def test_folded_weights_a_package_never_runs_other_weights_than_the_models(copied, monkeypatch):
     """On the CPU the package holds the weights: written in place (in this process: their
-    version counters) it is rebuilt for the new values; a model whose weights differ from the
+    derived_key) it is rebuilt for the new values; a model whose weights differ from the
     package's on disk (another process's, the same structure) gets a build, never that package."""
     model = lm()
     ids = torch.randint(1, 23, (1, 20))
