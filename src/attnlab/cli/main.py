@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 
 # The verbs every family shares: name -> module (``HELP``, ``add_arguments(parser)``,
 # ``run(args) -> int``). Each family adds its own verbs through its registration
@@ -159,7 +160,8 @@ def _main(argv: list[str]) -> int:
         from attnlab.cli.options import apply_threads
 
         apply_threads(args)  # --threads (options.add_threads_argument) applies to every verb that has it
-        with _sigterm_raises():
+        plain = not (debug or args.debug or os.environ.get("ATTNLAB_DEBUG", "") not in ("", "0"))
+        with _sigterm_raises(), (_warnings_as_lines(args.verb) if plain else contextlib.nullcontext()):
             return args.run(args) or 0
     except KeyboardInterrupt as error:  # Ctrl-C, SIGTERM, or a Trainer's TrainingInterrupted
         with _signals_held():  # a second Ctrl-C does not cut the message short
@@ -173,6 +175,20 @@ def _main(argv: list[str]) -> int:
         message, code = describe_error(_with_flag_names(error))
         print(f"attnlab {args.verb}: error: {message}", file=sys.stderr)
         return code
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(verb: str):
+    """While a verb runs, a warning it prints reaches the user as one line, ``attnlab VERB:
+    warning: MESSAGE``, as its errors do, not as Python's source path and code line (which
+    ``--debug`` keeps). Only the printed form changes: filters and recorders see the same."""
+    previous = warnings.formatwarning
+    warnings.formatwarning = lambda message, category, filename, lineno, line=None: \
+        f"attnlab {verb}: warning: {message}\n"
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
 
 
 class Terminated(KeyboardInterrupt):

@@ -145,6 +145,27 @@ def test_compile_aot_without_a_compiler_says_why_and_captions_eagerly(trained, c
     assert exit.value.code == 2 and "argument --compile: invalid choice: 'fast'" in capsys.readouterr().err
 
 
+def test_a_warning_reaches_the_user_as_one_line_naming_the_verb(trained, coco, tmp_path, monkeypatch, capsys):
+    """The CLI's printed form of a warning is one line naming the verb, not the source path and
+    code line of the place that warned."""
+    import sys
+    import warnings
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    run = ["caption", "--model", str(trained / "model"), str(coco / "images" / "000.png"),
+           str(coco / "images" / "001.png"), "--beam", "2", "--compile", "aot"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        # print to stderr as Python does outside pytest's recorder (through warnings.formatwarning)
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: \
+            sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+        assert main(run) == 0
+    err = capsys.readouterr().err
+    assert "attnlab caption: warning: compile='aot': " in err and "decoding eagerly" in err
+    assert ".py:" not in err and "RuntimeWarning" not in err
+
+
 @pytest.mark.slow
 def test_compile_then_caption_through_the_package(trained, coco, tmp_path, monkeypatch, capsys):
     import warnings
