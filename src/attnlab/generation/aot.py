@@ -195,40 +195,40 @@ def folds_weights(device: torch.device) -> bool:
     return device.type == "cpu" and setting != "outside"
 
 
-def _folded_tensors(model) -> list[tuple[str, Tensor]]:
-    """What a folded package holds: every parameter and buffer (the tensor objects themselves)
-    and the step's derived tensors (the head's transposed copy, a LoRA layer's merged weight)."""
-    return (list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
-            + [(f"derived_{i}", t) for i, t in enumerate(derived_tensors(model))])
+def _step_tensors(model, derived: list[Tensor] | None = None) -> list[tuple[str, Tensor]]:
+    """Every tensor a package reads, under the name the exported module gives it: the model's
+    parameters and buffers (``model.<name>``, the tensor objects themselves) and the step's
+    derived tensors (``derived_<i>``: the head's transposed copy, a LoRA layer's merged weight).
+    A folded package holds exactly these."""
+    return ([(f"model.{name}", t) for name, t in model.named_parameters(remove_duplicate=False)]
+            + [(f"model.{name}", t) for name, t in model.named_buffers(remove_duplicate=False)]
+            + [(f"derived_{i}", t) for i, t in enumerate(derived_tensors(model) if derived is None else derived)])
 
 
-def weights_snapshot(model) -> tuple:
+def weights_snapshot(model, tensors: list[tuple[str, Tensor]] | None = None) -> tuple:
     """The :func:`~attnlab.linear.derived_key` (storage, version counter, optimizer steps,
     dtype, device) of every tensor a folded package holds: unchanged while none was replaced or
     written in place (a derived copy the model renews is a new tensor)."""
     # A derived copy made under inference_mode has no version counter: its storage names it
     # (the model makes a new tensor when it renews one).
     return tuple((name, (t.data_ptr(), tuple(t.shape), t.dtype, t.device) if t.is_inference() else derived_key(t))
-                 for name, t in _folded_tensors(model))
+                 for name, t in (_step_tensors(model) if tensors is None else tensors))
 
 
-def weights_digest(model) -> str:
+def weights_digest(model, tensors: list[tuple[str, Tensor]] | None = None) -> str:
     """SHA-256 of the name, dtype, shape and values of every tensor a folded package holds: what
     it was built from."""
     digest = hashlib.sha256()
-    for name, t in _folded_tensors(model):
+    for name, t in (_step_tensors(model) if tensors is None else tensors):
         digest.update(f"{name}|{t.dtype}|{list(t.shape)}|".encode())
         digest.update(t.detach().contiguous().view(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
 
 
-def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype, derived: list[Tensor],
-               folded: bool = False) -> dict:
+def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
+               step_tensors: list[tuple[str, Tensor]], folded: bool = False) -> dict:
     """Everything a package depends on, as JSON: its key is this dict's hash."""
-    tensors = [[f"model.{name}", list(t.shape), str(t.dtype)]
-               for name, t in list(model.named_parameters(remove_duplicate=False))
-               + list(model.named_buffers(remove_duplicate=False))]
-    tensors += [[f"derived_{i}", list(t.shape), str(t.dtype)] for i, t in enumerate(derived)]
+    tensors = [[name, list(t.shape), str(t.dtype)] for name, t in step_tensors]
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config)
     return {"format": FORMAT, "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
@@ -558,10 +558,8 @@ class AotStep:
 
 
 def _named_tensors(model) -> dict[str, Tensor]:
-    tensors = {f"model.{name}": t.detach() for name, t in model.named_parameters(remove_duplicate=False)}
-    tensors.update({f"model.{name}": t for name, t in model.named_buffers(remove_duplicate=False)})
-    tensors.update({f"derived_{i}": t for i, t in enumerate(derived_tensors(model))})
-    return tensors
+    """The package's names -> the tensors to load (parameters detached)."""
+    return {name: t.detach() if isinstance(t, nn.Parameter) else t for name, t in _step_tensors(model)}
 
 
 _STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {key: AotStep | reason}
@@ -624,20 +622,21 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
                              "ATTNLAB_AOT_CUDA=1 tries it anyway)")
     layout = _layout_of(model, kind, cache.positions.shape[0], beam, cache)
     derived = derived_tensors(model)
+    tensors = _step_tensors(model, derived)
     folded = folds_weights(weight.device)
-    structure = _structure(model, layout, weight.device, weight.dtype, derived, folded)
+    structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded)
     key = package_key(structure)
     kept = _STEPS.setdefault(model, {})
     step = kept.get(key)
     if isinstance(step, AotUnavailable):
         raise step
-    snapshot = weights_snapshot(model) if folded else None
+    snapshot = weights_snapshot(model, tensors) if folded else None
     if step is not None and folded and step.weights != snapshot:
         step = None  # a weight was written or replaced since: the package holds the old values
     if step is None:
         try:
-            step = kept[key] = _load_or_build(model, layout, cache, memory_mask, derived, structure, key, quiet,
-                                              snapshot)
+            step = kept[key] = _load_or_build(model, layout, cache, memory_mask, derived, tensors, structure, key,
+                                              quiet, snapshot)
         except AotUnavailable as error:
             kept[key] = error
             raise
@@ -645,15 +644,16 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
     return step
 
 
-def _load_or_build(model, layout, cache, memory_mask, derived, structure, key, quiet, snapshot=None) -> AotStep:
+def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structure, key, quiet,
+                   snapshot=None) -> AotStep:
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()) or any(
             getattr(type(getattr(m, "weight", None)), "step_product", None) for m in model.modules()):
         raise AotUnavailable("the model's weights are int8 (model.quantize('int8')): torch.ops.quantized's "
                              "prepacked weights are opaque objects torch.export cannot name")
     paths = _Paths(cache_directory(), key)
     _check_directory(paths.directory)
-    names = sorted(_named_tensors(model))
-    weights = weights_digest(model) if snapshot is not None else None
+    names = sorted(name for name, _ in tensors)
+    weights = weights_digest(model, tensors) if snapshot is not None else None
     with _build_lock(paths):
         manifest = _read_manifest(paths)
         why = _valid(paths, manifest, structure, weights)
