@@ -5,7 +5,9 @@ Beam search's step (``--step beam``, the default: the random Marian model of ``c
 language model's greedy step (``--step lm``, ``--size small|medium``: the GPT-2-shaped model of
 ``cpu_engines.py``), each compiled ahead of time (AOTInductor) in the ways torch offers:
 
-* **package**: attnlab's own (``compile="aot"``: weights outside, read from the model, plain GEMMs);
+* **package**: attnlab's own (``compile="aot"``: on the CPU since 7103279 folded as frozen+cpp below;
+  ``ATTNLAB_AOT_WEIGHTS=outside`` gives the form of the docs' 00:17-00:33 rows: weights read from
+  the model, plain GEMMs);
 * **frozen**: inductor's ``freezing`` (the weights folded into the package, its products
   prepacked for oneDNN);
 * **frozen+cpp**: freezing and ``max_autotune`` with inductor's C++ GEMM templates (it
@@ -25,9 +27,12 @@ logits are checked against the eager step's first.
     taskset -c 0 python benchmarks/aot_frozen_step.py --step lm --size small
 
 The frozen rows are not a product path: a frozen package holds the weights it was built from
-(stale when they change; attnlab's packages read the model's tensors). For the frozen rows the
-step's products are exported as ``F.linear`` (what freezing prepacks and the C++ templates take;
-the step's one-row ``addmv`` is neither). ``--static`` exports beam search's rows as a fixed size
+(stale when they change, the form attnlab's folded packages rebuild for). For the frozen rows the
+step is exported as attnlab's folded packages export it (``linear.products_for_folding``: every
+product ``F.linear``, one row too, which freezing prepacks and the C++ templates take; the
+one-row ``addmv`` is neither; the head multiplies its transposed copy). The rows of
+docs/benchmarks.md of 2026-11-28 00:17-00:33 UTC were measured at 64747a4, whose own patch also
+sent the head through ``F.linear`` on its table. ``--static`` exports beam search's rows as a fixed size
 (the C++ templates autotune a fixed number of rows only). Builds take 10-60 s each, untimed.
 """
 
@@ -46,31 +51,15 @@ import time
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 import cpu_engines as ce  # noqa: E402
 
-import attnlab.linear as attnlab_linear  # noqa: E402
-import attnlab.models.parts as attnlab_parts  # noqa: E402
 from attnlab.generation import aot  # noqa: E402
-from attnlab.linear import packed_inference  # noqa: E402
+from attnlab.linear import packed_inference, products_for_folding  # noqa: E402
 
 FROZEN = {"freezing": True}
 FROZEN_CPP = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
-
-
-@contextlib.contextmanager
-def linear_products():
-    """The step's products as ``F.linear`` (one row too, not ``addmv``; no oneDNN reordered weights)."""
-    saved = attnlab_linear.one_row_linear, attnlab_parts.onednn_rows, attnlab_parts.skinny_linear
-    attnlab_linear.one_row_linear = F.linear
-    attnlab_parts.onednn_rows = lambda rows: True
-    attnlab_parts.skinny_linear = F.linear
-    try:
-        yield
-    finally:
-        attnlab_linear.one_row_linear, attnlab_parts.onednn_rows, attnlab_parts.skinny_linear = saved
 
 
 def export_step(model, kind: str, capacity: int, *, memory=None, memory_mask=None, beam: int | None = None,
@@ -79,8 +68,8 @@ def export_step(model, kind: str, capacity: int, *, memory=None, memory_mask=Non
     one row ("causal"), or ``beam`` rows per source of ``memory`` ("search")."""
     with contextlib.ExitStack() as stack:
         if linear:
-            stack.enter_context(linear_products())
-        copy_ = copy.deepcopy(model)  # a copy drops the step plans, so they are made under linear_products
+            stack.enter_context(products_for_folding())
+        copy_ = copy.deepcopy(model)  # a copy drops the step plans: made afresh for this export
         if kind == "search":
             cache = copy_.new_step_cache(memory, rows_per_source=beam, capacity=capacity, fixed_shape=True)
         else:
