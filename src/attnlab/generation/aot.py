@@ -516,6 +516,7 @@ class AotStep:
         self._bound: tuple = ()
         self._constants: dict[str, Tensor] = {}
         self._run = self._loader.run
+        self._all_real: Tensor | None = None  # the search's memory mask when no position is padding
 
     def bind(self, model) -> None:
         """Point the package at ``model``'s current tensors (call before each decode: cheap
@@ -547,10 +548,12 @@ class AotStep:
         # (rows, T) tensor (tokens[:, t]) was read as its first row's tokens (no-op when contiguous).
         inputs = [tokens.contiguous(), *cache.step_tensors()]
         if self.layout.kind == "search":
-            if memory_mask is None:
+            if memory_mask is None:  # every memory position real: one all-True mask per shape, kept
                 memory = cache.layers[0].cross_attn.k
-                memory_mask = torch.ones(memory.shape[0], 1, 1, memory.shape[2], dtype=torch.bool,
-                                         device=memory.device)
+                shape = (memory.shape[0], 1, 1, memory.shape[2])
+                memory_mask = self._all_real
+                if memory_mask is None or memory_mask.shape != shape or memory_mask.device != memory.device:
+                    memory_mask = self._all_real = torch.ones(shape, dtype=torch.bool, device=memory.device)
             inputs.append(memory_mask.contiguous())
         logits = self._run(inputs)[0]
         cache.count_replayed(1)

@@ -60,12 +60,17 @@ class _Decoder:
             memory_mask = memory_mask.expand(memory.shape[0], *memory_mask.shape[1:])
         if self.fast:
             # One row per source to start with; the first reorder expands them.
+            # Compiled, every step has k rows per source, the first too: its k rows are equal (the
+            # search gives all but the first -inf), and a package call costs less than an eager
+            # step of one row.
             if self.aot:
                 capacity = aot_capacity(model, capacity)
-            self.cache = model.new_step_cache(memory, rows_per_source=1, capacity=capacity, fixed_shape=self.aot)
+            start_rows = rows_per_source if self.aot else 1
+            self.cache = model.new_step_cache(memory, rows_per_source=start_rows, capacity=capacity,
+                                              fixed_shape=self.aot)
             self.memory = None
             self.memory_mask = None if memory_mask is None or bool(memory_mask.all()) else memory_mask
-            self.expanded = rows_per_source == 1
+            self.expanded = start_rows == rows_per_source
         else:
             if rows_per_source > 1:  # every row reads its own copy of its source's memory
                 memory = memory.repeat_interleave(rows_per_source, dim=0)
@@ -94,8 +99,11 @@ class _Decoder:
             logits = self.model.decode(step_input, memory, self.memory_mask, cache=self.cache)
         return logits[:, -1]
 
-    def reorder(self, origin: Tensor) -> None:
-        """Row i continues the hypothesis that was row ``origin[i]``."""
+    def reorder(self, origin: Tensor, identity: bool = False) -> None:
+        """Row i continues the hypothesis that was row ``origin[i]``; ``identity``: every row
+        continues its own (nothing to copy: about half of beam search's steps at one source)."""
+        if identity and self.expanded:
+            return
         if self.cache is None:
             self.prefix = self.prefix[origin]
         elif not self.expanded:  # the cache has one row per source so far
@@ -298,9 +306,9 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         tokens.append(step_input.view(-1).tolist())
         origins.append(origin.tolist())
         # Survivors' self-attention keys/values come from the rows they extend (one copy,
-        # compacting the batch too); memory rows of one source are equal, so the memory is
-        # only touched when whole sources leave the batch.
-        decoder.reorder(origin)
+        # compacting the batch too; none when every row extends its own); memory rows of one
+        # source are equal, so the memory is only touched when whole sources leave the batch.
+        decoder.reorder(origin, identity=len(keep) == len(active) and origins[-1] == list(range(len(origin))))
         if len(keep) < len(active):
             decoder.keep_sources(rows)
             active = [active[row] for row in keep]
