@@ -186,3 +186,28 @@ def test_fixed_shape_step_with_a_window_gets_the_window_ending_at_the_query():
     # Without a window, or for several queries at once, the whole buffer as before.
     keys, _, _, key_offset, _ = layer.update(torch.zeros(2, 2, 1, 1, 1), window=None)
     assert keys.shape[-2] == 8 and key_offset == 0
+
+
+@pytest.mark.parametrize("fixed_shape", [False, True])
+def test_static_cache_move_rows_equals_reorder_by_the_index_it_stands_for(fixed_shape):
+    from attnlab.attention import StaticKVCache
+
+    def filled():
+        generator = torch.Generator().manual_seed(0)
+        cache = StaticKVCache(2, 6, 2, 8, 4, fixed_shape=fixed_shape)
+        for kv in cache.kv:
+            kv.copy_(torch.randn(kv.shape, generator=generator))
+        cache.length = 5
+        cache.set_positions(torch.arange(6) + 10)
+        cache.set_key_padding(torch.rand(6, 5, generator=generator) > 0.3)
+        return cache
+
+    # Rows 1, 2, 4 take rows 0, 1, 2: row 2 reads row 1 before row 1 is written.
+    index = torch.tensor([0, 0, 1, 3, 2, 5])
+    moved, reordered = filled(), filled()
+    moved.move_rows(torch.tensor([1, 2, 4]), torch.tensor([0, 1, 2]))
+    reordered.reorder(index)
+    for a, b in zip(moved.kv, reordered.kv):
+        assert torch.equal(a[:, :, :, :5], b[:, :, :, :5])
+    assert torch.equal(moved.positions, reordered.positions)
+    assert torch.equal(moved.key_mask, reordered.key_mask)

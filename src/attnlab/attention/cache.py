@@ -322,6 +322,28 @@ class StaticKVCache:
             if layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
 
+    def move_rows(self, rows: Tensor, origin: Tensor) -> None:
+        """Rows ``rows`` take the keys, values, position and key mask of rows ``origin`` (the
+        other rows stay as they are; all are read before any is written), in place: the same
+        as :meth:`reorder` with an index that is the identity but at ``rows``, copying only
+        those (beam search, where ~3/4 of the rows extend their own hypothesis at a step)."""
+        spares = self._spares if self._spares is not None else [None] * len(self.layers)
+        for i, layer in enumerate(self.layers):
+            kv = layer.self_attn.kv
+            prefix = kv.narrow(3, 0, self.length)
+            # Gathered into the spare buffer reorder keeps (shaped like kv): index_select into a
+            # view of it is ~1.3x faster than into a fresh tensor, and allocates nothing.
+            spare = spares[i]
+            if spare is None or spare.shape != kv.shape:
+                spare = spares[i] = kv.new_zeros(kv.shape) if self.fixed_shape else kv.new_empty(kv.shape)
+            moved = spare.narrow(1, 0, len(rows)).narrow(3, 0, self.length)
+            torch.index_select(prefix, 1, origin, out=moved)
+            prefix.index_copy_(1, rows, moved)
+        self._spares = spares
+        self.positions.index_copy_(0, rows, self.positions.index_select(0, origin))
+        if self.key_mask is not None:
+            self.key_mask.index_copy_(0, rows, self.key_mask.index_select(0, origin))
+
 
 class _StaticLayerCache:
     """One layer of a :class:`StaticKVCache`: ``self_attn.update`` and ``cross_attn``."""
