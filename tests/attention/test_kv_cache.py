@@ -211,3 +211,25 @@ def test_static_cache_move_rows_equals_reorder_by_the_index_it_stands_for(fixed_
         assert torch.equal(a[:, :, :, :5], b[:, :, :, :5])
     assert torch.equal(moved.positions, reordered.positions)
     assert torch.equal(moved.key_mask, reordered.key_mask)
+
+
+def test_static_cache_resize_keeps_what_is_written_and_refuses_to_cut_it():
+    from attnlab.attention import StaticKVCache
+
+    cache = StaticKVCache(2, 3, 2, 4, 5, fixed_shape=True)
+    for kv in cache.kv:
+        kv.normal_()
+    cache.length = 3
+    cache.set_key_padding(torch.tensor([[True, False, True]] * 3))
+    written = [kv[:, :, :, :3].clone() for kv in cache.kv]
+    cache.resize(9)
+    assert cache.capacity == 9 and all(kv.shape == (2, 3, 2, 9, 5) for kv in cache.kv)
+    assert all(layer.self_attn.kv is kv for layer, kv in zip(cache.layers, cache.kv))
+    for kv, before in zip(cache.kv, written):
+        assert torch.equal(kv[:, :, :, :3], before) and not kv[:, :, :, 3:].any()
+    assert cache.key_mask.shape == (3, 1, 1, 9)
+    assert cache.key_mask[0, 0, 0].tolist() == [True, False, True] + [True] * 6
+    cache.resize(3)
+    assert cache.capacity == 3
+    with pytest.raises(ValueError, match="cannot hold the 3 written"):
+        cache.resize(2)

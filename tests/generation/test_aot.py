@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.generation import generate
+from attnlab.attention import StaticKVCache
+from attnlab.generation import beam_search, generate
 from attnlab.generation import aot
 from attnlab.generation.compiled import unavailable_reason
 
@@ -363,4 +364,26 @@ def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
     src = torch.randint(4, 60, (5, 9))
     src[1, 6:] = 0
     src[3, 4:] = 0  # padded sources
-    assert_search_through_the_package(model, (src, src[:1]), beam=4, nbest=2, max_len_a=0, max_len_b=12)
+    # max_len_b past two CAPACITY_STEPs: the cache grows under the package twice
+    assert_search_through_the_package(model, (src, src[:1]), beam=4, nbest=2, max_len_a=0, max_len_b=40)
+
+
+def test_without_a_compiler_a_long_beam_search_grows_its_cache_and_gives_the_eager_hypotheses(tmp_path, monkeypatch):
+    from attnlab.generation import search
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny", vocab_size=24).eval()
+    src = torch.randint(4, 24, (3, 7))
+    src[1, 5:] = 0
+    sizes = []
+    resize = StaticKVCache.resize
+    monkeypatch.setattr(StaticKVCache, "resize", lambda self, capacity: (sizes.append(capacity), resize(self, capacity)))
+    options = dict(beam_size=3, nbest=2, max_len_a=0, max_len_b=2 * search.CAPACITY_STEP + 5)
+    with pytest.warns(RuntimeWarning, match="decoding eagerly"):
+        compiled = beam_search(model, src, compile="aot", **options)
+    assert sizes[:3] == [16, 32, 38]  # made for 38 positions, then grown as the hypotheses were
+    eager = beam_search(model, src, **options)
+    assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
+    assert max(len(h.tokens) for x in eager for h in x) > 2 * search.CAPACITY_STEP

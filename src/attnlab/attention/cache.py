@@ -322,6 +322,28 @@ class StaticKVCache:
             if layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
 
+    def resize(self, capacity: int) -> None:
+        """Room for ``capacity`` positions, keeping the ``length`` written (new buffers; the
+        later slots zeros). For a consumer that takes any capacity (an ahead-of-time package
+        with a dynamic capacity, which attends the whole buffer): beam search grows the cache
+        as it goes, so a step reads a few slots past the filled prefix, not the longest
+        hypothesis's room (generation/search.py)."""
+        if capacity < max(self.length, 1):
+            raise ValueError(f"StaticKVCache.resize: {capacity} positions cannot hold the {self.length} written")
+        for layer in self.layers:
+            old = layer.self_attn.kv
+            new = old.new_zeros((*old.shape[:3], capacity, old.shape[4]))
+            new.narrow(3, 0, self.length).copy_(old.narrow(3, 0, self.length))
+            layer.self_attn.kv = new
+        self.kv = [layer.self_attn.kv for layer in self.layers]
+        self._spares = None
+        if self.key_mask is not None:
+            mask = self.key_mask.new_ones((*self.key_mask.shape[:3], capacity))
+            kept = min(capacity, self.capacity)
+            mask.narrow(3, 0, kept).copy_(self.key_mask.narrow(3, 0, kept))
+            self.key_mask = mask
+        self.capacity = capacity
+
     def move_rows(self, rows: Tensor, origin: Tensor) -> None:
         """Rows ``rows`` take the keys, values, position and key mask of rows ``origin`` (the
         other rows stay as they are; all are read before any is written), in place: the same

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
                                           max_lengths)
-from attnlab.generation.aot import aot_capacity, use_aot
+from attnlab.generation.aot import aot_capacity, dynamic_capacity, use_aot
 from attnlab.generation.compiled import check_compile
 from attnlab.linear import packed_inference
 
@@ -68,6 +68,12 @@ class _Decoder:
             start_rows = rows_per_source if self.aot else 1
             self.cache = model.new_step_cache(memory, rows_per_source=start_rows, capacity=capacity,
                                               fixed_shape=self.aot)
+            # A package with a dynamic capacity attends its whole buffer: the cache grows by
+            # CAPACITY_STEP positions as the hypotheses do (made at full size first, so the
+            # model readies its positions for all of them).
+            self.capacity = capacity
+            if self.aot and dynamic_capacity(model) and capacity > CAPACITY_STEP:
+                self.cache.resize(CAPACITY_STEP)
             self.memory = None
             self.memory_mask = None if memory_mask is None or bool(memory_mask.all()) else memory_mask
             self.expanded = start_rows == rows_per_source
@@ -87,6 +93,8 @@ class _Decoder:
             if self.aot is True and self.expanded:
                 self.aot = use_aot(self.model, "search", self.cache, beam=self.rows_per_source,
                                    memory_mask=self.memory_mask) or False
+            if self.cache.length >= self.cache.capacity and self.cache.capacity < self.capacity:
+                self.cache.resize(min(self.capacity, self.cache.capacity + CAPACITY_STEP))
             if self.aot and self.expanded and self.aot.accepts(self.cache):
                 return self.aot(tokens, self.cache, self.memory_mask)
             return self.model.decode_step(tokens, self.cache, self.memory_mask)
@@ -136,6 +144,9 @@ class _Decoder:
         else:
             self.cache.reorder_memory(rows)
 
+
+CAPACITY_STEP = 16
+"""Positions a compiled search's cache grows by (its package attends the whole buffer)."""
 
 CHUNK = 64
 """Elements per chunk of :func:`top_candidates`."""
