@@ -54,15 +54,14 @@ class _Decoder:
         self.fast = use_cache and hasattr(model, "decode_step") and hasattr(model, "new_step_cache")
         self.expanded = True
         # compile="aot": the step compiled ahead of time (generation/aot.py) over a fixed-shape
-        # cache, from the first step of k rows per source (the first, one row per source, is eager).
+        # cache, k rows per source from the first step.
         self.aot = compile == "aot" and self.fast
         if memory_mask is not None:
             memory_mask = memory_mask.expand(memory.shape[0], *memory_mask.shape[1:])
         if self.fast:
-            # One row per source to start with; the first reorder expands them.
-            # Compiled, every step has k rows per source, the first too: its k rows are equal (the
-            # search gives all but the first -inf), and a package call costs less than an eager
-            # step of one row.
+            # Eagerly one row per source to start with (the first reorder expands them); compiled,
+            # k rows from the first step: its k rows are equal (the search gives all but the first
+            # -inf), and a package call costs less than an eager step of one row.
             if self.aot:
                 capacity = aot_capacity(model, capacity)
             start_rows = rows_per_source if self.aot else 1
@@ -159,8 +158,8 @@ def top_candidates(scores: Tensor, m: int) -> tuple[Tensor, Tensor]:
     largest maxima: an element outside them is smaller than those m maxima. So the chunks'
     maxima (one vectorised pass), their top m, and the top m of those chunks' elements give the
     same values; of elements that tie exactly, which index is returned may differ, as it may
-    between top-k kernels. At beam search's k·V candidates (4 × 8,000) ~1.2×, at 32 sources
-    ~5× and at 4 × 32,000 ~3.6× aten's top-k on this CPU (docs/benchmarks.md)."""
+    between top-k kernels. At beam search's k·V candidates (4 × 8,000) ~1.2× aten's top-k, at
+    32 sources ~5×, at 4 × 32,000 ~3.7× (one thread, docs/benchmarks.md)."""
     rows, n = scores.shape
     chunks = n // CHUNK
     if chunks < 16 * m:  # short rows: nothing to gain
@@ -242,11 +241,12 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     host synchronisation between tokens; the captures are kept with the model, one per
     bucket of batch, output and source length (:class:`~attnlab.generation.graphs.BeamGraphs`).
 
-    ``compile="aot"`` (a model with the step path, the Transformer): every step after the
-    first runs the decoder's step compiled ahead of time (:mod:`attnlab.generation.aot`; one
-    package per model structure and beam size, for any batch, source and output length,
-    built once into the user cache): the same search, the logits equal up to float
-    rounding. Without a C++ compiler, or where export fails: one warning, eager steps.
+    ``compile="aot"`` (a model with the step path, the Transformer): every step runs the
+    decoder's step compiled ahead of time (:mod:`attnlab.generation.aot`; one package per
+    model structure and beam size, for any batch, source and output length, built once into
+    the user cache), over a cache that grows as the hypotheses do: the same search, the
+    logits equal up to float rounding. Without a C++ compiler, or where export fails: one
+    warning, eager steps.
     """
     _check_search_compile(compile, use_cache)
     if cuda_graph:
