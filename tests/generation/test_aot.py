@@ -387,3 +387,28 @@ def test_without_a_compiler_a_long_beam_search_grows_its_cache_and_gives_the_eag
     eager = beam_search(model, src, **options)
     assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
     assert max(len(h.tokens) for x in eager for h in x) > 2 * search.CAPACITY_STEP
+
+
+def test_a_search_of_few_rows_gets_its_own_package_layout_with_cpp_products():
+    # Beam search at one source (4 rows) and a small batch: a package for at most FEW_ROWS rows,
+    # built with every product in inductor's C++ templates; more rows: the package for any number.
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny").eval()
+
+    def layout(sources, beam):
+        memory = torch.zeros(sources, 3, model.config.d_model)
+        cache = model.new_step_cache(memory, rows_per_source=beam, capacity=8, fixed_shape=True)
+        return aot._layout_of(model, "search", cache.positions.shape[0], beam, cache)
+
+    assert layout(1, 4).max_rows == aot.FEW_ROWS == 16 and layout(4, 4).max_rows == 16
+    assert layout(5, 4).max_rows is None and layout(32, 4).max_rows is None
+    assert layout(1, 1).batch == 1 and layout(1, 1).max_rows is None  # one row: its own fixed layout
+    assert aot.FEW_ROWS_CONFIGS["max_autotune_gemm_backends"] == "CPP"
+    assert aot.FOLDED_CONFIGS["max_autotune_gemm_backends"] == "CPP,ATEN"
+
+    step = aot.AotStep.__new__(aot.AotStep)  # accepts() reads the layout alone
+    for sources, fits in ((1, True), (4, True), (5, False)):
+        step.layout = layout(1, 4)
+        memory = torch.zeros(sources, 3, model.config.d_model)
+        cache = model.new_step_cache(memory, rows_per_source=4, capacity=8, fixed_shape=True)
+        assert step.accepts(cache) is fits

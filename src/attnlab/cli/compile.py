@@ -23,7 +23,8 @@ def add_arguments(parser) -> None:
                                                         "image, text-to-image, translation, captioner)")
     parser.add_argument("--batch", type=bounded_int(1, 4096), default=1, metavar="N",
                         help="rows decoded together (language, music and image models: one package per batch "
-                             "size; default: 1)")
+                             "size; translation models and captioners: sources, whose beams up to 16 rows in all "
+                             "share one package and more rows another; default: 1)")
     parser.add_argument("--beam", type=bounded_int(1, 64), metavar="K",
                         help="translation models and captioners: the beam size (any batch and length; default: "
                              "what their decoding verb uses, 4 for translation, 3 for a captioner)")
@@ -88,7 +89,8 @@ def example_cache(model, kind: str, batch: int, beam: int):
                                device=device) if c.low_resolution else None)
         model.prefill(torch.zeros(batch, 0, dtype=torch.long, device=device), cache, labels, low_res)
         return cache
-    sources = 1 if beam == 1 and batch == 1 else 2  # several rows: one package for any number
+    # Several rows: one package for any number up to FEW_ROWS (sources x beam), another above.
+    sources = 1 if beam == 1 and batch == 1 else max(2, batch)
     # The package takes any source length (a sentence, an image's cells): two memory positions
     # stand for them (their values are not read; the key depends on no size that varies).
     memory = next(model.parameters()).new_zeros(sources, 2, model.config.d_model)

@@ -39,7 +39,9 @@ cache (``$ATTNLAB_CACHE/aot``, default ``~/.cache/attnlab/aot``):
 ``<key>.pt2`` and its manifest ``<key>.json`` (what was built, the package's SHA-256). The
 cache capacity is a dynamic dimension (one package for every length) unless the pattern has
 a window (then the capacity is part of the key); beam search's rows and source length are
-dynamic too (sources × beam). Building takes 25-60 s on a small CPU (one progress line);
+dynamic too (sources × beam), in two packages: one for at most :data:`FEW_ROWS` rows (one
+source's beams, a small batch), whose products are all in inductor's C++ templates
+(:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`). Building takes 25-60 s on a small CPU (one progress line);
 ``attnlab compile --model DIR`` builds ahead of time.
 
 Safety: a manifest that does not match what is asked (another structure, dtype, torch
@@ -96,6 +98,12 @@ FORMAT = 1
 """Bumped whenever what a package takes or returns changes (part of every key)."""
 OUTSIDE_CONFIGS = {"aot_inductor.package_constants_in_so": False}
 FOLDED_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+FEW_ROWS_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "CPP"}
+"""A folded search package for at most FEW_ROWS rows: every product in inductor's C++ GEMM
+templates, none through oneDNN's per-call primitive set-up (multi30k shape, 4 rows: 1.109 ->
+0.972 ms a step; at 128 rows the templates, tuned for a few rows, were 1.7x slower: 20.3 ->
+35.1 ms, so a search of more rows keeps FOLDED_CONFIGS). Where no template fits, FOLDED_CONFIGS."""
+FEW_ROWS = 16
 WEIGHTS_SETTING = "ATTNLAB_AOT_WEIGHTS"  # "outside": never fold the weights into a package
 MANIFEST_BYTES = 1 << 16
 MIN_CAPACITY = 2  # export specialises sizes 0 and 1
@@ -128,12 +136,15 @@ class Layout:
     encoder–decoder's step over one memory row per source, ``beam`` rows per source).
     ``batch``: the rows of a causal/image step (fixed); ``beam``: rows per source of a search
     step (its sources, source length and capacity vary); ``capacity``: a fixed capacity (a
-    pattern with a window, the image sequence), None when it varies."""
+    pattern with a window, the image sequence), None when it varies; ``max_rows``: a search
+    package for at most this many rows (:data:`FEW_ROWS`, built with :data:`FEW_ROWS_CONFIGS`),
+    None for any number."""
 
     kind: str
     batch: int | None = None
     beam: int | None = None
     capacity: int | None = None
+    max_rows: int | None = None
 
 
 class _StepModule(nn.Module):
@@ -269,7 +280,8 @@ def _example_inputs(model, layout: Layout, cache: StaticKVCache, memory_mask: Te
             rows_dim = sources = None
             n_rows, n_sources = 1, 1
         else:
-            sources = Dim("sources", min=1 if layout.beam > 1 else MIN_CAPACITY, max=1 << 16)
+            most = (layout.max_rows // layout.beam) if layout.max_rows else 1 << 16
+            sources = Dim("sources", min=1 if layout.beam > 1 else MIN_CAPACITY, max=max(most, 2))
             rows_dim = layout.beam * sources if layout.beam > 1 else sources
             n_sources = max(memory.shape[0], MIN_CAPACITY)
             n_rows = layout.beam * n_sources
@@ -369,7 +381,7 @@ def _build_lock(paths: _Paths):
 
 
 def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths: _Paths, *, quiet: bool,
-           weights: str | None = None) -> None:
+           weights: str | None = None, few_rows: bool = False) -> None:
     reason = _compiled.unavailable_reason()
     if reason is not None:
         raise AotUnavailable(reason)
@@ -399,9 +411,16 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
             try:
                 # max_autotune writes every product's timings to stderr: not the user's business
                 with contextlib.redirect_stderr(io.StringIO()) if weights is not None else contextlib.nullcontext():
-                    torch._inductor.aoti_compile_and_package(
-                        exported, package_path=str(temporary),
-                        inductor_configs=FOLDED_CONFIGS if weights is not None else OUTSIDE_CONFIGS)
+                    configs = OUTSIDE_CONFIGS if weights is None else FEW_ROWS_CONFIGS if few_rows else FOLDED_CONFIGS
+                    try:
+                        torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
+                                                                 inductor_configs=configs)
+                    except Exception:
+                        if configs is not FEW_ROWS_CONFIGS:
+                            raise
+                        # A product no C++ template takes: oneDNN's among the choices again.
+                        torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
+                                                                 inductor_configs=FOLDED_CONFIGS)
             except Exception as error:
                 raise AotUnavailable(f"AOTInductor failed ({type(error).__name__}: {_first_line(error)})") from error
         size = temporary.stat().st_size
@@ -541,7 +560,9 @@ class AotStep:
         memory = cache.layers[0].cross_attn.k
         if memory.shape[2] < MIN_CAPACITY:
             return False
-        return rows == 1 if self.layout.batch == 1 else rows >= MIN_CAPACITY
+        if self.layout.batch == 1:
+            return rows == 1
+        return MIN_CAPACITY <= rows <= (self.layout.max_rows or rows)
 
     def __call__(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
         # The runner reads the tokens (and the mask) as laid out contiguously: a column of a
@@ -595,8 +616,9 @@ def aot_capacity(model, needed: int) -> int:
 def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache) -> Layout:
     fixed = kind == "image" or not dynamic_capacity(model)
     if kind == "search":  # the rows vary (sources leave the batch), except a single row
+        few = 1 < batch <= FEW_ROWS and (beam or 1) <= FEW_ROWS
         return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
-                      capacity=cache.capacity if fixed else None)
+                      capacity=cache.capacity if fixed else None, max_rows=FEW_ROWS if few else None)
     return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None)
 
 
@@ -668,7 +690,8 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
                                  stack.has_cross_attention)
             example, shapes = _example_inputs(model, layout, cache, memory_mask)
             _remove_leftovers(paths)
-            _build(module, example, shapes, structure, paths, quiet=quiet, weights=weights)
+            _build(module, example, shapes, structure, paths, quiet=quiet, weights=weights,
+                   few_rows=layout.max_rows is not None)
         if _load_check_needed():
             _check_loads(paths)
         try:
