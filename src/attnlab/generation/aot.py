@@ -41,8 +41,9 @@ cache capacity is a dynamic dimension (one package for every length) unless the 
 a window (then the capacity is part of the key); beam search's rows and source length are
 dynamic too (sources × beam), in two packages: one for at most :data:`FEW_ROWS` rows (one
 source's beams, a small batch), whose products are all in inductor's C++ templates
-(:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`). Building takes 25-60 s on a small CPU (one progress line);
-``attnlab compile --model DIR`` builds ahead of time.
+(:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`). Building takes
+25-60 s on a small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of
+time.
 
 Safety: a manifest that does not match what is asked (another structure, dtype, torch
 version), a package whose checksum does not match its manifest (corrupt, truncated) or a
