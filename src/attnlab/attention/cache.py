@@ -294,7 +294,7 @@ class StaticKVCache:
         every step; the slots after it are never read as keys: a fixed-shape step reads them
         but masks them by position, so its spare buffers start as zeros, never NaN)."""
         index = torch.as_tensor(index)
-        spares = self._spares if self._spares is not None else [None] * len(self.layers)
+        spares = self._spare_buffers()
         for i, layer in enumerate(self.layers):
             kv = layer.self_attn.kv
             if self.length >= self.capacity:
@@ -302,13 +302,9 @@ class StaticKVCache:
                 continue
             # Into the buffer the previous reorder left (same rows): no fresh allocation, and
             # so no page faults, every step.
-            selected = spares[i]
-            if selected is None or selected.shape[1] != len(index):
-                shape = (kv.shape[0], len(index), *kv.shape[2:])
-                selected = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
+            selected = self._spare(i, kv, len(index))
             torch.index_select(kv.narrow(3, 0, self.length), 1, index, out=selected.narrow(3, 0, self.length))
             layer.self_attn.kv, spares[i] = selected, kv
-        self._spares = spares
         if include_memory:
             self.reorder_memory(index)
         self.kv = [layer.self_attn.kv for layer in self.layers]
@@ -321,6 +317,22 @@ class StaticKVCache:
         for layer in self.layers:
             if layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
+
+    def _spare_buffers(self) -> list[Tensor | None]:
+        """Each layer's second buffer (reorder copies into it; move_rows gathers there)."""
+        if self._spares is None:
+            self._spares = [None] * len(self.layers)
+        return self._spares
+
+    def _spare(self, i: int, kv: Tensor, rows: int) -> Tensor:
+        """Layer ``i``'s second buffer, shaped like ``kv`` with ``rows`` rows: the one kept if it
+        fits, else a new one (zeros for a fixed-shape step, which reads the slots past the
+        prefix, masked: never NaN)."""
+        spares = self._spare_buffers()
+        shape = (kv.shape[0], rows, *kv.shape[2:])
+        if spares[i] is None or spares[i].shape != shape:
+            spares[i] = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
+        return spares[i]
 
     def resize(self, capacity: int) -> None:
         """Room for ``capacity`` positions, keeping the ``length`` written (new buffers; the
@@ -349,19 +361,14 @@ class StaticKVCache:
         other rows stay as they are; all are read before any is written), in place: the same
         as :meth:`reorder` with an index that is the identity but at ``rows``, copying only
         those (beam search, where ~3/4 of the rows extend their own hypothesis at a step)."""
-        spares = self._spares if self._spares is not None else [None] * len(self.layers)
         for i, layer in enumerate(self.layers):
             kv = layer.self_attn.kv
             prefix = kv.narrow(3, 0, self.length)
             # Gathered into the spare buffer reorder keeps (shaped like kv): index_select into a
             # view of it is ~1.3x faster than into a fresh tensor, and allocates nothing.
-            spare = spares[i]
-            if spare is None or spare.shape != kv.shape:
-                spare = spares[i] = kv.new_zeros(kv.shape) if self.fixed_shape else kv.new_empty(kv.shape)
-            moved = spare.narrow(1, 0, len(rows)).narrow(3, 0, self.length)
+            moved = self._spare(i, kv, kv.shape[1]).narrow(1, 0, len(rows)).narrow(3, 0, self.length)
             torch.index_select(prefix, 1, origin, out=moved)
             prefix.index_copy_(1, rows, moved)
-        self._spares = spares
         self.positions.index_copy_(0, rows, self.positions.index_select(0, origin))
         if self.key_mask is not None:
             self.key_mask.index_copy_(0, rows, self.key_mask.index_select(0, origin))

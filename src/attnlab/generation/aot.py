@@ -617,7 +617,7 @@ def aot_capacity(model, needed: int) -> int:
 def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache) -> Layout:
     fixed = kind == "image" or not dynamic_capacity(model)
     if kind == "search":  # the rows vary (sources leave the batch), except a single row
-        few = 1 < batch <= FEW_ROWS and (beam or 1) <= FEW_ROWS
+        few = 1 < batch <= FEW_ROWS  # batch: the rows, so the beam fits too
         return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
                       capacity=cache.capacity if fixed else None, max_rows=FEW_ROWS if few else None)
     return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None)
