@@ -176,7 +176,6 @@ def dlopen(kind: str, workdir: Path) -> None:
 
 def attnlab_lm(workdir: Path) -> None:
     os.environ["ATTNLAB_CACHE"] = str(workdir / "cache")
-    os.environ["ATTNLAB_AOT_CUDA"] = "1"
     import attnlab
     from attnlab.generation import generate
 

@@ -32,9 +32,8 @@ libraries being compared are interleaved (A B A B ...) so a clock or thermal dri
   runner call where capture works (inductor makes no CUDA graphs in an AOT package itself), attnlab's
   own CUDA-graph greedy path, and HF with its static cache (not compiled: that takes minutes
   per configuration). Sized to finish in about 3 minutes, builds included, on an H200. Where no
-  package runs (the build fails, or the load check in a child process fails: on the one H200
-  machine tried, AOTInductor's loader crashed for every package) it prints "no package ran" and
-  why, rather than timing the eager fallback as the package.
+  package runs (the build fails, or the load check in a child process fails) it prints "no
+  package ran" and why, rather than timing the eager fallback as the package.
 """
 
 from __future__ import annotations
@@ -132,7 +131,6 @@ def decode_aot(dtype: torch.dtype, new_tokens: int, repeats: int) -> None:
     from attnlab.interop import from_hf_gpt2
 
     os.environ.setdefault("ATTNLAB_CACHE", tempfile.mkdtemp(prefix="attnlab-aot-"))
-    os.environ.setdefault("ATTNLAB_AOT_CUDA", "1")  # aot.py keeps CUDA eager unless asked (see there)
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(bos_token_id=0, eos_token_id=0)).eval()
     ours = from_hf_gpt2(hf)

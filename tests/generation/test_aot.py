@@ -4,12 +4,14 @@ make the two runs feed different tokens), greedy tokens are the eager ones, an i
 change is seen (weights outside: read by the next step, the head's derived copy included;
 folded, on the CPU: the package rebuilt for the new values, never run with others), and the
 package cache refuses what it must not run or replace. One folded package is built for the
-fast tests and shared by the module (about 30-60 s on a 2-core machine), plus one rebuild and
-one package with the weights outside; the other families' packages are under the slow mark."""
+fast tests and shared by the module (about 30-60 s on a 2-core machine), plus one rebuild, one
+package with the weights outside and one whose $CXX has no shared libstdc++ (built by another
+compiler); the other families' packages are under the slow mark."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import threading
@@ -412,3 +414,63 @@ def test_a_search_of_few_rows_gets_its_own_package_layout_with_cpp_products():
         memory = torch.zeros(sources, 3, model.config.d_model)
         cache = model.new_step_cache(memory, rows_per_source=4, capacity=8, fixed_shape=True)
         assert step.accepts(cache) is fits
+
+
+def _compiler(directory, name, answer):
+    """A stand-in C++ compiler that answers ``-print-file-name=libstdc++.so`` with ``answer``."""
+    path = directory / name
+    path.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libstdc++ is Linux's")
+def test_a_compiler_without_a_shared_libstdcxx_is_replaced_by_one_with_it_or_named(tmp_path, monkeypatch, capsys):
+    # The GPU image's $CXX (/opt/gcc/bin/g++) has only libstdc++.a: a package it linked carried
+    # its own libstdc++ and crashed its loader, so the package is built with another compiler.
+    from torch._inductor import config
+
+    static, shared = tmp_path / "static", tmp_path / "shared"
+    static.mkdir(), shared.mkdir()
+    cxx = _compiler(static, "g++", "libstdc++.so")  # gcc's answer when it has no such library
+    _compiler(static, "c++", "libstdc++.so")
+    monkeypatch.setattr(aot, "_SHARED_LIBSTDCXX", {})
+    monkeypatch.setattr(aot, "_SAID", set())
+    monkeypatch.setenv("PATH", f"{static}:{shared}")
+    with config.patch({"cpp.cxx": (None, cxx)}):
+        with pytest.raises(aot.AotUnavailable, match=re.escape(cxx) + r" has no shared libstdc\+\+.*set \$CXX"):
+            aot.package_compiler()
+        other = _compiler(shared, "clang++", "/usr/lib/gcc/x86_64-linux-gnu/13/libstdc++.so")
+        assert aot.package_compiler() == other and aot.package_compiler(quiet=True) == other
+    said = capsys.readouterr().err
+    assert said.count(f"{cxx} has no shared libstdc++") == 1 and f"building with {other}" in said  # said once
+    with config.patch({"cpp.cxx": (None, other)}):
+        assert aot.package_compiler() is None  # inductor's own choice has one: nothing to change
+    broken = _compiler(shared, "cc-broken", "")  # says nothing: not refused on a guess
+    with config.patch({"cpp.cxx": (None, broken)}):
+        assert aot.shared_libstdcxx(broken) is None and aot.package_compiler() is None
+
+
+@needs_compiler
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("g++") is None, reason="needs g++ on Linux")
+def test_a_package_is_not_linked_by_a_compiler_without_a_shared_libstdcxx(tmp_path, monkeypatch):
+    # A g++ that links libstdc++ statically, as the GPU image's $CXX did: the package it links
+    # fails to load (std::bad_cast here, a segmentation fault there), so it must not link it.
+    from torch._inductor import config
+
+    calls = tmp_path / "calls"
+    static = tmp_path / "g++"
+    static.write_text(f"#!/bin/sh\necho \"$*\" >> {calls}\n"
+                      "case \"$*\" in *-print-file-name=libstdc++.so*) echo libstdc++.so; exit 0;; esac\n"
+                      f"case \" $* \" in *\" -shared \"*) exec {shutil.which('g++')} -static-libstdc++ \"$@\";; esac\n"
+                      f"exec {shutil.which('g++')} \"$@\"\n")
+    static.chmod(0o755)
+    monkeypatch.setattr(aot, "_SHARED_LIBSTDCXX", {})
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    model = lm()
+    with warnings.catch_warnings(), config.patch({"cpp.cxx": (None, str(static))}):
+        warnings.simplefilter("error", RuntimeWarning)  # built with g++ from PATH, and loaded
+        assert generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot") == \
+            generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True)
+    assert calls.read_text().split("\n")[0] == "-print-file-name=libstdc++.so"
+    assert " -shared " not in calls.read_text()  # asked, never used to link

@@ -54,10 +54,12 @@ temporary directory (``.<key>.tmp-PID/``, removed by the next build once that pr
 gone), its manifest (with the checksum) written atomically, and only then renamed
 into place. Loading a package loads native code, so the cache directory must be as trusted
 as the Python environment (it is the user's own, like torch's inductor cache). Where CUDA is
-available a package is first loaded in a child process (on the one GPU machine tried,
-AOTInductor's loader died with a segmentation fault for every package): a loader that crashes
-there costs one warning and the eager step, not the process; the verdict is kept in the
-manifest per machine, Python, torch and CUDA.
+available a package is first loaded in a child process: a loader that crashes there costs one
+warning and the eager step, not the process; the verdict is kept in the manifest per machine,
+Python, torch and CUDA. A C++ compiler with no shared libstdc++ (the GPU image's ``$CXX``) links
+a copy of libstdc++ into the package, whose runtime then crashes beside torch's (a segmentation
+fault there for every package, ``std::bad_cast`` here): :func:`package_compiler` builds with
+another compiler on PATH, with one line saying so, or says what to set.
 
 Without a C++ compiler (:func:`attnlab.generation.compiled.unavailable_reason`), when export
 or compilation fails, or when the model's step reads something that cannot be exported
@@ -95,8 +97,11 @@ from attnlab.linear import derived_key, packed_inference, products_for_folding
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
            "package_key", "use_aot"]
 
-FORMAT = 1
-"""Bumped whenever what a package takes or returns changes (part of every key)."""
+FORMAT = 2
+"""Bumped whenever what a package takes or returns changes, or packages built before could be
+wrong (part of every key). 2: built past a compiler with no shared libstdc++
+(:func:`package_compiler`); a package of format 1 may carry its own libstdc++ and crash its
+loader, so none is reused."""
 OUTSIDE_CONFIGS = {"aot_inductor.package_constants_in_so": False}
 FOLDED_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 FEW_ROWS_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "CPP"}
@@ -386,6 +391,7 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
     reason = _compiled.unavailable_reason()
     if reason is not None:
         raise AotUnavailable(reason)
+    compiler = package_compiler(quiet=quiet)
     start = time.perf_counter()
     if not quiet:
         what = "model structure and set of weights" if weights is not None else "model structure"
@@ -413,15 +419,16 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
                 # max_autotune writes every product's timings to stderr: not the user's business
                 with contextlib.redirect_stderr(io.StringIO()) if weights is not None else contextlib.nullcontext():
                     configs = OUTSIDE_CONFIGS if weights is None else FEW_ROWS_CONFIGS if few_rows else FOLDED_CONFIGS
+                    chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
                     try:
                         torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
-                                                                 inductor_configs=configs)
+                                                                 inductor_configs={**configs, **chosen})
                     except Exception:
                         if configs is not FEW_ROWS_CONFIGS:
                             raise
                         # A product no C++ template takes: oneDNN's among the choices again.
                         torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
-                                                                 inductor_configs=FOLDED_CONFIGS)
+                                                                 inductor_configs={**FOLDED_CONFIGS, **chosen})
             except Exception as error:
                 raise AotUnavailable(f"AOTInductor failed ({type(error).__name__}: {_first_line(error)})") from error
         size = temporary.stat().st_size
@@ -442,6 +449,66 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
 
 
 # --------------------------------------------------------------------------------------- #
+# The C++ compiler a package is linked with
+# --------------------------------------------------------------------------------------- #
+_SHARED_LIBSTDCXX: dict[str, bool | None] = {}
+_SAID: set[tuple[str, str]] = set()  # compiler replacements said (once a process)
+
+
+def shared_libstdcxx(compiler: str) -> bool | None:
+    """Whether ``compiler`` links libstdc++ as a shared library: gcc and clang answer
+    ``-print-file-name=libstdc++.so`` with the library's path, or with the bare name when they
+    have none (then ``-lstdc++`` takes the static archive). None when it does not say."""
+    if compiler not in _SHARED_LIBSTDCXX:
+        try:
+            result = subprocess.run([compiler, "-print-file-name=libstdc++.so"], stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=30)
+            answer = result.stdout.strip() if result.returncode == 0 else ""
+        except (OSError, subprocess.SubprocessError):
+            answer = ""
+        _SHARED_LIBSTDCXX[compiler] = (True if os.path.isabs(answer) else False if answer == "libstdc++.so"
+                                       else None)
+    return _SHARED_LIBSTDCXX[compiler]
+
+
+def _inductor_compiler() -> str | None:
+    """The compiler inductor would run ($CXX, else g++), as a path; None when none is found."""
+    from torch._inductor import config
+
+    named = [name for name in config.cpp.cxx if name] if isinstance(config.cpp.cxx, (list, tuple)) \
+        else [config.cpp.cxx]
+    return next((found for found in map(shutil.which, named) if found), None)
+
+
+def package_compiler(quiet: bool = False) -> str | None:
+    """The C++ compiler to build a package with, where inductor's own choice would not do
+    (None: inductor's choice). A compiler with no shared libstdc++ (the GPU image of
+    2026-11-27/28: ``CXX=/opt/gcc/bin/g++``, whose lib directory holds only ``libstdc++.a``)
+    links a copy of libstdc++ into the package; its ``std::locale`` is not the one torch's
+    libstdc++ made, so the package's runtime dies building its first ``std::regex`` (a
+    segmentation fault there, ``std::bad_cast`` on this CPU machine; see docs/benchmarks.md).
+    Then another compiler on PATH that has one is used, with one line saying so, or
+    :class:`AotUnavailable` says what to set."""
+    if not sys.platform.startswith("linux"):
+        return None
+    compiler = _inductor_compiler()
+    if compiler is None or shared_libstdcxx(compiler) is not False:
+        return None
+    for name in ("g++", "c++", "clang++"):
+        other = shutil.which(name)
+        if other and os.path.realpath(other) != os.path.realpath(compiler) and shared_libstdcxx(other):
+            if not quiet and (compiler, other) not in _SAID:
+                _SAID.add((compiler, other))
+                print(f"attnlab: the C++ compiler {compiler} has no shared libstdc++ (a package it links would "
+                      f"carry its own copy, which crashes beside torch's); building with {other}",
+                      file=sys.stderr, flush=True)
+            return other
+    raise AotUnavailable(f"the C++ compiler {compiler} has no shared libstdc++ (libstdc++.so), so a package it links "
+                         "would carry its own copy, which crashes beside torch's, and no other compiler on PATH has "
+                         "one: set $CXX to one that does")
+
+
+# --------------------------------------------------------------------------------------- #
 # Loading a package first in a child process, where the loader has been seen to crash
 # --------------------------------------------------------------------------------------- #
 LOAD_CHECK_SECONDS = 180
@@ -452,10 +519,10 @@ _LOAD_CHECK = ("import sys, torch; torch._C._aoti.AOTIModelPackageLoader(sys.arg
 
 def _load_check_needed() -> bool:
     """Whether a package is loaded in a child process before this one loads it: where CUDA is
-    available. On an H200 machine (torch 2.11.0+cu130, Python 3.12) AOTInductor's loader died
-    with a segmentation fault for every package — CUDA and CPU ones, torch's own defaults
-    included (benchmarks/aot_cuda_probe.py) — while the same torch loads the same CPU packages
-    on a machine without a GPU. A crash cannot be caught in the process that crashes."""
+    available. On the GPU image lent in 2026-11 AOTInductor's runtime died with a segmentation
+    fault for every package it built, CPU ones included: its $CXX linked libstdc++ statically
+    (:func:`package_compiler` now builds with another compiler there). GPU machines are the
+    environments least tried here, and a crash cannot be caught in the process that crashes."""
     return torch.cuda.is_available()
 
 
@@ -637,15 +704,6 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
     if not cache.fixed_shape:
         raise ValueError("an ahead-of-time compiled step needs a fixed-shape cache (fixed_shape=True)")
     weight = next(model.parameters())
-    if weight.device.type != "cpu" and not os.environ.get("ATTNLAB_AOT_CUDA"):
-        # On the one GPU machine lent so far (H200, torch 2.11.0+cu130) AOTInductor's loader crashed
-        # for every package, torch's defaults and CPU packages included (benchmarks/aot_cuda_probe.py,
-        # three sessions); no CUDA package has run, so none is known to equal the eager step.
-        # CUDA decodes eagerly (with its CUDA graphs) unless asked; asked, the package is first
-        # loaded in a child process (_check_loads), so a crash there is a warning, not the end.
-        raise AotUnavailable(f"the ahead-of-time step is CPU-only for now (on {weight.device.type} no package has "
-                             "loaded yet: AOTInductor's loader crashed on the one GPU machine tried; "
-                             "ATTNLAB_AOT_CUDA=1 tries it anyway)")
     layout = _layout_of(model, kind, cache.positions.shape[0], beam, cache)
     derived = derived_tensors(model)
     tensors = _step_tensors(model, derived)
