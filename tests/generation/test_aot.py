@@ -416,10 +416,11 @@ def test_a_search_of_few_rows_gets_its_own_package_layout_with_cpp_products():
         assert step.accepts(cache) is fits
 
 
-def _compiler(directory, name, answer):
-    """A stand-in C++ compiler that answers ``-print-file-name=libstdc++.so`` with ``answer``."""
+def _compiler(directory, name, answer, libcxx="libc++.so"):
+    """A stand-in C++ compiler that answers ``-print-file-name=libstdc++.so`` with ``answer`` and
+    ``-print-file-name=libc++.so`` with ``libcxx`` (the bare name: it has none)."""
     path = directory / name
-    path.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    path.write_text(f"#!/bin/sh\ncase \"$1\" in *libc++.so) echo '{libcxx}';; *) echo '{answer}';; esac\n")
     path.chmod(0o755)
     return str(path)
 
@@ -446,6 +447,8 @@ def test_a_compiler_without_a_shared_libstdcxx_is_replaced_by_one_with_it_or_nam
     assert said.count(f"{cxx} has no shared libstdc++") == 1 and f"building with {other}" in said  # said once
     with config.patch({"cpp.cxx": (None, other)}):
         assert aot.package_compiler() is None  # inductor's own choice has one: nothing to change
+    libcxx = _compiler(shared, "clang-libc++", "libstdc++.so", libcxx="/usr/lib/llvm/lib/libc++.so")
+    assert aot.shared_libstdcxx(libcxx) is True  # no libstdc++, but its own runtime is shared
     broken = _compiler(shared, "cc-broken", "")  # says nothing: not refused on a guess
     with config.patch({"cpp.cxx": (None, broken)}):
         assert aot.shared_libstdcxx(broken) is None and aot.package_compiler() is None

@@ -455,19 +455,29 @@ _SHARED_LIBSTDCXX: dict[str, bool | None] = {}
 _SAID: set[tuple[str, str]] = set()  # compiler replacements said (once a process)
 
 
+def _print_file_name(compiler: str, name: str) -> str:
+    try:
+        result = subprocess.run([compiler, f"-print-file-name={name}"], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
 def shared_libstdcxx(compiler: str) -> bool | None:
-    """Whether ``compiler`` links libstdc++ as a shared library: gcc and clang answer
+    """Whether ``compiler`` links its C++ runtime as a shared library: gcc and clang answer
     ``-print-file-name=libstdc++.so`` with the library's path, or with the bare name when they
-    have none (then ``-lstdc++`` takes the static archive). None when it does not say."""
+    have none (then ``-lstdc++`` takes the static archive). A clang whose runtime is libc++ may
+    have no libstdc++ at all: a shared ``libc++.so`` counts too. None when it does not say."""
     if compiler not in _SHARED_LIBSTDCXX:
-        try:
-            result = subprocess.run([compiler, "-print-file-name=libstdc++.so"], stdin=subprocess.DEVNULL,
-                                    capture_output=True, text=True, timeout=30)
-            answer = result.stdout.strip() if result.returncode == 0 else ""
-        except (OSError, subprocess.SubprocessError):
-            answer = ""
-        _SHARED_LIBSTDCXX[compiler] = (True if os.path.isabs(answer) else False if answer == "libstdc++.so"
-                                       else None)
+        answer = _print_file_name(compiler, "libstdc++.so")
+        if os.path.isabs(answer):
+            verdict = True
+        elif answer == "libstdc++.so":  # none, unless its runtime is a shared libc++
+            verdict = os.path.isabs(_print_file_name(compiler, "libc++.so"))
+        else:
+            verdict = None
+        _SHARED_LIBSTDCXX[compiler] = verdict
     return _SHARED_LIBSTDCXX[compiler]
 
 
