@@ -25,7 +25,10 @@ library extracted by hand). Variant F is attnlab's own path: ``generate(compile=
 ``lm_tiny`` against the eager tokens. ``--dlopen`` only builds the CPU and CUDA packages and
 ``dlopen``s their libraries. On the H200 machine of 2026-11-27 (torch 2.11.0+cu130) every load
 crashed and every ``dlopen`` succeeded (docs/benchmarks.md); ``PROBE_DEVICE=cpu`` runs it all
-on a CPU.
+on a CPU. The cause, found on 2026-11-28 (benchmarks/gpu_aot_backtrace.sh, gpu_aot_compiler.sh):
+that image's ``$CXX`` (/opt/gcc/bin/g++) links libstdc++ statically into every package. This
+probe's own builds use ``$CXX`` as set (run it with ``CXX=/usr/bin/g++`` there); attnlab's
+builds pick another compiler by themselves (``aot.package_compiler``).
 """
 
 from __future__ import annotations
