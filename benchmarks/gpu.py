@@ -28,8 +28,9 @@ libraries being compared are interleaved (A B A B ...) so a clock or thermal dri
   with the decode step compiled ahead of time for CUDA (``generate(..., compile="aot")``,
   :mod:`attnlab.generation.aot`: torch.export + AOTInductor, Triton kernels called from a C++
   wrapper, no Python in the step; the package is built into a fresh ``$ATTNLAB_CACHE`` and its
-  build time printed), the same package's step replayed from a CUDA graph captured around the
-  runner call where capture works (inductor makes no CUDA graphs in an AOT package itself), attnlab's
+  build time printed), the same package's step replayed from a CUDA graph captured once around the
+  runner call (inductor makes no CUDA graphs in an AOT package itself; this capture, in "relaxed"
+  mode with its own loader, has not yet run on a GPU: the first try, in the default mode, failed), attnlab's
   own CUDA-graph greedy path, and HF with its static cache (not compiled: that takes minutes
   per configuration). Sized to finish in about 3 minutes, builds included, on an H200. Where no
   package runs (the build fails, or the load check in a child process fails) it prints "no
@@ -127,7 +128,7 @@ def decode_aot(dtype: torch.dtype, new_tokens: int, repeats: int) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from attnlab.generation import generate
-    from attnlab.generation.aot import aot_step
+    from attnlab.generation.aot import AotStep, aot_step
     from attnlab.interop import from_hf_gpt2
 
     os.environ.setdefault("ATTNLAB_CACHE", tempfile.mkdtemp(prefix="attnlab-aot-"))
@@ -147,28 +148,39 @@ def decode_aot(dtype: torch.dtype, new_tokens: int, repeats: int) -> None:
     torch.cuda.synchronize()
     built = time.perf_counter() - started
 
+    kept = {}  # the capture, made on the first call and replayed by every later one
+
     def graphed_aot():
-        """The package's step captured once in a CUDA graph and replayed per token (the
-        greedy choice inside the graph too): what is left of per-token host work."""
+        """The package's step captured once in a CUDA graph and replayed per token (the greedy
+        choice inside the graph too): what is left of per-token host work. The capture has its
+        own loader and runs in "relaxed" mode: AOTInductor's container queries its last run's
+        event (cudaEventQuery) before each run, which a capture in the default mode forbids
+        ("operation not permitted when stream is capturing", H200, 2026-11-28), and the run inside
+        the capture records that event on the capturing stream, so that loader never runs
+        outside the graph again. Each call: the prompt prefilled into the kept cache, then replays."""
         with torch.inference_mode():
-            cache = ours.new_cache(1, prompt.shape[1] + new_tokens, fixed_shape=True)
-            step = aot_step(ours, "causal", cache)
-            logits = ours.prefill(prompt, cache)
-            current = logits.argmax(-1)
+            if not kept:
+                cache = ours.new_cache(1, prompt.shape[1] + new_tokens, fixed_shape=True)
+                shared = aot_step(ours, "causal", cache)
+                step = AotStep(shared.path, shared.layout, shared._names, shared.key)
+                step.bind(ours)
+                empty = cache.snapshot()
+                current = ours.prefill(prompt, cache).argmax(-1)
+                inputs = [current, *cache.step_tensors()]
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):  # warm-up off the capture
+                    step._run(inputs)
+                torch.cuda.current_stream().wait_stream(stream)
+                torch.cuda.synchronize()  # that run finished: the capture's event query finds it so
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, capture_error_mode="relaxed"):
+                    current.copy_(step._run(inputs)[0].argmax(-1))
+                kept.update(cache=cache, empty=empty, current=current, graph=graph, step=step)
+            cache, current, graph = kept["cache"], kept["current"], kept["graph"]
+            cache.restore(kept["empty"])
+            current.copy_(ours.prefill(prompt, cache).argmax(-1))
             produced = torch.empty(1, new_tokens, dtype=torch.long, device="cuda")
-            inputs = [current, *cache.step_tensors()]
-            run = step._loader.run
-            snapshot = cache.snapshot()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):  # warm-up off the capture
-                current.copy_(run(inputs)[0].argmax(-1))
-            torch.cuda.current_stream().wait_stream(stream)
-            cache.restore(snapshot)
-            current.copy_(logits.argmax(-1))
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                current.copy_(run(inputs)[0].argmax(-1))
             for t in range(new_tokens):
                 produced[:, t] = current
                 if t < new_tokens - 1:
