@@ -2,7 +2,12 @@
 Marian model and Multi30k sources as ``cpu_engines.py --translate``, attnlab's eager beam search
 alone, its thread CPU time per output step, and torch.profiler's operators by their own time.
 
-    taskset -c 0 python benchmarks/profile_beam.py [--shape multi30k] [--batch 1] [--sentences 16]
+    taskset -c 0 python benchmarks/profile_beam.py [--shape multi30k] [--batch 1] [--sentences 16] [--compile aot]
+
+``--compile aot``: the search through the ahead-of-time package (built first into ``$ATTNLAB_CACHE``,
+untimed); the package's calls do not show as operators, so their share of one run is timed
+separately (thread CPU time around ``AotStep.__call__``), and the operators' table is what is
+left: the search's own work and the encoder.
 
 The matrix products are oneDNN's (``mkldnn::_linear_pointwise``: the step's products on weights
 reordered once, ``attnlab.linear.skinny_linear``); what the products do not take is the step's
@@ -57,13 +62,39 @@ def cycle_products(repeats: int) -> None:
           f"{1e3 * sum(alone):.2f} ms each alone (medians)")
 
 
+def package_share(run, seconds: float) -> None:
+    """Thread CPU time inside the package's calls during one more run, against the run's."""
+    from attnlab.generation.aot import AotStep
+
+    call, spent = AotStep.__call__, []
+
+    def timed(self, *args, **kwargs):
+        start = time.thread_time()
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            spent.append(time.thread_time() - start)
+
+    AotStep.__call__ = timed
+    try:
+        start = time.thread_time()
+        run()
+        whole = time.thread_time() - start
+    finally:
+        AotStep.__call__ = call
+    print(f"the package: {len(spent)} calls, {sum(spent):.3f} s of this run's {whole:.3f} s "
+          f"({100 * sum(spent) / whole:.0f} %; the median run above: {seconds:.3f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=list(cpu_engines.TRANSLATE_SHAPES), default="multi30k")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--sentences", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--compile", choices=["off", "aot"], default="off")
     args = parser.parse_args()
+    compile = "aot" if args.compile == "aot" else False
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as directory:
         model, tokenizer, _ = load_hf_marian(cpu_engines.build_marian(
@@ -74,7 +105,8 @@ def main() -> None:
 
     def run():
         return [hyps[0].tokens for src, _, limit in batches
-                for hyps in beam_search(model, src, beam_size=4, alpha=0.0, max_len_a=0, max_len_b=limit)]
+                for hyps in beam_search(model, src, beam_size=4, alpha=0.0, max_len_a=0, max_len_b=limit,
+                                        compile=compile)]
 
     run()
     times = []
@@ -86,7 +118,10 @@ def main() -> None:
     steps = sum(map(len, outputs))  # one beam step per output token of the best hypothesis, per source
     print(f"{args.shape}, batch {args.batch}, {len(sources)} sentences: {seconds:.3f} s of thread CPU time "
           f"(median of {args.repeats}), {steps} output steps, {1000 * seconds / steps:.2f} ms a step")
-    cycle_products(args.repeats)
+    if compile:
+        package_share(run, seconds)
+    else:
+        cycle_products(args.repeats)
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
@@ -95,7 +130,8 @@ def main() -> None:
     products = sum(event.self_cpu_time_total for event in averages
                    if event.key in ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::addmv"))
     total = sum(event.self_cpu_time_total for event in averages)
-    print(f"products {products / 1e3:.0f} ms of the operators' {total / 1e3:.0f} ms under the profiler "
+    print(f"products{' outside the package' if compile else ''} {products / 1e3:.0f} ms of the operators' "
+          f"{total / 1e3:.0f} ms under the profiler "
           f"({1e-3 * products / steps:.2f} ms a step)")
     print(averages.table(sort_by="self_cpu_time_total", row_limit=25))
 
