@@ -51,7 +51,8 @@ call, and its tokens are compared with the eager ones. ``--aot`` adds attnlab fp
 step compiled ahead of time (``compile="aot"``, attnlab.generation.aot; the package is built
 or loaded from $ATTNLAB_CACHE in the untimed first call) to the greedy rows and to
 ``--translate``'s beam search (its best hypotheses compared with the eager search's too).
-int8 has no AOT column: its prepacked weights do not export (the aot module says why).
+``--aot`` also adds attnlab int8 through a package (``compile="aot"`` on the int8 model: inductor's
+weight-only int8 GEMM on bfloat16 inputs, weights folded in; attnlab.quantize).
 
 Run:  python benchmarks/cpu_engines.py [--quick] [--sizes small medium gpt2] [--threads 1 2]
       [--repeats 5] [--kernels] [--no-ct2] [--compile] [--aot]
@@ -163,6 +164,7 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
                 runs["attnlab compiled"] = lambda: ours_generate(ours, prompt, new_tokens, compile=True)
             if aot:  # the first call builds or loads the package (untimed)
                 runs["attnlab aot"] = lambda: ours_generate(ours, prompt, new_tokens, compile="aot")
+                runs["attnlab int8 aot"] = lambda: ours_generate(ours_int8, prompt, new_tokens, compile="aot")
             if with_ct2:
                 runs["CT2 fp32"] = lambda: ct2_generate(engines["float32"], prompt, new_tokens)
                 runs["CT2 int8"] = lambda: ct2_generate(engines["int8"], prompt, new_tokens)
@@ -197,7 +199,10 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
                   + (f", compiled/CT2 fp32 {rate['attnlab compiled'] / rate['CT2 fp32']:.2f}x"
                      if compile and with_ct2 else "")
                   + (f", aot/eager fp32 {rate['attnlab aot'] / rate['attnlab fp32']:.2f}x" if aot else "")
-                  + (f", aot/CT2 fp32 {rate['attnlab aot'] / rate['CT2 fp32']:.2f}x" if aot and with_ct2 else ""))
+                  + (f", aot/CT2 fp32 {rate['attnlab aot'] / rate['CT2 fp32']:.2f}x" if aot and with_ct2 else "")
+                  + (f", int8 aot/eager {rate['attnlab int8 aot'] / rate['attnlab int8']:.2f}x" if aot else "")
+                  + (f", int8 aot/CT2 int8 {rate['attnlab int8 aot'] / rate['CT2 int8']:.2f}x" if aot and with_ct2
+                     else ""))
 
 
 def kernels(repeats: int, quick: bool) -> None:

@@ -278,3 +278,18 @@ def test_step_linear_keeps_f_linear_where_addmv_does_not_apply():
     x, bias = torch.randn(3, 1, quantized.shape[1]), torch.randn(quantized.shape[0])
     assert torch.equal(product(x, quantized, bias), F.linear(x, quantized, bias))  # the same int8 kernel
     assert torch.equal(product(x, quantized[:8], None), F.linear(x, quantized[:8]))
+
+
+def test_an_int8_weight_reached_outside_a_step_plan_brings_its_own_product_too():
+    """The head (skinny_linear) and cross-attention's rows (linear_rows) call the weight's
+    step_product, so an exported step (generation/aot.py) never passes an Int8Weight to F.linear."""
+    from attnlab.linear import linear_rows, products_for_folding, skinny_linear
+
+    module = attnlab.create_model("lm_tiny").quantize("int8").decoder.stack.layers[0].self_attn.qkv_proj
+    weight = module.weight
+    x = torch.randn(3, 1, weight.shape[1])
+    assert torch.equal(skinny_linear(x, weight, module.bias), F.linear(x, weight, module.bias))
+    assert torch.equal(linear_rows(module, x, 0, 8), F.linear(x, weight[:8], module.bias[:8]))
+    with products_for_folding():
+        assert torch.equal(skinny_linear(x, weight, None), weight.folded_product(x, None))
+        assert torch.equal(linear_rows(module, x, 8, 16), weight[8:16].folded_product(x, module.bias[8:16]))

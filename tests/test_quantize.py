@@ -30,10 +30,26 @@ def test_int8_weight_rounds_each_row_to_its_own_scale():
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(24, 40, generator=generator) * torch.logspace(-2, 1, 24)[:, None]  # rows of very different size
     q = Int8Weight.from_float(weight)
-    scales = weight.abs().amax(dim=1) / 127
+    # each row's scale: max |w| / 127 rounded up to a bfloat16 number (at most 2**-7 above it), so a
+    # folded package's bf16 product multiplies by exactly the same scale
+    ideal = weight.double().abs().amax(dim=1) / 127
+    assert (q.scales >= ideal).all() and (q.scales <= ideal * (1 + 2 ** -7)).all()
+    assert torch.equal(q.scales_bf16.double(), q.scales)
     error = (q.dequantize() - weight).abs()
-    assert (error <= scales[:, None] * 0.5 + 1e-7).all()
-    assert q.values.dtype == torch.int8 and q.values.abs().max() == 127
+    assert (error <= q.scales[:, None].float() * 0.5 + 1e-7).all()
+    assert q.values.dtype == torch.int8 and q.values.abs().amax(dim=1).min() >= 126 and q.values.abs().max() <= 127
+
+
+def test_bf16_ceil_is_the_smallest_bfloat16_at_or_above():
+    from attnlab.quantize import bf16_ceil
+
+    values = torch.tensor([1.0, 1.0 + 2 ** -9, 3.0 - 2 ** -20, 1e-12, 0.1, 255.5], dtype=torch.float64)
+    up = bf16_ceil(values)
+    assert torch.equal(up.to(torch.bfloat16).double(), up)  # bfloat16 numbers
+    assert (up >= values).all()
+    below = (up.to(torch.bfloat16).view(torch.int16) - 1).view(torch.bfloat16).double()  # the next bf16 down
+    assert ((below < values) | (up == values)).all()
+    assert up[0] == 1.0 and up[1] == 1.0 + 2 ** -7
 
 
 @pytest.mark.parametrize("shape", [(1, 40), (3, 5, 40)])
@@ -304,3 +320,29 @@ def test_bf16_decoding_where_the_cpu_has_it(trained_lm, monkeypatch):
     with torch.no_grad():
         agreement = (model(sequences).argmax(-1) == bf16(sequences).argmax(-1)).float().mean().item()
     assert agreement >= 0.97, agreement
+
+
+@pytest.mark.parametrize("shape", [(1, 40), (2, 1, 40), (3, 5, 40)])
+def test_the_folded_product_is_the_int8_weights_product_within_bfloat16_rounding(shape):
+    """What an exported step multiplies by (generation/aot.py, weights folded): the same int8
+    weight and scales, inputs and result rounded to bfloat16, sums in float32."""
+    from attnlab.linear import products_for_folding
+
+    generator = torch.Generator().manual_seed(2)
+    weight, bias = torch.randn(24, 40, generator=generator), torch.randn(24, generator=generator)
+    x = torch.randn(*shape, generator=generator)
+    q = Int8Weight.from_float(weight)
+    reference = x.double() @ q.dequantize().double().T
+    # bf16 keeps 8 significant bits: each input and the result within 2**-8 of themselves
+    bound = 2 ** -8 * ((x.double().abs() @ q.dequantize().double().abs().T) + reference.abs()) * 1.01 + 1e-6
+    for b in (bias, None):
+        out = q.folded_product(x, b)
+        assert out.shape == (*shape[:-1], 24) and out.dtype == torch.float32
+        expected = reference + (0 if b is None else b.double())
+        assert ((out.double() - expected).abs() <= bound).all()
+        wrong = x.double() @ (q.dequantize().double() * 1.05).T + (0 if b is None else b.double())
+        assert not ((out.double() - wrong).abs() <= bound).all()
+    assert torch.equal(Int8Weight.step_product(x, q, bias), q.linear(x, bias))  # eager: the int8 kernel
+    with products_for_folding():
+        assert torch.equal(Int8Weight.step_product(x, q, bias), q.folded_product(x, bias))
+        assert torch.equal(Int8Weight.step_product(x, q[:8], None), q[:8].folded_product(x, None))

@@ -76,6 +76,12 @@ def products_for_folding():
         _state.folding = previous
 
 
+def folding() -> bool:
+    """Whether a step is being exported for a package whose weights are folded in
+    (:func:`products_for_folding`)."""
+    return getattr(_state, "folding", False)
+
+
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") \
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 SKINNY_ROWS = (2, 256)  # row counts skinny_linear sends to oneDNN
@@ -103,6 +109,9 @@ def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     (batch 32 x beam 4) oneDNN was 10-35 % faster per product on the AVX512 host of issue 40.
     One row (MKL's matrix-vector product is faster) and everything else:
     ``F.linear``. Results equal ``F.linear``'s up to float32 summation order."""
+    own = getattr(type(weight), "step_product", None)
+    if own is not None:  # an int8 weight (attnlab.quantize) brings its own product
+        return own(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     if not onednn_rows(rows) or type(weight) not in (Tensor, nn.Parameter) or weight.dtype != torch.float32 \
             or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
@@ -166,7 +175,9 @@ def linear_rows(module: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
     if own is not None:
         return own(x, start, stop)
     bias = module.bias
-    return F.linear(x, module.weight[start:stop], None if bias is None else bias[start:stop])
+    weight = module.weight[start:stop]
+    own = getattr(type(weight), "step_product", None)  # an int8 weight's own product (attnlab.quantize)
+    return (own or F.linear)(x, weight, None if bias is None else bias[start:stop])
 
 
 def step_weights(module: nn.Module) -> tuple[Tensor, Tensor | None]:

@@ -19,6 +19,15 @@ linear layers in float32, 20 ms with ``linear_dynamic`` and 416 ms with the weig
 ``torch.ops.aten._weight_int8pack_mm`` (which has no fast path there); see
 docs/benchmarks.md ("int8 decoding") for how it was measured.
 
+Through a package (``compile="aot"``, :mod:`attnlab.generation.aot`, its weights folded in on
+the CPU) the same int8 weights take inductor's weight-only int8 GEMM instead: the product's
+inputs rounded to bfloat16 (8 significant bits, against the dynamic kernel's 8-bit
+per-call quantisation of the whole row), the int8 weight read as it is, the sums in float32,
+the scaled result stored in bfloat16; no per-call set-up of a oneDNN or FBGEMM kernel, which
+dominates a small model's step (the 3-layer, d-256 LM's greedy token 0.92 ms eager, ~0.34 ms
+through the package; docs/benchmarks.md). Each row's scale is rounded up to a bfloat16 number
+when the weight is quantised, so both roads multiply by exactly the same int8 weight.
+
 The layers are swapped for :class:`QuantizedLinear`, whose ``weight`` is an
 :class:`Int8Weight`: a tensor-like object that answers ``F.linear`` (and row slices, which
 cross-attention takes of the fused query/key/value weight) through the
@@ -40,6 +49,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from attnlab.linear import folding
 
 QUANTIZE_MODES = ("int8", "bf16")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -99,6 +110,16 @@ def _sums_exact(rows: int, width: int) -> bool:
     return bool(((out - exact).abs() <= 0.01 * exact).all())
 
 
+def bf16_ceil(values: Tensor) -> Tensor:
+    """The smallest bfloat16 numbers >= ``values`` (positive float64), as float64."""
+    rounded = values.to(torch.bfloat16).to(torch.float64)
+    low = rounded < values
+    if low.any():
+        bits = values[low].to(torch.bfloat16).view(torch.int16) + 1  # the next bf16 up (positive numbers)
+        rounded[low] = bits.view(torch.bfloat16).to(torch.float64)
+    return rounded
+
+
 def _kernels_available() -> bool:
     return hasattr(torch.ops.quantized, "linear_dynamic") and hasattr(torch.ops.quantized, "linear_prepack") \
         and bool(torch.backends.quantized.supported_engines)
@@ -114,6 +135,9 @@ class Int8Weight:
     def __init__(self, values: Tensor, scales: Tensor):
         self.values = values  # (out, in) int8
         self.scales = scales  # (out,) float64, as per-channel quantisation takes them
+        # The same scales for a folded package's product (weight-only int8 on bfloat16 inputs):
+        # exact where they came from from_float (bf16-representable by construction).
+        self.scales_bf16 = scales.to(torch.bfloat16)
         self.shape = values.shape
         self.dtype = torch.float32
         self.device = values.device
@@ -126,11 +150,18 @@ class Int8Weight:
 
     @classmethod
     def from_float(cls, weight: Tensor) -> Int8Weight:
-        """Symmetric per-row quantisation: scale = max |w| / 127 over the row."""
+        """Symmetric per-row quantisation: scale = max |w| / 127 over the row, rounded up to
+        the nearest bfloat16 (so a folded package's bf16 product multiplies by the very same
+        scale; the largest code is then 126.5-127)."""
         weight = weight.detach().to(torch.float32)
-        scales = (weight.abs().amax(dim=1).to(torch.float64) / 127.0).clamp_min(1e-12)
+        scales = bf16_ceil((weight.abs().amax(dim=1).to(torch.float64) / 127.0).clamp_min(1e-12))
         values = torch.round(weight.to(torch.float64) / scales[:, None]).clamp_(-127, 127).to(torch.int8)
         return cls(values, scales)
+
+    def step_tensors(self) -> tuple[Tensor, Tensor]:
+        """The tensors :meth:`folded_product` reads (the int8 values, the bf16 scales): what an
+        exported step must name (generation/aot.py)."""
+        return self.values, self.scales_bf16
 
     def dequantize(self) -> Tensor:
         return (self.values.to(torch.float64) * self.scales[:, None]).to(torch.float32)
@@ -161,8 +192,22 @@ class Int8Weight:
     @staticmethod
     def step_product(x: Tensor, weight: Int8Weight, bias: Tensor | None) -> Tensor:
         """``F.linear(x, weight, bias)`` without the ``__torch_function__`` detour: the product
-        :func:`attnlab.linear.step_linear` gives a decode step for an int8 weight."""
+        :func:`attnlab.linear.step_linear` gives a decode step for an int8 weight. While a step
+        is exported for a package with folded weights (:func:`attnlab.linear.products_for_folding`),
+        the weight-only int8 product instead (:meth:`folded_product`)."""
+        if folding():
+            return weight.folded_product(x, bias)
         return weight.linear(x, bias)
+
+    def folded_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """``x @ W.T + bias`` as inductor's weight-only int8 GEMM takes it (its pattern
+        ``F.linear(x, W_int8.to(bf16)) * scales``, matched when the weights are folded into a
+        package, generation/aot.py): the inputs in bfloat16, the int8 weight read directly, the
+        sums in float32, the scaled result stored in bfloat16, then float32 again."""
+        rows = x if x.dim() >= 3 else x.unsqueeze(0)  # the pattern is the 3-D one (reshape, mm, reshape)
+        out = F.linear(rows.to(torch.bfloat16), self.values.to(torch.bfloat16)) * self.scales_bf16
+        out = out.view(x.shape[:-1] + out.shape[-1:]).to(x.dtype)
+        return out if bias is None else out + bias
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -187,6 +232,10 @@ class QuantizedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = Int8Weight.from_float(linear.weight)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        # The int8 weight's tensors, named (not saved: a quantised model is not saved), so that
+        # what reads the model's tensors by name (a folded package's checksum and export) sees them.
+        self.register_buffer("weight_values", self.weight.values, persistent=False)
+        self.register_buffer("weight_scales", self.weight.scales_bf16, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.weight.linear(x, self.bias)

@@ -10,6 +10,7 @@ compiler); the other families' packages are under the slow mark."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -288,13 +289,61 @@ def test_without_a_compiler_one_warning_and_eager_steps(tmp_path, monkeypatch):
         generate(model, [[3]], max_new_tokens=2, greedy=True, compile="aot")
 
 
-def test_int8_weights_decode_eagerly_and_say_why(tmp_path, monkeypatch):
+def _dequantized_copy(model, quantized):
+    """``model`` (float) with every linear weight replaced by the int8 weight it became."""
+    from attnlab.quantize import QuantizedLinear
+
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, module in quantized.named_modules():
+            if isinstance(module, QuantizedLinear):
+                reference.get_submodule(name).weight.copy_(module.weight.dequantize())
+    return reference
+
+
+@needs_compiler
+def test_int8_weights_through_a_folded_package_multiply_by_the_int8_weights(tmp_path, monkeypatch, capsys):
+    """An int8 model's package (inductor's weight-only int8 GEMM, weights folded in), built by
+    ``attnlab compile --quantize int8`` and then loaded for the same model quantised in memory: its
+    logits at every position are the float step's with the int8 weights, within bfloat16's rounding
+    of the products' inputs and results (a wrong scale or row would be off by far more)."""
+    from attnlab.cli.main import main
+
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     model = lm()
+    model.save_pretrained(tmp_path / "model")
+    assert main(["compile", "--model", str(tmp_path / "model"), "--quantize", "int8"]) == 0
+    assert str(tmp_path / "aot") in capsys.readouterr().out
+    calls = _no_build(monkeypatch)  # the verb's package is the one this model gets
+    quantized = copy.deepcopy(model).quantize("int8")
+    reference = _dequantized_copy(model, quantized)
+    torch.manual_seed(1)
+    ids = torch.randint(1, 23, (1, 33))
+    fixed_cache, eager_cache = quantized.new_cache(1, 33, fixed_shape=True), reference.new_cache(1, 33)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
+        quantized.prefill(ids[:, :4], fixed_cache)
+        reference.prefill(ids[:, :4], eager_cache)
+        step = aot.aot_step(quantized, "causal", fixed_cache, quiet=True)
+        for t in range(4, 33):
+            expected = reference.step(ids[:, t], eager_cache)
+            torch.testing.assert_close(step(ids[:, t], fixed_cache), expected, atol=1e-2, rtol=1e-2)
+    assert len(list((tmp_path / "aot").glob("*.pt2"))) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        tokens = generate(quantized, [[3, 4, 5]], max_new_tokens=20, greedy=True, compile="aot")
+    assert len(tokens[0]) == 20 and len(list((tmp_path / "aot").glob("*.pt2"))) == 1 and calls == []
+
+
+def test_int8_weights_kept_outside_decode_eagerly_and_say_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_AOT_WEIGHTS", "outside")
+    model = lm()
     model.quantize("int8")
-    with pytest.warns(RuntimeWarning, match="int8.*cannot name; decoding eagerly"):
+    with pytest.warns(RuntimeWarning, match="int8.*only with its weights folded in.*; decoding eagerly"):
         tokens = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="aot")
     assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True)
+    assert not list(tmp_path.rglob("*.pt2"))
 
 
 def test_compile_values_are_checked():
@@ -368,6 +417,40 @@ def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
     src[3, 4:] = 0  # padded sources
     # max_len_b past two CAPACITY_STEPs: the cache grows under the package twice
     assert_search_through_the_package(model, (src, src[:1]), beam=4, nbest=2, max_len_a=0, max_len_b=40)
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_an_int8_translation_models_search_step_through_the_package(tmp_path, monkeypatch):
+    """The search layout with int8 weights (cross-attention's query rows an int8 slice): the
+    package's logits, teacher-forced over 4 rows of each of 3 padded sources, are as close to the
+    float step's with the int8 weights as the eager int8 step's are (its inputs quantised to 8 or 7
+    bits, the package's rounded to bfloat16; the encoder and cross-attention keys, eager int8 in
+    both); beam search runs through it with no fallback."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny").eval()
+    quantized = copy.deepcopy(model).quantize("int8")
+    reference = _dequantized_copy(model, quantized)
+    src = torch.randint(4, 60, (3, 9))
+    src[1, 5:] = 0
+    targets = torch.randint(4, 60, (12, 10))
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        memory, memory_mask = quantized.encode(src)
+        fixed_cache = quantized.new_step_cache(memory, rows_per_source=4, capacity=16, fixed_shape=True)
+        ref_memory, _ = reference.encode(src)
+        eager_cache = reference.new_step_cache(ref_memory, rows_per_source=4, capacity=16)
+        int8_cache = quantized.new_step_cache(memory, rows_per_source=4, capacity=16)
+        step = aot.aot_step(quantized, "search", fixed_cache, beam=4, memory_mask=memory_mask, quiet=True)
+        package_error = eager_error = 0.0
+        for t in range(targets.shape[1]):
+            expected = reference.decode_step(targets[:, t], eager_cache, memory_mask)
+            package_error = max(package_error, (step(targets[:, t], fixed_cache, memory_mask) - expected).abs().max())
+            eager_error = max(eager_error, (quantized.decode_step(targets[:, t], int8_cache, memory_mask)
+                                            - expected).abs().max())
+        assert package_error <= 1.5 * eager_error, (package_error, eager_error)
+        beam_search(quantized, src, beam_size=4, compile="aot", max_len_a=0, max_len_b=12)
 
 
 def test_without_a_compiler_a_long_beam_search_grows_its_cache_and_gives_the_eager_hypotheses(tmp_path, monkeypatch):

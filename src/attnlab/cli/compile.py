@@ -3,6 +3,7 @@
     attnlab compile --model runs/shakespeare/model             # then: attnlab generate ... --compile aot
     attnlab compile --model runs/m30k/model --beam 4 --batch 32 # translate ... --compile aot
     attnlab compile --model runs/caption-scenes/model          # caption ... --compile aot (beam 3)
+    attnlab compile --model runs/shakespeare/model --quantize int8  # generate ... --quantize int8 --compile aot
 
 The package (:mod:`attnlab.generation.aot`) goes to the user cache (``$ATTNLAB_CACHE/aot``,
 default ``~/.cache/attnlab/aot``), keyed by the model's structure, dtype, batch (a language
@@ -17,7 +18,7 @@ HELP = "compile a model's decode step ahead of time (AOTInductor) for `--compile
 
 
 def add_arguments(parser) -> None:
-    from attnlab.cli.options import add_runtime_arguments, bounded_int
+    from attnlab.cli.options import add_quantize_argument, add_runtime_arguments, bounded_int
 
     parser.add_argument("--model", required=True, help="a model directory that decodes (language model, music, "
                                                         "image, text-to-image, translation, captioner)")
@@ -28,6 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--beam", type=bounded_int(1, 64), metavar="K",
                         help="translation models and captioners: the beam size (any batch and length; default: "
                              "what their decoding verb uses, 4 for translation, 3 for a captioner)")
+    add_quantize_argument(parser)
     add_runtime_arguments(parser)
 
 
@@ -36,7 +38,7 @@ def run(args) -> int:
 
     import torch
 
-    from attnlab.cli.options import resolve_device
+    from attnlab.cli.options import apply_quantize, resolve_device
     from attnlab.generation.aot import AotUnavailable, aot_step, cache_directory
     from attnlab.generation.compiled import unavailable_reason
     from attnlab.models.registry import load_model
@@ -45,6 +47,7 @@ def run(args) -> int:
     if device.startswith("cpu") and unavailable_reason() is not None:
         raise ValueError(f"attnlab compile: {unavailable_reason()}")
     model = load_model(args.model, device=device).eval()
+    apply_quantize(model, args.quantize, device)  # the package of the weights a --quantize decode multiplies by
     kind = decoding_kind(model, args.model)
     beam = args.beam if args.beam is not None else getattr(model, "default_beam", 4)
     start = time.perf_counter()

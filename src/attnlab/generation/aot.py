@@ -61,10 +61,16 @@ a copy of libstdc++ into the package, whose runtime then crashes beside torch's 
 fault there for every package, ``std::bad_cast`` here): :func:`package_compiler` builds with
 another compiler on PATH, with one line saying so, or says what to set.
 
+int8 weights (``model.quantize("int8")``): the eager step's ``torch.ops.quantized`` prepacked
+weights are opaque objects export cannot name, so an exported step multiplies by the int8
+tensors themselves in the pattern of inductor's weight-only int8 GEMM
+(:meth:`attnlab.quantize.Int8Weight.folded_product`: bfloat16 inputs, float32 sums), which
+inductor lowers only for weights it holds: an int8 model gets a package with its weights
+folded in, never one reading them from outside.
+
 Without a C++ compiler (:func:`attnlab.generation.compiled.unavailable_reason`), when export
 or compilation fails, or when the model's step reads something that cannot be exported
-(int8 weights: ``torch.ops.quantized`` prepacked weights are opaque objects export cannot
-name), decoding falls back to the eager step with one warning saying why.
+(int8 weights kept outside), decoding falls back to the eager step with one warning saying why.
 """
 
 from __future__ import annotations
@@ -195,6 +201,8 @@ def derived_tensors(model) -> list[Tensor]:
         elif isinstance(value, (tuple, list)):
             for item in value:
                 visit(item)
+        elif callable(getattr(value, "step_tensors", None)):  # an int8 weight (attnlab.quantize)
+            visit(value.step_tensors())
 
     for module in model.modules():
         for name in getattr(module, "_decode_caches", ()):
@@ -740,10 +748,12 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
 
 def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structure, key, quiet,
                    snapshot=None) -> AotStep:
-    if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()) or any(
-            getattr(type(getattr(m, "weight", None)), "step_product", None) for m in model.modules()):
-        raise AotUnavailable("the model's weights are int8 (model.quantize('int8')): torch.ops.quantized's "
-                             "prepacked weights are opaque objects torch.export cannot name")
+    if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
+        raise AotUnavailable("the model's parameters are not plain tensors")
+    if snapshot is None and any(getattr(type(getattr(m, "weight", None)), "step_product", None)
+                                for m in model.modules()):
+        raise AotUnavailable(f"the model's weights are int8 (model.quantize('int8')), which a package takes only "
+                             f"with its weights folded in (${WEIGHTS_SETTING}=outside, or not on the CPU)")
     paths = _Paths(cache_directory(), key)
     _check_directory(paths.directory)
     names = sorted(name for name, _ in tensors)
