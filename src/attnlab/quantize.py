@@ -179,7 +179,12 @@ class Int8Weight:
         return self._slices[key]
 
     def linear(self, x: Tensor, bias: Tensor | None) -> Tensor:
-        """``x @ W.T + bias`` with the int8 kernel: ``(..., in)`` -> ``(..., out)``."""
+        """``x @ W.T + bias`` with the int8 kernel: ``(..., in)`` -> ``(..., out)``. While a step is
+        exported for a package with folded weights (:func:`attnlab.linear.products_for_folding`),
+        the weight-only int8 product instead (:meth:`folded_product`): every road to an int8
+        product (the step path, a module's forward, ``F.linear``) comes here."""
+        if folding():
+            return self.folded_product(x, bias)
         if x.dtype != torch.float32 or x.device.type != "cpu":
             raise ValueError(f"an int8-quantised model runs float32 inputs on the CPU, got {x.dtype} on {x.device}")
         rows = x.reshape(-1, x.shape[-1])
@@ -192,11 +197,7 @@ class Int8Weight:
     @staticmethod
     def step_product(x: Tensor, weight: Int8Weight, bias: Tensor | None) -> Tensor:
         """``F.linear(x, weight, bias)`` without the ``__torch_function__`` detour: the product
-        :func:`attnlab.linear.step_linear` gives a decode step for an int8 weight. While a step
-        is exported for a package with folded weights (:func:`attnlab.linear.products_for_folding`),
-        the weight-only int8 product instead (:meth:`folded_product`)."""
-        if folding():
-            return weight.folded_product(x, bias)
+        :func:`attnlab.linear.step_linear` gives a decode step for an int8 weight (:meth:`linear`)."""
         return weight.linear(x, bias)
 
     def folded_product(self, x: Tensor, bias: Tensor | None) -> Tensor:

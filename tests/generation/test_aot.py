@@ -406,6 +406,25 @@ def test_image_samples_through_the_package(attention, tmp_path, monkeypatch):
 
 @needs_compiler
 @pytest.mark.slow
+def test_an_int8_image_models_two_row_sample_builds_and_runs_through_the_package(tmp_path, monkeypatch):
+    """The shape that killed the process while ATen's int8 kernel was timed during tuning (two rows,
+    d_model 16): built among the C++ templates only, no fallback."""
+    from attnlab.generation import sample_images
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = attnlab.create_model("imagetransformer_mnist_small", height=6, width=6, channels=1, d_model=16,
+                                 num_heads=2, d_ff=24, num_layers=2, dropout=0.0,
+                                 attention={"name": "local_1d", "block_length": 8}).eval().quantize("int8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build and load
+        images = sample_images(model, 2, temperature=0, compile="aot")
+    assert images.shape == (2, 1, 6, 6) and images.dtype == torch.uint8
+    assert len(list((tmp_path / "aot").glob("*.pt2"))) == 1
+
+
+@needs_compiler
+@pytest.mark.slow
 def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
     from reference.aot_search import assert_search_through_the_package
 
@@ -497,6 +516,31 @@ def test_a_search_of_few_rows_gets_its_own_package_layout_with_cpp_products():
         memory = torch.zeros(sources, 3, model.config.d_model)
         cache = model.new_step_cache(memory, rows_per_source=4, capacity=8, fixed_shape=True)
         assert step.accepts(cache) is fits
+
+
+@needs_compiler
+def test_an_int8_package_is_tuned_among_cpp_templates_only_and_never_retried_with_aten(tmp_path, monkeypatch):
+    """Timing ATen's _weight_int8pack_mm while tuning killed the process (a segmentation fault in
+    its bf16 kernel, an Image Transformer's 2-row int8 step, torch 2.13): an int8 package's build
+    offers inductor's C++ templates alone, and when they do not take a product it decodes eagerly."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    calls = []
+
+    def compile_and_package(exported, *, package_path, inductor_configs):
+        calls.append(inductor_configs["max_autotune_gemm_backends"])
+        raise RuntimeError("test: no template takes it")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    model = lm().quantize("int8")
+    cache = model.new_cache(1, 8, fixed_shape=True)
+    with pytest.warns(RuntimeWarning, match="AOTInductor failed.*no template takes it\\); decoding eagerly"):
+        assert aot.use_aot(model, "causal", cache, quiet=True) is None
+    assert calls == ["CPP"]
+    calls.clear()
+    with pytest.warns(RuntimeWarning, match="AOTInductor failed"):  # a float model: oneDNN among the choices
+        model = lm()
+        assert aot.use_aot(model, "causal", model.new_cache(1, 8, fixed_shape=True), quiet=True) is None
+    assert calls == ["CPP,ATEN"]
 
 
 def _compiler(directory, name, answer, libcxx="libc++.so"):

@@ -66,7 +66,10 @@ weights are opaque objects export cannot name, so an exported step multiplies by
 tensors themselves in the pattern of inductor's weight-only int8 GEMM
 (:meth:`attnlab.quantize.Int8Weight.folded_product`: bfloat16 inputs, float32 sums), which
 inductor lowers only for weights it holds: an int8 model gets a package with its weights
-folded in, never one reading them from outside.
+folded in, never one reading them from outside, tuned among inductor's C++ templates alone
+(:data:`FEW_ROWS_CONFIGS`; timing ATen's ``_weight_int8pack_mm`` while tuning killed the process
+with a segmentation fault for an Image Transformer's two-row step), and decoded eagerly where no
+template takes a product.
 
 Without a C++ compiler (:func:`attnlab.generation.compiled.unavailable_reason`), when export
 or compilation fails, or when the model's step reads something that cannot be exported
@@ -395,7 +398,7 @@ def _build_lock(paths: _Paths):
 
 
 def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths: _Paths, *, quiet: bool,
-           weights: str | None = None, few_rows: bool = False) -> None:
+           weights: str | None = None, few_rows: bool = False, int8: bool = False) -> None:
     reason = _compiled.unavailable_reason()
     if reason is not None:
         raise AotUnavailable(reason)
@@ -426,13 +429,17 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
             try:
                 # max_autotune writes every product's timings to stderr: not the user's business
                 with contextlib.redirect_stderr(io.StringIO()) if weights is not None else contextlib.nullcontext():
-                    configs = OUTSIDE_CONFIGS if weights is None else FEW_ROWS_CONFIGS if few_rows else FOLDED_CONFIGS
+                    configs = OUTSIDE_CONFIGS if weights is None else FEW_ROWS_CONFIGS if few_rows or int8 \
+                        else FOLDED_CONFIGS
                     chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
                     try:
                         torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
                                                                  inductor_configs={**configs, **chosen})
                     except Exception:
-                        if configs is not FEW_ROWS_CONFIGS:
+                        if configs is not FEW_ROWS_CONFIGS or int8:
+                            # int8: never ATen's _weight_int8pack_mm among the choices: timing it
+                            # while tuning killed the process (a segmentation fault in its bf16
+                            # kernel, an Image Transformer's 2-row step, torch 2.13)
                             raise
                         # A product no C++ template takes: oneDNN's among the choices again.
                         torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
@@ -750,8 +757,7 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
                    snapshot=None) -> AotStep:
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
-    if snapshot is None and any(getattr(type(getattr(m, "weight", None)), "step_product", None)
-                                for m in model.modules()):
+    if snapshot is None and _int8(model):
         raise AotUnavailable(f"the model's weights are int8 (model.quantize('int8')), which a package takes only "
                              f"with its weights folded in (${WEIGHTS_SETTING}=outside, or not on the CPU)")
     paths = _Paths(cache_directory(), key)
@@ -770,7 +776,7 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
             example, shapes = _example_inputs(model, layout, cache, memory_mask)
             _remove_leftovers(paths)
             _build(module, example, shapes, structure, paths, quiet=quiet, weights=weights,
-                   few_rows=layout.max_rows is not None)
+                   few_rows=layout.max_rows is not None, int8=_int8(model))
         if _load_check_needed():
             _check_loads(paths)
         try:
@@ -779,6 +785,11 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
             if isinstance(error, AotUnavailable):
                 raise
             raise AotUnavailable(f"the package {paths.package} could not be loaded ({_first_line(error)})") from None
+
+
+def _int8(model) -> bool:
+    """Whether ``model`` has int8 weights (attnlab.quantize: a weight type with its own product)."""
+    return any(getattr(type(getattr(m, "weight", None)), "step_product", None) for m in model.modules())
 
 
 def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, memory_mask: Tensor | None = None,
