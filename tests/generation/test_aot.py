@@ -526,11 +526,11 @@ def test_an_int8_package_is_tuned_among_cpp_templates_only_and_never_retried_wit
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     calls = []
 
-    def compile_and_package(exported, *, package_path, inductor_configs):
-        calls.append(inductor_configs["max_autotune_gemm_backends"])
+    def compile_package(exported, package, configs):
+        calls.append(configs["max_autotune_gemm_backends"])
         raise RuntimeError("test: no template takes it")
 
-    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    monkeypatch.setattr(aot, "_compile_package", compile_package)
     model = lm().quantize("int8")
     cache = model.new_cache(1, 8, fixed_shape=True)
     with pytest.warns(RuntimeWarning, match="AOTInductor failed.*no template takes it\\); decoding eagerly"):
@@ -541,6 +541,29 @@ def test_an_int8_package_is_tuned_among_cpp_templates_only_and_never_retried_wit
         model = lm()
         assert aot.use_aot(model, "causal", model.new_cache(1, 8, fixed_shape=True), quiet=True) is None
     assert calls == ["CPP,ATEN"]
+
+
+@needs_compiler
+def test_a_build_that_crashes_ends_its_own_process_not_the_callers(tmp_path, monkeypatch):
+    """The build runs in a child process (a crash in torch's kernels while inductor tunes, as
+    ATen's int8 kernel did, must not kill the decoding process): a child killed by a signal
+    costs one warning naming it and the eager tokens. The child gets the caller's thread count
+    (inductor compiles it into the kernels)."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    seen = tmp_path / "threads"
+    monkeypatch.setattr(aot, "_BUILD", f"import os, signal, sys; open({str(seen)!r}, 'w').write(sys.argv[3]); "
+                                       "os.kill(os.getpid(), signal.SIGSEGV)")
+    model = lm()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.warns(RuntimeWarning, match="the build process was killed by SIGSEGV.*; decoding eagerly"):
+            tokens = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="aot")
+    finally:
+        torch.set_num_threads(previous)
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True)
+    assert seen.read_text() == "1"
+    assert not list((tmp_path / "cache").rglob("*.pt2")) and not list((tmp_path / "cache").rglob(".*tmp-*"))
 
 
 def _compiler(directory, name, answer, libcxx="libc++.so"):

@@ -52,7 +52,10 @@ attnlab manifest) is never replaced: decoding then runs eagerly and says why. Bu
 package are serialised by an ``flock`` on ``.<key>.lock``; the package is written under a
 temporary directory (``.<key>.tmp-PID/``, removed by the next build once that process is
 gone), its manifest (with the checksum) written atomically, and only then renamed
-into place. Loading a package loads native code, so the cache directory must be as trusted
+into place. The step is exported here and compiled in a child process
+(:func:`_compile_package`, the exported program saved into that temporary directory, the
+caller's thread count passed on): a crash in torch's kernels while inductor tunes ends the
+child (one warning, the eager step), not the caller. Loading a package loads native code, so the cache directory must be as trusted
 as the Python environment (it is the user's own, like torch's inductor cache). Where CUDA is
 available a package is first loaded in a child process: a loader that crashes there costs one
 warning and the eager step, not the process; the verdict is kept in the manifest per machine,
@@ -81,7 +84,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
-import io
 import json
 import os
 import platform
@@ -427,23 +429,21 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
                 raise AotUnavailable(f"the step reads tensors that are not the model's parameters or buffers "
                                      f"({', '.join(sorted(constants.values())[:3])})")
             try:
-                # max_autotune writes every product's timings to stderr: not the user's business
-                with contextlib.redirect_stderr(io.StringIO()) if weights is not None else contextlib.nullcontext():
-                    configs = OUTSIDE_CONFIGS if weights is None else FEW_ROWS_CONFIGS if few_rows or int8 \
-                        else FOLDED_CONFIGS
-                    chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
-                    try:
-                        torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
-                                                                 inductor_configs={**configs, **chosen})
-                    except Exception:
-                        if configs is not FEW_ROWS_CONFIGS or int8:
-                            # int8: never ATen's _weight_int8pack_mm among the choices: timing it
-                            # while tuning killed the process (a segmentation fault in its bf16
-                            # kernel, an Image Transformer's 2-row step, torch 2.13)
-                            raise
-                        # A product no C++ template takes: oneDNN's among the choices again.
-                        torch._inductor.aoti_compile_and_package(exported, package_path=str(temporary),
-                                                                 inductor_configs={**FOLDED_CONFIGS, **chosen})
+                saved = workspace / "exported-step.pt2"
+                torch.export.save(exported, saved)
+                configs = OUTSIDE_CONFIGS if weights is None else FEW_ROWS_CONFIGS if few_rows or int8 \
+                    else FOLDED_CONFIGS
+                chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
+                try:
+                    _compile_package(saved, temporary, {**configs, **chosen})
+                except Exception:
+                    if configs is not FEW_ROWS_CONFIGS or int8:
+                        # int8: never ATen's _weight_int8pack_mm among the choices: timing it
+                        # while tuning killed the process (a segmentation fault in its bf16
+                        # kernel, an Image Transformer's 2-row step, torch 2.13)
+                        raise
+                    # A product no C++ template takes: oneDNN's among the choices again.
+                    _compile_package(saved, temporary, {**FOLDED_CONFIGS, **chosen})
             except Exception as error:
                 raise AotUnavailable(f"AOTInductor failed ({type(error).__name__}: {_first_line(error)})") from error
         size = temporary.stat().st_size
@@ -461,6 +461,33 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         shutil.rmtree(workspace, ignore_errors=True)
     if not quiet:
         print(f"attnlab: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+
+BUILD_SECONDS = 3600  # a build process that runs longer is stopped
+_BUILD = ("import json, sys, torch\n"
+          "torch.set_num_threads(int(sys.argv[3]))\n"
+          "configs = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(sys.argv[4]).items()}\n"
+          "torch._inductor.aoti_compile_and_package(torch.export.load(sys.argv[1]), package_path=sys.argv[2], "
+          "inductor_configs=configs)\n")
+
+
+def _compile_package(exported: Path, package: Path, configs: dict) -> None:
+    """AOTInductor's build of the saved exported step (``torch.export.save``) into ``package``,
+    in a child process: a crash in torch's own kernels while inductor tunes (a segmentation fault
+    in ATen's int8 kernel killed the decoding process before, docs/benchmarks.md) ends that
+    process, not the caller's, and ``max_autotune``'s timings go to its captured stderr. It runs
+    with this process's thread count, which inductor compiles into the kernels. Raises
+    RuntimeError with the child's last line, or the signal that killed it."""
+    command = [sys.executable, "-c", _BUILD, str(exported), str(package), str(torch.get_num_threads()),
+               json.dumps(configs)]
+    try:
+        result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=BUILD_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the build process took more than {BUILD_SECONDS} s") from None
+    except OSError as error:
+        raise RuntimeError(f"the build process could not start ({error})") from None
+    if result.returncode != 0:
+        raise RuntimeError(_exit_reason(result.returncode, result.stderr, "the build process"))
 
 
 # --------------------------------------------------------------------------------------- #
@@ -560,14 +587,14 @@ def _check_command(package: Path) -> list[str]:
     return [sys.executable, "-c", _LOAD_CHECK, str(package)]
 
 
-def _exit_reason(returncode: int, stderr: bytes) -> str:
+def _exit_reason(returncode: int, stderr: bytes, what: str = "the test process") -> str:
     if returncode < 0:
         try:
-            return f"the test process was killed by {signal.Signals(-returncode).name}"
+            return f"{what} was killed by {signal.Signals(-returncode).name}"
         except ValueError:
-            return f"the test process was killed by signal {-returncode}"
+            return f"{what} was killed by signal {-returncode}"
     lines = stderr.decode(errors="replace").strip().splitlines()
-    return f"the test process exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
+    return f"{what} exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
 
 
 def _check_loads(paths: _Paths) -> None:
