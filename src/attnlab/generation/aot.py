@@ -58,8 +58,8 @@ caller's thread count passed on): a crash in torch's kernels while inductor tune
 child (one warning, the eager step), not the caller. Loading a package loads native code,
 so the cache directory must be as trusted as the Python environment (it is the user's own,
 like torch's inductor cache). Where CUDA is available a package is first loaded in a child
-process: a loader that crashes there costs one warning and the eager step, not the process; the verdict is kept in the manifest per machine,
-Python, torch and CUDA. A C++ compiler with no shared libstdc++ (the GPU image's ``$CXX``) links
+process: a loader that crashes there costs one warning and the eager step, not the process;
+the verdict is kept in the manifest per machine, Python, torch and CUDA. A C++ compiler with no shared libstdc++ (the GPU image's ``$CXX``) links
 a copy of libstdc++ into the package, whose runtime then crashes beside torch's (a segmentation
 fault there for every package, ``std::bad_cast`` here): :func:`package_compiler` builds with
 another compiler on PATH, with one line saying so, or says what to set.
