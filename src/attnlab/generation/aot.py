@@ -45,24 +45,24 @@ source's beams, a small batch), whose products are all in inductor's C++ templat
 25-60 s on a small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of
 time.
 
-Safety: a manifest that does not match what is asked (another structure, dtype, torch
-version), a package whose checksum does not match its manifest (corrupt, truncated) or a
-missing package is rebuilt, never run; a file at either name that attnlab did not write (no
-attnlab manifest) is never replaced: decoding then runs eagerly and says why. Builds of one
-package are serialised by an ``flock`` on ``.<key>.lock``; the package is written under a
-temporary directory (``.<key>.tmp-PID/``, removed by the next build once that process is
-gone), its manifest (with the checksum) written atomically, and only then renamed
-into place. The step is exported here and compiled in a child process
-(:func:`_compile_package`, the exported program saved into that temporary directory, the
-caller's thread count passed on): a crash in torch's kernels while inductor tunes ends the
-child (one warning, the eager step), not the caller. Loading a package loads native code,
-so the cache directory must be as trusted as the Python environment (it is the user's own,
-like torch's inductor cache). Where CUDA is available a package is first loaded in a child
-process: a loader that crashes there costs one warning and the eager step, not the process;
-the verdict is kept in the manifest per machine, Python, torch and CUDA. A C++ compiler with no shared libstdc++ (the GPU image's ``$CXX``) links
-a copy of libstdc++ into the package, whose runtime then crashes beside torch's (a segmentation
-fault there for every package, ``std::bad_cast`` here): :func:`package_compiler` builds with
-another compiler on PATH, with one line saying so, or says what to set.
+Safety: a manifest that does not match what is asked (another structure, dtype, torch version),
+a package whose checksum does not match its manifest (corrupt, truncated) or a missing package
+is rebuilt, never run; a file at either name that attnlab did not write (no attnlab manifest) is
+never replaced: decoding then runs eagerly and says why. Builds of one package are serialised by
+an ``flock`` on ``.<key>.lock``; the package is written under a temporary directory
+(``.<key>.tmp-PID/``, removed by the next build once that process is gone), its manifest (with
+the checksum) written atomically, and only then renamed into place. The step is exported here
+and compiled in a child process (:func:`_compile_package`, the exported program saved into that
+temporary directory, the caller's thread count passed on): a crash in torch's kernels while
+inductor tunes ends the child (one warning, the eager step), not the caller. Loading a package
+loads native code, so the cache directory must be as trusted as the Python environment (it is
+the user's own, like torch's inductor cache). Where CUDA is available a package is first loaded
+in a child process: a loader that crashes there costs one warning and the eager step, not the
+process; the verdict is kept in the manifest per machine, Python, torch and CUDA. A C++ compiler
+with no shared libstdc++ (the GPU image's ``$CXX``) links a copy of libstdc++ into the package,
+whose runtime then crashes beside torch's (a segmentation fault there for every package,
+``std::bad_cast`` here): :func:`package_compiler` builds with another compiler on PATH, with one
+line saying so, or says what to set.
 
 int8 weights (``model.quantize("int8")``): the eager step's ``torch.ops.quantized`` prepacked
 weights are opaque objects export cannot name, so an exported step multiplies by the int8
