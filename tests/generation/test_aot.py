@@ -566,6 +566,22 @@ def test_a_build_that_crashes_ends_its_own_process_not_the_callers(tmp_path, mon
     assert not list((tmp_path / "cache").rglob("*.pt2")) and not list((tmp_path / "cache").rglob(".*tmp-*"))
 
 
+@needs_compiler
+def test_a_build_without_room_for_its_files_is_refused_before_writing(tmp_path, monkeypatch):
+    """The saved exported step and a folded package each hold the weights: a cache with less room
+    than that says so (with what it has and needs) and decodes eagerly, writing nothing."""
+    from collections import namedtuple
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(aot.shutil, "disk_usage", lambda path: usage(2 << 20, 1 << 20, 1 << 20))
+    model = lm()
+    with pytest.warns(RuntimeWarning, match=r"has 1 MiB free and a build needs about \d+ MiB.*; decoding eagerly"):
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="aot")
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True)
+    assert not list((tmp_path / "cache").rglob("*.pt2")) and not list((tmp_path / "cache").rglob(".*tmp-*"))
+
+
 def _compiler(directory, name, answer, libcxx="libc++.so"):
     """A stand-in C++ compiler that answers ``-print-file-name=libstdc++.so`` with ``answer`` and
     ``-print-file-name=libc++.so`` with ``libcxx`` (the bare name: it has none)."""

@@ -54,8 +54,9 @@ an ``flock`` on ``.<key>.lock``; the package is written under a temporary direct
 the checksum) written atomically, and only then renamed into place. The step is exported here
 and compiled in a child process (:func:`_compile_package`, the exported program saved into that
 temporary directory, the caller's thread count passed on): a crash in torch's kernels while
-inductor tunes ends the child (one warning, the eager step), not the caller. Loading a package
-loads native code, so the cache directory must be as trusted as the Python environment (it is
+inductor tunes ends the child (one warning, the eager step), not the caller. A file system
+without room for the saved step and the package (:func:`_check_room`) is said before either is
+written. Loading a package loads native code, so the cache directory must be as trusted as the Python environment (it is
 the user's own, like torch's inductor cache). Where CUDA is available a package is first loaded
 in a child process: a loader that crashes there costs one warning and the eager step, not the
 process; the verdict is kept in the manifest per machine, Python, torch and CUDA. A C++ compiler
@@ -428,6 +429,7 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
             if constants:  # a tensor the package would not read from the model: could go stale
                 raise AotUnavailable(f"the step reads tensors that are not the model's parameters or buffers "
                                      f"({', '.join(sorted(constants.values())[:3])})")
+            _check_room(paths.directory, exported, folded=weights is not None)
             try:
                 saved = workspace / "exported-step.pt2"
                 torch.export.save(exported, saved)
@@ -461,6 +463,23 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         shutil.rmtree(workspace, ignore_errors=True)
     if not quiet:
         print(f"attnlab: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+
+BUILD_SPARE = 64 << 20  # bytes a build leaves free beyond its files' estimate
+
+
+def _check_room(directory: Path, exported, *, folded: bool) -> None:
+    """Raise :class:`AotUnavailable` unless ``directory``'s file system has room for a build: the
+    saved exported step holds every weight, and a folded package another copy (prepacked; a tied
+    table twice), so about three times the weights' bytes, plus :data:`BUILD_SPARE`."""
+    weights = sum(t.numel() * t.element_size() for t in exported.state_dict.values() if isinstance(t, Tensor))
+    weights += sum(t.numel() * t.element_size() for t in exported.constants.values() if isinstance(t, Tensor))
+    needed = weights * (3 if folded else 1) + BUILD_SPARE
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        raise AotUnavailable(f"the package cache {directory} has {free / 2**20:.0f} MiB free and a build needs about "
+                             f"{needed / 2**20:.0f} MiB (the exported step and the package each hold the weights): "
+                             "free some space, or set $ATTNLAB_CACHE to another place")
 
 
 BUILD_SECONDS = 3600  # a build process that runs longer is stopped
