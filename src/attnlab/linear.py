@@ -76,6 +76,12 @@ def products_for_folding():
         _state.folding = previous
 
 
+def own_product(weight):
+    """The product a weight's type brings (``step_product(x, weight, bias)``: an int8 weight,
+    :class:`attnlab.quantize.Int8Weight`), or None for a plain tensor."""
+    return getattr(type(weight), "step_product", None)
+
+
 def folding() -> bool:
     """Whether a step is being exported for a package whose weights are folded in
     (:func:`products_for_folding`)."""
@@ -109,7 +115,7 @@ def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     (batch 32 x beam 4) oneDNN was 10-35 % faster per product on the AVX512 host of issue 40.
     One row (MKL's matrix-vector product is faster) and everything else:
     ``F.linear``. Results equal ``F.linear``'s up to float32 summation order."""
-    own = getattr(type(weight), "step_product", None)
+    own = own_product(weight)
     if own is not None:  # an int8 weight (attnlab.quantize) brings its own product
         return own(x, weight, bias)
     rows = x.numel() // x.shape[-1]
@@ -176,8 +182,7 @@ def linear_rows(module: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
         return own(x, start, stop)
     bias = module.bias
     weight = module.weight[start:stop]
-    own = getattr(type(weight), "step_product", None)  # an int8 weight's own product (attnlab.quantize)
-    return (own or F.linear)(x, weight, None if bias is None else bias[start:stop])
+    return (own_product(weight) or F.linear)(x, weight, None if bias is None else bias[start:stop])
 
 
 def step_weights(module: nn.Module) -> tuple[Tensor, Tensor | None]:
@@ -195,7 +200,7 @@ def one_row_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     :func:`skinny_linear` (oneDNN for beam search's few rows inside :func:`packed_inference`,
     else ``F.linear``). Equal to ``F.linear`` up to float32 summation order. Only for plain
     tensors (:func:`step_linear` chooses)."""
-    if x.shape[0] == 1 and x.shape[1] == 1 and not getattr(_state, "folding", False):
+    if x.shape[0] == 1 and x.shape[1] == 1 and not folding():
         row = x.view(-1)
         out = torch.mv(weight, row) if bias is None else torch.addmv(bias, weight, row)
         return out.view(1, 1, -1)
@@ -211,8 +216,7 @@ def step_linear(weight: Tensor):
     ``F.linear`` otherwise (other devices and dtypes keep their own kernels)."""
     if type(weight) in (Tensor, nn.Parameter) and weight.device.type == "cpu" and weight.dtype == torch.float32:
         return one_row_linear
-    own = getattr(type(weight), "step_product", None)
-    return own if own is not None else F.linear
+    return own_product(weight) or F.linear
 
 
 def merge_low_rank(tensors: dict[str, Tensor], scale: float, *, source: str = "weights") -> dict[str, Tensor]:

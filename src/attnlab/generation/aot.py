@@ -56,14 +56,14 @@ and compiled in a child process (:func:`_compile_package`, the exported program 
 temporary directory, the caller's thread count passed on): a crash in torch's kernels while
 inductor tunes ends the child (one warning, the eager step), not the caller. A file system
 without room for the saved step and the package (:func:`_check_room`) is said before either is
-written. Loading a package loads native code, so the cache directory must be as trusted as the Python environment (it is
-the user's own, like torch's inductor cache). Where CUDA is available a package is first loaded
-in a child process: a loader that crashes there costs one warning and the eager step, not the
-process; the verdict is kept in the manifest per machine, Python, torch and CUDA. A C++ compiler
-with no shared libstdc++ (the GPU image's ``$CXX``) links a copy of libstdc++ into the package,
-whose runtime then crashes beside torch's (a segmentation fault there for every package,
-``std::bad_cast`` here): :func:`package_compiler` builds with another compiler on PATH, with one
-line saying so, or says what to set.
+written. Loading a package loads native code, so the cache directory must be as trusted as the
+Python environment (it is the user's own, like torch's inductor cache). Where CUDA is available
+a package is first loaded in a child process: a loader that crashes there costs one warning and
+the eager step, not the process; the verdict is kept in the manifest per machine, Python, torch
+and CUDA. A C++ compiler with no shared libstdc++ (the GPU image's ``$CXX``) links a copy of
+libstdc++ into the package, whose runtime then crashes beside torch's (a segmentation fault
+there for every package, ``std::bad_cast`` here): :func:`package_compiler` builds with another
+compiler on PATH, with one line saying so, or says what to set.
 
 int8 weights (``model.quantize("int8")``): the eager step's ``torch.ops.quantized`` prepacked
 weights are opaque objects export cannot name, so an exported step multiplies by the int8
@@ -104,7 +104,7 @@ from torch import Tensor, nn
 from attnlab.attention.cache import StaticKVCache
 from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
-from attnlab.linear import derived_key, packed_inference, products_for_folding
+from attnlab.linear import derived_key, own_product, packed_inference, products_for_folding
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
            "package_key", "use_aot"]
@@ -472,8 +472,8 @@ def _check_room(directory: Path, exported, *, folded: bool) -> None:
     """Raise :class:`AotUnavailable` unless ``directory``'s file system has room for a build: the
     saved exported step holds every weight, and a folded package another copy (prepacked; a tied
     table twice), so about three times the weights' bytes, plus :data:`BUILD_SPARE`."""
-    weights = sum(t.numel() * t.element_size() for t in exported.state_dict.values() if isinstance(t, Tensor))
-    weights += sum(t.numel() * t.element_size() for t in exported.constants.values() if isinstance(t, Tensor))
+    weights = sum(t.numel() * t.element_size() for t in [*exported.state_dict.values(), *exported.constants.values()]
+                  if isinstance(t, Tensor))
     needed = weights * (3 if folded else 1) + BUILD_SPARE
     free = shutil.disk_usage(directory).free
     if free < needed:
@@ -803,7 +803,8 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
                    snapshot=None) -> AotStep:
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
-    if snapshot is None and _int8(model):
+    int8 = _int8(model)
+    if snapshot is None and int8:
         raise AotUnavailable(f"the model's weights are int8 (model.quantize('int8')), which a package takes only "
                              f"with its weights folded in (${WEIGHTS_SETTING}=outside, or not on the CPU)")
     paths = _Paths(cache_directory(), key)
@@ -822,7 +823,7 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
             example, shapes = _example_inputs(model, layout, cache, memory_mask)
             _remove_leftovers(paths)
             _build(module, example, shapes, structure, paths, quiet=quiet, weights=weights,
-                   few_rows=layout.max_rows is not None, int8=_int8(model))
+                   few_rows=layout.max_rows is not None, int8=int8)
         if _load_check_needed():
             _check_loads(paths)
         try:
@@ -835,7 +836,7 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
 
 def _int8(model) -> bool:
     """Whether ``model`` has int8 weights (attnlab.quantize: a weight type with its own product)."""
-    return any(getattr(type(getattr(m, "weight", None)), "step_product", None) for m in model.modules())
+    return any(own_product(getattr(m, "weight", None)) for m in model.modules())
 
 
 def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, memory_mask: Tensor | None = None,
