@@ -280,16 +280,24 @@ def test_step_linear_keeps_f_linear_where_addmv_does_not_apply():
     assert torch.equal(product(x, quantized[:8], None), F.linear(x, quantized[:8]))
 
 
-def test_an_int8_weight_reached_outside_a_step_plan_brings_its_own_product_too():
+def test_an_int8_weight_reached_outside_a_step_plan_brings_its_own_product_too(monkeypatch):
     """The head (skinny_linear) and cross-attention's rows (linear_rows) call the weight's
-    step_product, so an exported step (generation/aot.py) never passes an Int8Weight to F.linear."""
+    step_product, so an exported step (generation/aot.py) never passes an Int8Weight to F.linear
+    (strict export cannot trace F.linear's __torch_function__ on an object that is not a tensor)."""
     from attnlab.linear import linear_rows, products_for_folding, skinny_linear
 
     module = attnlab.create_model("lm_tiny").quantize("int8").decoder.stack.layers[0].self_attn.qkv_proj
+    plain_linear = F.linear
+
+    def tensors_only(x, weight, bias=None):
+        assert isinstance(weight, torch.Tensor), f"F.linear was given {type(weight).__name__}"
+        return plain_linear(x, weight, bias)
+
+    monkeypatch.setattr(F, "linear", tensors_only)
     weight = module.weight
     x = torch.randn(3, 1, weight.shape[1])
-    assert torch.equal(skinny_linear(x, weight, module.bias), F.linear(x, weight, module.bias))
-    assert torch.equal(linear_rows(module, x, 0, 8), F.linear(x, weight[:8], module.bias[:8]))
+    assert torch.equal(skinny_linear(x, weight, module.bias), weight.linear(x, module.bias))
+    assert torch.equal(linear_rows(module, x, 0, 8), weight[:8].linear(x, module.bias[:8]))
     with products_for_folding():
         assert torch.equal(skinny_linear(x, weight, None), weight.folded_product(x, None))
         assert torch.equal(linear_rows(module, x, 8, 16), weight[8:16].folded_product(x, module.bias[8:16]))
