@@ -233,3 +233,55 @@ def test_static_cache_resize_keeps_what_is_written_and_refuses_to_cut_it():
     assert cache.capacity == 3
     with pytest.raises(ValueError, match="cannot hold the 3 written"):
         cache.resize(2)
+
+
+def test_static_cache_row_moves_resizes_and_shrinking_reorders_keep_every_rows_keys():
+    """What beam search does to a fixed-shape cache: rows take other rows' keys and values
+    (move_rows), the cache grows (resize), whole sources leave (reorder to fewer rows), in the
+    memory of buffers it kept (no fresh allocation when the rows shrink); every row's written
+    prefix equals plain indexing of a copy, and the slots past it stay finite (a fixed-shape
+    step reads them, masked)."""
+    from attnlab.attention import StaticKVCache
+
+    generator = torch.Generator().manual_seed(0)
+    cache = StaticKVCache(2, 8, 2, 4, 3, fixed_shape=True)
+    for kv in cache.kv:
+        kv.copy_(torch.randn(kv.shape, generator=generator))
+    cache.length = 4
+    expected = [kv.clone() for kv in cache.kv]
+
+    def move(rows, origin):
+        cache.move_rows(torch.tensor(rows), torch.tensor(origin))
+        for kv in expected:
+            kv[:, rows] = kv[:, origin].clone()
+
+    def reorder(index):
+        cache.reorder(torch.tensor(index))
+        expected[:] = [kv[:, index] for kv in expected]
+
+    def check():
+        for kv, want in zip(cache.kv, expected):
+            assert kv.is_contiguous() and kv.shape[1] == want.shape[1]
+            assert torch.equal(kv[:, :, :, :cache.length], want[:, :, :, :cache.length])
+            assert torch.isfinite(kv).all()
+
+    move([1, 2], [2, 1])  # a swap: both read before either is written
+    check()
+    cache.resize(7)
+    expected = [torch.cat([kv, kv.new_zeros(*kv.shape[:3], 3, kv.shape[4])], dim=3) for kv in expected]
+    move([0, 5, 6], [3, 3, 1])
+    check()
+    reorder([7, 6, 5, 4, 3, 2, 1, 0])
+    check()
+    for kv, new in zip(cache.kv, torch.randn(2, 2, 8, 2, 1, 3, generator=generator)):
+        kv[:, :, :, 4:5] = new  # a step writes a position
+    for kv, want in zip(cache.kv, expected):
+        want[:, :, :, 4:5] = kv[:, :, :, 4:5]
+    cache.length = 5
+    before = {kv.untyped_storage().data_ptr() for kv in cache._spares}
+    reorder([0, 2, 4, 6])  # two sources of two rows left the batch
+    check()
+    assert {kv.untyped_storage().data_ptr() for kv in cache.kv} <= before
+    move([1, 3], [0, 2])
+    reorder([3, 2, 1])
+    check()

@@ -14,6 +14,8 @@ no host sync and could be captured as a CUDA graph.
 
 from __future__ import annotations
 
+import math
+
 from torch import Tensor
 import torch
 
@@ -292,7 +294,8 @@ class StaticKVCache:
     def reorder(self, index: Tensor, *, include_memory: bool = True) -> None:
         """Keep batch rows ``index``: only the filled prefix is copied (beam search reorders
         every step; the slots after it are never read as keys: a fixed-shape step reads them
-        but masks them by position, so its spare buffers start as zeros, never NaN)."""
+        but masks them by position, so they must be finite: zeros, or keys and values written
+        before (see :meth:`_spare`), never NaN)."""
         index = torch.as_tensor(index)
         spares = self._spare_buffers()
         for i, layer in enumerate(self.layers):
@@ -300,9 +303,9 @@ class StaticKVCache:
             if self.length >= self.capacity:
                 layer.self_attn.kv = kv.index_select(1, index)
                 continue
-            # Into the buffer the previous reorder left (same rows): no fresh allocation, and
-            # so no page faults, every step.
-            selected = self._spare(i, kv, len(index))
+            # Into the memory of the buffer the previous reorder left: no fresh allocation, and
+            # so no page faults, every step (and none when whole sources leave the batch).
+            selected = self._spare(i, kv, (kv.shape[0], len(index), *kv.shape[2:]))
             torch.index_select(kv.narrow(3, 0, self.length), 1, index, out=selected.narrow(3, 0, self.length))
             layer.self_attn.kv, spares[i] = selected, kv
         if include_memory:
@@ -324,15 +327,19 @@ class StaticKVCache:
             self._spares = [None] * len(self.layers)
         return self._spares
 
-    def _spare(self, i: int, kv: Tensor, rows: int) -> Tensor:
-        """Layer ``i``'s second buffer, shaped like ``kv`` with ``rows`` rows: the one kept if it
-        fits, else a new one (zeros for a fixed-shape step, which reads the slots past the
-        prefix, masked: never NaN)."""
+    def _spare(self, i: int, kv: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """A contiguous ``shape`` tensor in the memory of layer ``i``'s second buffer: the one
+        kept when it holds enough elements (its old keys and values, or zeros: finite, as a
+        fixed-shape step needs in the slots past the prefix it reads masked), else a new one,
+        zeros for a fixed-shape cache."""
         spares = self._spare_buffers()
-        shape = (kv.shape[0], rows, *kv.shape[2:])
-        if spares[i] is None or spares[i].shape != shape:
+        spare, count = spares[i], math.prod(shape)
+        if spare is not None and spare.shape == shape:
+            return spare
+        if spare is None or spare.numel() < count:
             spares[i] = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
-        return spares[i]
+            return spares[i]
+        return spare.view(-1).narrow(0, 0, count).view(shape)
 
     def resize(self, capacity: int) -> None:
         """Room for ``capacity`` positions, keeping the ``length`` written (new buffers; the
@@ -342,13 +349,16 @@ class StaticKVCache:
         hypothesis's room (generation/search.py)."""
         if capacity < max(self.length, 1):
             raise ValueError(f"StaticKVCache.resize: {capacity} positions cannot hold the {self.length} written")
-        for layer in self.layers:
+        spares = self._spare_buffers()
+        for i, layer in enumerate(self.layers):
             old = layer.self_attn.kv
-            new = old.new_zeros((*old.shape[:3], capacity, old.shape[4]))
+            new = old.new_empty((*old.shape[:3], capacity, old.shape[4]))
             new.narrow(3, 0, self.length).copy_(old.narrow(3, 0, self.length))
+            new.narrow(3, self.length, capacity - self.length).zero_()
             layer.self_attn.kv = new
+            if spares[i] is None or spares[i].numel() < old.numel():
+                spares[i] = old  # its memory serves move_rows's gathers (finite: keys, values, zeros)
         self.kv = [layer.self_attn.kv for layer in self.layers]
-        self._spares = None
         if self.key_mask is not None:
             mask = self.key_mask.new_ones((*self.key_mask.shape[:3], capacity))
             kept = min(capacity, self.capacity)
@@ -364,9 +374,10 @@ class StaticKVCache:
         for i, layer in enumerate(self.layers):
             kv = layer.self_attn.kv
             prefix = kv.narrow(3, 0, self.length)
-            # Gathered into the spare buffer reorder keeps (shaped like kv): index_select into a
-            # view of it is ~1.3x faster than into a fresh tensor, and allocates nothing.
-            moved = self._spare(i, kv, kv.shape[1]).narrow(1, 0, len(rows)).narrow(3, 0, self.length)
+            # Gathered into the memory of the spare buffer reorder keeps: index_select into it is
+            # ~1.3x faster than into a fresh tensor, and allocates nothing. Its out is strided like
+            # the prefix (a contiguous out would make index_select copy the whole prefix first).
+            moved = self._spare(i, kv, (kv.shape[0], len(rows), *kv.shape[2:])).narrow(3, 0, self.length)
             torch.index_select(prefix, 1, origin, out=moved)
             prefix.index_copy_(1, rows, moved)
         self.positions.index_copy_(0, rows, self.positions.index_select(0, origin))
