@@ -416,3 +416,23 @@ def test_top_candidates_with_fewer_real_scores_than_asked_and_ties():
     assert values[0, 0] == 1.0 and int(index[0, 0]) == 31990 and bool(torch.isinf(values[0, 1:]).all())
     assert values[1, :3].tolist() == [2.0] * 3 and sorted(index[1, :3].tolist()) == [5, 20000, 31999]
     assert torch.equal(scores.gather(1, index), values)
+
+
+def test_stay_order_keeps_as_many_survivors_as_can_be_in_their_parents_rows():
+    from attnlab.generation.search import _stay_order
+
+    # Survivors (by score) of one source extend rows 0, 0, 1, 2: three stay, the second child of
+    # row 0 goes to the row whose hypothesis has no child.
+    order = _stay_order([0, 0, 1, 2], 4)
+    assert order == [0, 2, 3, 1] and [[0, 0, 1, 2][i] for i in order] == [0, 1, 2, 0]
+    assert _stay_order([0, 1, 2, 3, 4, 5, 6, 7], 4) is None  # every survivor in its parent's row already
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        k, sources = int(torch.randint(1, 6, (1,), generator=generator)), 3
+        origin = [s * k + int(p) for s in range(sources) for p in torch.randint(0, k, (k,), generator=generator)]
+        order = _stay_order(origin, k) or list(range(len(origin)))
+        for s in range(sources):  # a permutation within each source
+            assert sorted(order[s * k:(s + 1) * k]) == list(range(s * k, (s + 1) * k))
+            placed = [origin[i] for i in order[s * k:(s + 1) * k]]
+            stay = sum(placed[j] == s * k + j for j in range(k))
+            assert stay == len(set(origin[s * k:(s + 1) * k]))  # one per parent with a child: the most

