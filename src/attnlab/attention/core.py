@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.attention.masks import check_mask
+from attnlab.linear import folding
 
 
 def _check_values(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | None, dropout_p: float,
@@ -109,6 +112,38 @@ def _tracing_or_compiling() -> bool:
     return torch.jit.is_tracing() or torch.compiler.is_compiling()
 
 
+_SDPA_ONLY = threading.local()
+
+
+@contextlib.contextmanager
+def sdpa_only():
+    """Within: no :func:`_one_query` (cross-attention over the memory: inductor compiles that
+    form wrongly there, logits 2.6-3.7 away from the eager step's in a greedy search package,
+    torch 2.13, while self-attention's is right; docs/benchmarks.md)."""
+    previous = getattr(_SDPA_ONLY, "on", False)
+    _SDPA_ONLY.on = True
+    try:
+        yield
+    finally:
+        _SDPA_ONLY.on = previous
+
+
+def _one_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None) -> Tensor:
+    """One query per row, as sums over products that inductor fuses into its own loops: a
+    decode step being exported for a package with its weights folded in (``folding()``), where
+    SDPA would be an external call per layer doing a matrix-vector product per (row, head) (MKL's
+    ``sgemv``: ~9 % of a small LM's int8 package step, a tenth of a multi30k beam step at 128
+    rows). The same values up to float rounding; a row with no allowed key gives zeros."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = ((q * scale) * k).sum(dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).unsqueeze(-2)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # (B, H, 1, Lk)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # no allowed key: zeros, not NaN
+    return (weights.transpose(-2, -1).to(v.dtype) * v).sum(dim=-2, keepdim=True)
+
+
 def attend_unchecked(
     q: Tensor,
     k: Tensor,
@@ -138,6 +173,9 @@ def attend_unchecked(
         if need_weights or bias is not None:
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             is_causal = False
+    if (q.shape[-2] == 1 and bias is None and not need_weights and dropout_p == 0.0 and not is_causal
+            and folding() and not getattr(_SDPA_ONLY, "on", False)):
+        return _one_query(q, k, v, mask, scale), None
     # A row is "empty" when its mask allows no key, or its bias is -inf at every allowed
     # key; such rows must come out as zeros (on both paths alike).
     empty_rows = None if mask is None else ~mask.any(dim=-1, keepdim=True)

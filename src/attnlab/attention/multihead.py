@@ -11,9 +11,10 @@ from torch import Tensor, nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 from attnlab.attention.cache import KVCache, MemoryKVCache
+from attnlab.attention.core import sdpa_only
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.attention.varlen import Segments
-from attnlab.linear import DecodeCaches, Linear, derived_key, linear_rows, step_linear, step_weights
+from attnlab.linear import DecodeCaches, Linear, derived_key, folding, linear_rows, step_linear, step_weights
 
 _QUERY_ROWS = WeakIdKeyDictionary()
 """qkv weight -> (its derived_key, its query rows): the slice a cross-attention step multiplies,
@@ -114,7 +115,8 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
         qkv_weight, qkv_bias, q_weight, q_bias, out_weight, out_bias, heads, head_dim, pattern, window, linear = plan
         batch, length, d = x.shape
         query_offset, key_offset = None, 0
-        if isinstance(cache, MemoryKVCache):
+        cross = isinstance(cache, MemoryKVCache)
+        if cross:
             k, v = cache.k, cache.v
             sources = k.shape[0]
             # Each memory row serves batch // sources consecutive query rows (beam search's
@@ -127,7 +129,12 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
             k, v, query_offset, key_offset, cache_mask = cache.update(qkv.narrow(0, 1, 2), window)
             if cache_mask is not None:
                 mask = cache_mask if mask is None else mask & cache_mask
-        out, _ = pattern(q, k, v, AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask))
+        context = AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask)
+        if cross and folding():  # cross-attention, exported for a folded package
+            with sdpa_only():
+                out, _ = pattern(q, k, v, context)
+        else:
+            out, _ = pattern(q, k, v, context)
         return linear(out.transpose(1, 2).reshape(batch, length, d), out_weight, out_bias), None
 
     def prepare_step(self):

@@ -114,7 +114,8 @@ FORMAT = 3
 wrong or much slower (part of every key). 2: built past a compiler with no shared libstdc++
 (:func:`package_compiler`); a package of format 1 may carry its own libstdc++ and crash its
 loader, so none is reused. 3: built with grad off, so inductor freezes the folded weights
-(format 2's child-process builds did not: plain products, see ``_BUILD``)."""
+(format 2's child-process builds did not: plain products, see ``_BUILD``), and a folded step's
+one-query self-attention exported as sums inductor fuses (``attention.core._one_query``)."""
 OUTSIDE_CONFIGS = {"aot_inductor.package_constants_in_so": False}
 FOLDED_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 FEW_ROWS_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "CPP"}
