@@ -52,28 +52,32 @@ _state = threading.local()
 
 
 @contextlib.contextmanager
-def packed_inference(enabled: bool = True):
-    """Within this block, :class:`Linear` layers may use MKL's packed GEMM (no autograd)."""
-    previous = getattr(_state, "enabled", False)
-    _state.enabled = enabled and _MKL_PACKED
+def thread_setting(name: str, value: bool = True):
+    """This thread's setting ``name`` (read by :func:`thread_setting_on`) is ``value`` within the
+    block, then what it was: the one form of the decoding code's per-thread switches."""
+    previous = getattr(_state, name, False)
+    setattr(_state, name, value)
     try:
         yield
     finally:
-        _state.enabled = previous
+        setattr(_state, name, previous)
 
 
-@contextlib.contextmanager
+def thread_setting_on(name: str) -> bool:
+    return getattr(_state, name, False)
+
+
+def packed_inference(enabled: bool = True):
+    """Within this block, :class:`Linear` layers may use MKL's packed GEMM (no autograd)."""
+    return thread_setting("enabled", enabled and _MKL_PACKED)
+
+
 def products_for_folding():
     """Within this block (exporting a step for a package whose weights are folded in,
     :mod:`attnlab.generation.aot`), a one-row product is ``F.linear`` like any other: inductor
     prepacks a folded weight of ``F.linear`` into its own GEMM kernels, which ``addmv`` does not
     get (a small LM's step 0.62 ms that way against 2.0 ms; docs/benchmarks.md)."""
-    previous = getattr(_state, "folding", False)
-    _state.folding = True
-    try:
-        yield
-    finally:
-        _state.folding = previous
+    return thread_setting("folding")
 
 
 def own_product(weight):
@@ -85,7 +89,7 @@ def own_product(weight):
 def folding() -> bool:
     """Whether a step is being exported for a package whose weights are folded in
     (:func:`products_for_folding`)."""
-    return getattr(_state, "folding", False)
+    return thread_setting_on("folding")
 
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") \

@@ -5,16 +5,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.attention.masks import check_mask
-from attnlab.linear import folding
+from attnlab.linear import folding, thread_setting, thread_setting_on
 
 
 def _check_values(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | None, dropout_p: float,
@@ -112,20 +110,11 @@ def _tracing_or_compiling() -> bool:
     return torch.jit.is_tracing() or torch.compiler.is_compiling()
 
 
-_SDPA_ONLY = threading.local()
-
-
-@contextlib.contextmanager
 def sdpa_only():
     """Within: no :func:`_one_query` (cross-attention over the memory: inductor compiles that
     form wrongly there, logits 2.6-3.7 away from the eager step's in a greedy search package,
     torch 2.13, while self-attention's is right; docs/benchmarks.md)."""
-    previous = getattr(_SDPA_ONLY, "on", False)
-    _SDPA_ONLY.on = True
-    try:
-        yield
-    finally:
-        _SDPA_ONLY.on = previous
+    return thread_setting("sdpa_only")
 
 
 def _one_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None) -> Tensor:
@@ -174,7 +163,7 @@ def attend_unchecked(
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             is_causal = False
     if (q.shape[-2] == 1 and bias is None and not need_weights and dropout_p == 0.0 and not is_causal
-            and folding() and not getattr(_SDPA_ONLY, "on", False)):
+            and folding() and not thread_setting_on("sdpa_only")):
         return _one_query(q, k, v, mask, scale), None
     # A row is "empty" when its mask allows no key, or its bias is -inf at every allowed
     # key; such rows must come out as zeros (on both paths alike).
