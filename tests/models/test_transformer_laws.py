@@ -203,3 +203,35 @@ def test_encoder_output_does_not_depend_on_the_decoder_cache_or_batch_order():
     assert torch.equal(flipped_mask, memory_mask.flip(0))
     real = memory_mask[:, 0, 0]
     assert (flipped_memory.flip(0) - memory).abs()[real].max() < 1e-5
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_padded_batch_is_encoded_on_its_real_tokens_with_the_padded_encodings_values(variant):
+    """In inference on the CPU a right-padded batch that is at least a quarter padding is
+    encoded packed (TokenEncoder._packed): the padded encoding's memory at the real positions
+    (up to float rounding), zeros at the padding (masked wherever read). Too little padding,
+    left padding, or grad on: the padded encoding itself."""
+    from unittest import mock
+
+    from attnlab.models.parts import TokenEncoder
+
+    model = tiny_model(variant)
+    src = random_ids(torch.Generator().manual_seed(6), [8, 2, 5, 1], VOCAB)  # 16 of 32 slots real
+    real = src != PAD
+    with torch.no_grad():
+        memory, memory_mask = model.encode(src)
+        with mock.patch.object(TokenEncoder, "_packed", return_value=None):
+            padded, padded_mask = model.encode(src)
+    assert torch.equal(memory_mask, padded_mask)
+    assert (memory[~real] == 0).all() and (padded[~real] != 0).any()
+    torch.testing.assert_close(memory[real], padded[real], atol=1e-5, rtol=1e-5)
+
+    full = random_ids(torch.Generator().manual_seed(7), [8, 7, 8, 6], VOCAB)  # 29 of 32 real
+    left = src.flip(1)
+    for ids in (full, left):
+        with torch.no_grad():
+            with mock.patch.object(TokenEncoder, "_packed", return_value=None):
+                expected, _ = model.encode(ids)
+            assert torch.equal(model.encode(ids)[0], expected)
+    expected = model.encode(src)[0]  # grad on: the padded encoding
+    assert (expected[~real] != 0).any()

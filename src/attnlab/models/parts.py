@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache, StaticKVCache
 from attnlab.attention.masks import key_padding_mask
+from attnlab.attention.varlen import Segments, pack_right_padded
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
@@ -78,11 +79,40 @@ class TokenEncoder(_Embedder):
 
     def forward(self, ids: Tensor, *, need_weights: bool = False):
         """Encode (no argument checks: the model checks its inputs); with ``need_weights``
-        also the per-layer :class:`~attnlab.layers.blocks.LayerAttention`."""
+        also the per-layer :class:`~attnlab.layers.blocks.LayerAttention`.
+
+        In inference on the CPU, a right-padded batch that is at least a quarter padding is
+        encoded packed (:mod:`attnlab.attention.varlen`): the products and FFN run on its
+        real tokens only; the memory is the same up to float rounding at the real positions,
+        and zeros at the padding (masked wherever it is read)."""
         memory_mask = key_padding_mask(ids, self.pad_id)
+        if not need_weights and memory_mask is not None:
+            memory = self._packed(ids, memory_mask)
+            if memory is not None:
+                return memory, memory_mask
         x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), bound=ids.shape[1])
         memory, weights = self.stack(x, self_mask=memory_mask, need_weights=need_weights)
         return (memory, memory_mask, weights) if need_weights else (memory, memory_mask)
+
+    def _packed(self, ids: Tensor, memory_mask: Tensor) -> Tensor | None:
+        """The memory of a padded batch encoded on its real tokens, or None where that is not
+        worth it or not possible (training, a GPU, little padding, left padding, a pattern
+        without variable lengths). 32 multi30k sources (half padding), one thread: the
+        encoder's products 1,024 -> 515 rows."""
+        if self.training or ids.device.type != "cpu" or torch.is_grad_enabled() \
+                or not all(getattr(layer.self_attn.pattern, "varlen", False) for layer in self.stack.layers):
+            return None
+        real = memory_mask.view(ids.shape)
+        if 4 * int(real.sum()) > 3 * real.numel():
+            return None
+        try:
+            packing = pack_right_padded(real)
+        except ValueError:  # left padding
+            return None
+        positions = torch.arange(packing.length, device=ids.device).expand(packing.batch, -1)
+        x = self.embed_tokens(packing.pack(ids)[None], packing.pack(positions)[None], bound=packing.length)
+        memory, _ = self.stack(x, self_mask=Segments(packing, packing))
+        return packing.unpack(memory[0])
 
 
 class TokenDecoder(DecodeCaches, _Embedder):
