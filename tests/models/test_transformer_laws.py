@@ -235,3 +235,29 @@ def test_a_padded_batch_is_encoded_on_its_real_tokens_with_the_padded_encodings_
             assert torch.equal(model.encode(ids)[0], expected)
     expected = model.encode(src)[0]  # grad on: the padded encoding
     assert (expected[~real] != 0).any()
+
+
+class _Memory(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model.encode(ids)[0]
+
+
+def test_a_traced_encoder_keeps_the_padded_form_for_any_batch():
+    """Tracing (the ONNX export's road) records the padded encoding, not the packed one of the
+    example's padding (no data-dependent gather of the real tokens in the graph): the traced
+    encoder gives the eager memory for a batch padded otherwise."""
+    import warnings
+
+    model = tiny_model("pre_ln_learned")
+    example = random_ids(torch.Generator().manual_seed(8), [8, 2, 5, 1], VOCAB)
+    other = random_ids(torch.Generator().manual_seed(9), [1, 8, 3, 6], VOCAB)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's own warnings
+        traced = torch.jit.trace(_Memory(model), (example,), check_trace=False)
+        real = other != PAD
+        torch.testing.assert_close(traced(other)[real], model.encode(other)[0][real], atol=1e-5, rtol=1e-5)
+    assert "aten::nonzero" not in str(traced.inlined_graph)

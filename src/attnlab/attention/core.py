@@ -104,10 +104,10 @@ def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
-def _tracing_or_compiling() -> bool:
-    """Under ONNX/JIT tracing or torch.compile a branch on a tensor's value would be baked
-    into the graph (or break it): keep the data-independent form there."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+def capturing() -> bool:
+    """Under ONNX/JIT tracing, torch.compile or torch.export a branch on a tensor's value would
+    be baked into the graph (or break it): keep the data-independent form there."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def sdpa_only():
@@ -172,7 +172,7 @@ def attend_unchecked(
         blocked = torch.isneginf(bias) if mask is None else torch.isneginf(bias) | ~mask
         empty_rows = blocked.all(dim=-1, keepdim=True)
 
-    if (empty_rows is not None and q.device.type == "cpu" and not _tracing_or_compiling()
+    if (empty_rows is not None and q.device.type == "cpu" and not capturing()
             and not bool(empty_rows.any())):
         empty_rows = None  # the usual case (a causal mask): two fewer passes over (B, H, Lq, Lk); no sync on CPU
 

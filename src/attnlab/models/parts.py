@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache, StaticKVCache
+from attnlab.attention.core import capturing
 from attnlab.attention.masks import key_padding_mask
 from attnlab.attention.varlen import Segments, pack_right_padded
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
@@ -96,10 +97,10 @@ class TokenEncoder(_Embedder):
 
     def _packed(self, ids: Tensor, memory_mask: Tensor) -> Tensor | None:
         """The memory of a padded batch encoded on its real tokens, or None where that is not
-        worth it or not possible (training, a GPU, little padding, left padding, a pattern
-        without variable lengths). 32 multi30k sources (half padding), one thread: the
+        worth it or not possible (training, a GPU, a graph being captured, little padding, left
+        padding, a pattern without variable lengths). 32 multi30k sources (half padding), one thread: the
         encoder's products 1,024 -> 515 rows."""
-        if self.training or ids.device.type != "cpu" or torch.is_grad_enabled() \
+        if self.training or ids.device.type != "cpu" or torch.is_grad_enabled() or capturing() \
                 or not all(getattr(layer.self_attn.pattern, "varlen", False) for layer in self.stack.layers):
             return None
         real = memory_mask.view(ids.shape)
