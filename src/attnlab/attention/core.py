@@ -111,9 +111,11 @@ def capturing() -> bool:
 
 
 def sdpa_only():
-    """Within: no :func:`_one_query` (cross-attention over the memory: inductor compiles that
-    form wrongly there, logits 2.6-3.7 away from the eager step's in a greedy search package,
-    torch 2.13, while self-attention's is right; docs/benchmarks.md)."""
+    """Within: no :func:`_one_query`. Entered by ``MultiHeadAttention.step`` for cross-attention
+    over the memory (inductor compiles that form wrongly there: logits 2.6-3.7 away from the
+    eager step's in a greedy search package, torch 2.13, while self-attention's is right) and
+    for a pattern's cache window (its gathered keys as sums were slower: an Image Transformer
+    sample 0.143 -> 0.203 s; docs/benchmarks.md)."""
     return thread_setting("sdpa_only")
 
 

@@ -130,7 +130,7 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
             if cache_mask is not None:
                 mask = cache_mask if mask is None else mask & cache_mask
         context = AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask)
-        if cross and folding():  # cross-attention, exported for a folded package
+        if (cross or window is not None) and folding():  # exported for a folded package: see sdpa_only
             with sdpa_only():
                 out, _ = pattern(q, k, v, context)
         else:
