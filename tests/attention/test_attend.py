@@ -389,23 +389,26 @@ ONE_QUERY_SHAPES = [shape for shape in SHAPES if shape[2] == 1] + [(4, 3, 1, 40,
 @pytest.mark.parametrize("shape", ONE_QUERY_SHAPES, ids=shape_id)
 def test_one_query_as_sums_equals_the_naive_reference(shape, mask_kind):
     """The form a folded package's one-query self-attention is exported in (sums that inductor
-    fuses, not SDPA), taken by attend_unchecked only while a step is exported for folding; a
-    query with no allowed key gives zeros. Inside sdpa_only() the fused kernel is called."""
+    fuses, not SDPA), taken by attend_unchecked only inside one_query_sums(); a query with no
+    allowed key gives zeros. A folded export alone (cross-attention, a window) and everything
+    else call the fused kernel."""
     from unittest import mock
 
     from attnlab.attention import core
     from attnlab.linear import products_for_folding
 
+    # float64 throughout (make_qkv's default; the sums accumulate in it too): the file's usual
+    # float64 tolerances, ~1e-16 a rounding step, hold on any CPU.
     q, k, v = make_qkv(shape)
     mask = make_mask(mask_kind, shape)
     expected, _ = naive_attention(q, k, v, mask=mask)
     with mock.patch.object(core, "_one_query", wraps=core._one_query) as one_query:
-        with products_for_folding():
+        with core.one_query_sums():
             out, _ = attend_unchecked(q, k, v, mask=mask)
-            with core.sdpa_only():
-                fused, _ = attend_unchecked(q, k, v, mask=mask)
+        with products_for_folding():
+            fused, _ = attend_unchecked(q, k, v, mask=mask)
         plain, _ = attend_unchecked(q, k, v, mask=mask)
-    assert one_query.call_count == 1  # the folded export only, not under sdpa_only, not outside
+    assert one_query.call_count == 1  # inside one_query_sums only
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
     torch.testing.assert_close(fused, expected, atol=1e-12, rtol=1e-10)
     torch.testing.assert_close(plain, expected, atol=1e-12, rtol=1e-10)

@@ -334,11 +334,8 @@ class StaticKVCache:
         zeros for a fixed-shape cache."""
         spares = self._spare_buffers()
         spare, count = spares[i], math.prod(shape)
-        if spare is not None and spare.shape == shape:
-            return spare
         if spare is None or spare.numel() < count:
-            spares[i] = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
-            return spares[i]
+            spare = spares[i] = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
         return spare.view(-1).narrow(0, 0, count).view(shape)
 
     def resize(self, capacity: int) -> None:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.attention.masks import check_mask
-from attnlab.linear import folding, thread_setting, thread_setting_on
+from attnlab.linear import thread_setting, thread_setting_on
 
 
 def _check_values(q: Tensor, k: Tensor, v: Tensor, *, bias: Tensor | None, dropout_p: float,
@@ -110,18 +110,20 @@ def capturing() -> bool:
     return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
-def sdpa_only():
-    """Within: no :func:`_one_query`. Entered by ``MultiHeadAttention.step`` for cross-attention
-    over the memory (inductor compiles that form wrongly there: logits 2.6-3.7 away from the
-    eager step's in a greedy search package, torch 2.13, while self-attention's is right) and
-    for a pattern's cache window (its gathered keys as sums were slower: an Image Transformer
-    sample 0.143 -> 0.203 s; docs/benchmarks.md)."""
-    return thread_setting("sdpa_only")
+def one_query_sums():
+    """Within: a call with one query and no bias is :func:`_one_query`'s sums, not SDPA. Entered
+    by ``MultiHeadAttention.step`` for a self-attention step without a cache window while the step
+    is exported for a folded package (``linear.folding()``). Not for cross-attention over the
+    memory (inductor compiled the sums wrongly there: logits 2.6-3.7 away from the eager step's in
+    a greedy search package, torch 2.13, while self-attention's are right), nor for a window's
+    gathered keys (slower as sums: an Image Transformer sample 0.143 -> 0.203 s;
+    docs/benchmarks.md)."""
+    return thread_setting("one_query_sums")
 
 
 def _one_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None) -> Tensor:
     """One query per row, as sums over products that inductor fuses into its own loops: a
-    decode step being exported for a package with its weights folded in (``folding()``), where
+    decode step being exported for a package with its weights folded in (:func:`one_query_sums`), where
     SDPA would be an external call per layer doing a matrix-vector product per (row, head) (MKL's
     ``sgemv``: ~9 % of a small LM's int8 package step, a tenth of a multi30k beam step at 128
     rows). The same values up to float rounding; a row with no allowed key gives zeros."""
@@ -165,7 +167,7 @@ def attend_unchecked(
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             is_causal = False
     if (q.shape[-2] == 1 and bias is None and not need_weights and dropout_p == 0.0 and not is_causal
-            and folding() and not thread_setting_on("sdpa_only")):
+            and thread_setting_on("one_query_sums")):
         return _one_query(q, k, v, mask, scale), None
     # A row is "empty" when its mask allows no key, or its bias is -inf at every allowed
     # key; such rows must come out as zeros (on both paths alike).

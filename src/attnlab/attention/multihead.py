@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 from attnlab.attention.cache import KVCache, MemoryKVCache
-from attnlab.attention.core import sdpa_only
+from attnlab.attention.core import one_query_sums
 from attnlab.attention.patterns import AttentionContext, AttentionPattern, FullAttention
 from attnlab.attention.varlen import Segments
 from attnlab.linear import DecodeCaches, Linear, derived_key, folding, linear_rows, step_linear, step_weights
@@ -130,8 +130,8 @@ class MultiHeadAttention(DecodeCaches, nn.Module):
             if cache_mask is not None:
                 mask = cache_mask if mask is None else mask & cache_mask
         context = AttentionContext(query_offset=query_offset, key_offset=key_offset, mask=mask)
-        if (cross or window is not None) and folding():  # exported for a folded package: see sdpa_only
-            with sdpa_only():
+        if not cross and window is None and folding():  # exported for a folded package: see one_query_sums
+            with one_query_sums():
                 out, _ = pattern(q, k, v, context)
         else:
             out, _ = pattern(q, k, v, context)

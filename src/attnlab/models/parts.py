@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from attnlab.attention.cache import StackCache, StaticKVCache
 from attnlab.attention.core import capturing
 from attnlab.attention.masks import key_padding_mask
-from attnlab.attention.varlen import Segments, pack_right_padded
+from attnlab.attention.varlen import Packing, Segments, pack_right_padded
 from attnlab.layers.blocks import TransformerLayer, TransformerStack
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
@@ -63,6 +63,12 @@ class _Embedder(nn.Module):
             else:
                 x = x + (self.positions(positions) if checked else self.positions.lookup(positions))
         return self.embed_dropout(x) if self.training else x
+
+    def embed_packed(self, ids: Tensor, packing: Packing) -> Tensor:
+        """The real tokens of right-padded ``(B, L)`` ids, packed (:mod:`attnlab.attention.varlen`):
+        ``(1, T, d_model)``, each row's positions starting at 0."""
+        positions = torch.arange(packing.length, device=ids.device).expand(packing.batch, -1)
+        return self.embed_tokens(packing.pack(ids)[None], packing.pack(positions)[None], bound=packing.length)
 
 
 class TokenEncoder(_Embedder):
@@ -110,10 +116,11 @@ class TokenEncoder(_Embedder):
             packing = pack_right_padded(real)
         except ValueError:  # left padding
             return None
-        positions = torch.arange(packing.length, device=ids.device).expand(packing.batch, -1)
-        x = self.embed_tokens(packing.pack(ids)[None], packing.pack(positions)[None], bound=packing.length)
-        memory, _ = self.stack(x, self_mask=Segments(packing, packing))
-        return packing.unpack(memory[0])
+        return packing.unpack(self.packed_memory(ids, packing)[0])
+
+    def packed_memory(self, ids: Tensor, packing: Packing) -> Tensor:
+        """The memory of right-padded ``ids``' real tokens only, packed: ``(1, T, d_model)``."""
+        return self.stack(self.embed_packed(ids, packing), self_mask=Segments(packing, packing))[0]
 
 
 class TokenDecoder(DecodeCaches, _Embedder):

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from attnlab.attention.cache import StackCache, StaticKVCache
 from attnlab.attention.masks import check_mask
-from attnlab.attention.varlen import Packing, Segments, pack_right_padded
+from attnlab.attention.varlen import Segments, pack_right_padded
 from attnlab.layers.blocks import LayerAttention
 from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
@@ -244,13 +244,8 @@ class Transformer(AttnlabModel):
         source = pack_right_padded(src_ids != c.pad_id, "src_ids")
         target = pack_right_padded(tgt_in_ids != c.pad_id, "tgt_ids")
         encoder, decoder = self.encoder, self.decoder
-
-        def embed(part, packing: Packing, ids: Tensor) -> Tensor:  # (1, T, d): positions restart per row
-            positions = torch.arange(packing.length, device=ids.device).expand(packing.batch, -1)
-            return part.embed_tokens(packing.pack(ids)[None], packing.pack(positions)[None], bound=packing.length)
-
-        memory, _ = encoder.stack(embed(encoder, source, src_ids), self_mask=Segments(source, source))
-        hidden, _ = decoder.stack(embed(decoder, target, tgt_in_ids), self_mask=Segments(target, target),
+        memory = encoder.packed_memory(src_ids, source)
+        hidden, _ = decoder.stack(decoder.embed_packed(tgt_in_ids, target), self_mask=Segments(target, target),
                                   memory=memory, memory_mask=Segments(target, source))
         return decoder.head(hidden[0])
 
