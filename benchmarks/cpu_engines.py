@@ -185,6 +185,10 @@ def run_size(size: str, threads_list: list[int], repeats: int, new_tokens: int, 
             for name in [n for n in runs if "int8" in n]:  # greedy paths diverge for good after one difference
                 where = first_difference(tokens["attnlab fp32"], tokens[name])
                 checks.append(f"{name} == fp32" if where is None else f"{name} follows fp32 for {where} tokens")
+            if aot:  # the package's products in integers (one row) are the eager int8 kernel's arithmetic
+                where = first_difference(tokens["attnlab int8"], tokens["attnlab int8 aot"])
+                checks.append("int8 aot == int8 eager" if where is None else f"int8 aot differs from int8 eager at "
+                                                                             f"token {where}")
             medians = interleaved_medians(runs, repeats=repeats)
             rate = {name: new_tokens / seconds for name, seconds in medians.items()}
             print(f"\n{size} (layers {SIZES[size][0]['n_layer']}, d {SIZES[size][0]['n_embd']}, vocabulary "

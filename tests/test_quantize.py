@@ -347,3 +347,96 @@ def test_the_folded_product_is_the_int8_weights_product_within_bfloat16_rounding
     with products_for_folding():
         assert torch.equal(Int8Weight.step_product(x, q, bias), q.folded_product(x, bias))
         assert torch.equal(Int8Weight.step_product(x, q[:8], None), q[:8].folded_product(x, None))
+
+
+def _dynamic_codes(x: torch.Tensor):
+    """The 8-bit codes, scale and zero point torch's dynamic quantisation gives ``x`` (one
+    affine scale for the whole call, the range widened to include 0; ChooseQuantizationParams),
+    written out in Python floats: the reference for Int8Weight.integer_product."""
+    from attnlab.quantize import SMALL_SCALE
+
+    rows = x.reshape(-1, x.shape[-1])
+    low, high = min(float(rows.min()), 0.0), max(float(rows.max()), 0.0)
+    scale = (high - low) / 255
+    if float(torch.tensor(scale, dtype=torch.float32)) == 0:
+        scale = 0.1
+    if scale < SMALL_SCALE:
+        amplified = float(torch.tensor(low, dtype=torch.float32) * (SMALL_SCALE / torch.tensor(scale, dtype=torch.float32)))
+        low = -SMALL_SCALE * 255 if high == 0 else amplified
+        scale = SMALL_SCALE
+    zero = min(max(round(-low / scale), 0), 255)  # Python's round: half to even, as nearbyint
+    scale32 = torch.tensor(scale, dtype=torch.float32)
+    codes = (torch.round(rows * (1 / scale32)) + zero).clamp(0, 255)
+    return codes.double(), float(scale32), zero
+
+
+_INPUTS = {"normal": lambda g: torch.randn(1, 40, generator=g),
+           "positive": lambda g: torch.rand(1, 40, generator=g) + 0.5,
+           "negative": lambda g: -torch.rand(1, 40, generator=g),
+           "zeros": lambda g: torch.zeros(1, 40),
+           # ranges below 255 times the smallest scale (0.0156): the scale raised, the range widened
+           "small": lambda g: torch.randn(1, 40, generator=g) * 1e-3,
+           "small positive": lambda g: torch.rand(1, 40, generator=g) * 1e-2,
+           "small negative": lambda g: -torch.rand(1, 40, generator=g) * 1e-2,
+           "tiny": lambda g: torch.randn(1, 40, generator=g) * 1e-7,
+           "large": lambda g: torch.randn(1, 40, generator=g) * 1e4,
+           "rows": lambda g: torch.randn(3, 1, 40, generator=g) * 3}
+
+
+@pytest.mark.parametrize("kind", sorted(_INPUTS))
+def test_the_integer_product_is_the_dynamic_kernels_arithmetic(kind):
+    """What a one-row int8 package multiplies by (generation/aot.py, "integer"): the input
+    quantised as torch's dynamic kernel quantises it, the int8 codes' sums exact, then scaled.
+    Against the same codes multiplied in float64 (machine-independent), and, where the eager
+    kernel takes full-range inputs, against the eager kernel itself."""
+    generator = torch.Generator().manual_seed(3)
+    weight, bias = torch.randn(24, 40, generator=generator), torch.randn(24, generator=generator)
+    q = Int8Weight.from_float(weight)
+    x = _INPUTS[kind](generator)
+    codes, scale, zero = _dynamic_codes(x)
+    sums = (codes - zero) @ q.values.double().T  # exact: integers
+    reference = (sums * scale * q.scales[None, :]).reshape(*x.shape[:-1], 24)
+    for b in (bias, None):
+        out = q.integer_product(x, b)
+        expected = reference + (0 if b is None else b.double())
+        assert out.shape == expected.shape and out.dtype == torch.float32
+        torch.testing.assert_close(out.double(), expected, atol=1e-6 * float(expected.abs().max()) + 1e-6, rtol=1e-5)
+        if full_range_inputs():  # the eager kernel's own arithmetic: equal up to float32's last bits
+            torch.testing.assert_close(out, q.linear(x, b), atol=1e-6 * float(expected.abs().max()) + 1e-6,
+                                       rtol=1e-5)
+    # a product off by one code in the zero point is far outside these bounds
+    shifted = ((codes - zero - 1) @ q.values.double().T * scale * q.scales[None, :]).reshape(*x.shape[:-1], 24)
+    assert not torch.allclose(q.integer_product(x, None).double(), shifted, atol=1e-6 * float(shifted.abs().max()),
+                              rtol=1e-5)
+
+
+def test_the_package_takes_the_integer_product_only_when_asked():
+    from attnlab.linear import products_for_folding
+    from attnlab.quantize import integer_products
+
+    generator = torch.Generator().manual_seed(4)
+    q = Int8Weight.from_float(torch.randn(24, 40, generator=generator))
+    x = torch.randn(1, 40, generator=generator)
+    with products_for_folding():
+        assert torch.equal(q.folded_product(x, None), q.weight_only_product(x, None))
+        with integer_products():
+            assert torch.equal(Int8Weight.step_product(x, q, None), q.integer_product(x, None))
+        assert torch.equal(Int8Weight.step_product(x, q, None), q.weight_only_product(x, None))
+    assert torch.equal(q.row_sums, q.values.sum(dim=1, dtype=torch.int32))
+    assert q.row_sums is q.step_tensors()[2]
+
+
+def test_the_last_level_cache_is_read_from_sysfs(tmp_path):
+    from attnlab.quantize import last_level_cache_bytes
+
+    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                                 (3, "Unified", "32768K"), (4, "Instruction", "64M")]):
+        directory = tmp_path / f"index{index}"
+        directory.mkdir()
+        (directory / "level").write_text(f"{level}\n")
+        (directory / "type").write_text(f"{kind}\n")
+        (directory / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 32 << 20
+    (tmp_path / "index3" / "size").write_text("garbage\n")
+    assert last_level_cache_bytes(str(tmp_path)) == 1 << 20  # an unreadable level is skipped
+    assert last_level_cache_bytes(str(tmp_path / "absent")) == 0

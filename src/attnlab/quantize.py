@@ -20,7 +20,11 @@ linear layers in float32, 20 ms with ``linear_dynamic`` and 416 ms with the weig
 docs/benchmarks.md ("int8 decoding") for how it was measured.
 
 Through a package (``compile="aot"``, :mod:`attnlab.generation.aot`, its weights folded in on
-the CPU) the same int8 weights take inductor's weight-only int8 GEMM instead: the product's
+the CPU), a one-row step on a CPU whose int8 kernel sums full-range inputs in 32 bits
+multiplies in integers with the eager kernel's own arithmetic (:meth:`Int8Weight.integer_product`:
+the input quantised to 8 bits as ``linear_dynamic`` quantises it, oneDNN's int8 product through
+``torch._int_mm``), so its logits are the eager step's; other steps (several rows, 7-bit CPUs)
+take inductor's weight-only int8 GEMM instead: the product's
 inputs rounded to bfloat16 (8 significant bits, against the dynamic kernel's 8-bit
 per-call quantisation of the whole row), the int8 weight read as it is, the sums in float32,
 the scaled result stored in bfloat16; no per-call set-up of a oneDNN or FBGEMM kernel, which
@@ -44,13 +48,14 @@ them and bf16 is slower than float32, so it refuses with a message naming the CP
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.linear import folding
+from attnlab.linear import folding, thread_setting, thread_setting_on
 
 QUANTIZE_MODES = ("int8", "bf16")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -101,6 +106,50 @@ def full_range_inputs() -> bool:
     return _FULL_RANGE
 
 
+SMALL_SCALE = float(torch.tensor(6.1e-5, dtype=torch.float32))
+"""The smallest input scale torch's dynamic quantisation chooses (``SMALL_SCALE_THRESHOLD``, a
+float32 constant): :meth:`Int8Weight.integer_product` follows it."""
+
+
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The size of this CPU's last data cache (the highest level sysfs lists for cpu0), in bytes;
+    0 where it cannot be read."""
+    best = (0, 0)
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, entry, "level"), encoding="ascii") as f:
+                level = int(f.read().strip())
+            with open(os.path.join(root, entry, "type"), encoding="ascii") as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, entry, "size"), encoding="ascii") as f:
+                text = f.read().strip().upper()
+        except (OSError, ValueError):
+            continue
+        if kind not in ("Data", "Unified"):
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in "KMG" else text
+        if digits.isdigit():
+            best = max(best, (level, int(digits) * unit))
+    return best[1]
+
+
+def integer_products():
+    """Within this block (exporting a one-row step for a package with its weights folded in, on a
+    CPU where :func:`full_range_inputs`), an int8 product is :meth:`Int8Weight.integer_product`."""
+    return thread_setting("int8_integer")
+
+
+def integer_products_on() -> bool:
+    return thread_setting_on("int8_integer")
+
+
 def _sums_exact(rows: int, width: int) -> bool:
     weight = Int8Weight(torch.full((16, width), 127, dtype=torch.int8), torch.ones(16, dtype=torch.float64))
     x = torch.full((rows, width), 255.0)
@@ -138,6 +187,8 @@ class Int8Weight:
         # The same scales for a folded package's product (weight-only int8 on bfloat16 inputs):
         # exact where they came from from_float (bf16-representable by construction).
         self.scales_bf16 = scales.to(torch.bfloat16)
+        # Each output row's sum of codes, for integer_product's zero-point correction.
+        self.row_sums = values.sum(dim=1, dtype=torch.int32)
         self.shape = values.shape
         self.dtype = torch.float32
         self.device = values.device
@@ -158,10 +209,10 @@ class Int8Weight:
         values = torch.round(weight.to(torch.float64) / scales[:, None]).clamp_(-127, 127).to(torch.int8)
         return cls(values, scales)
 
-    def step_tensors(self) -> tuple[Tensor, Tensor]:
-        """The tensors :meth:`folded_product` reads (the int8 values, the bf16 scales): what an
-        exported step must name (generation/aot.py)."""
-        return self.values, self.scales_bf16
+    def step_tensors(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The tensors :meth:`folded_product` and :meth:`integer_product` read (the int8 values,
+        the bf16 scales, the rows' sums): what an exported step must name (generation/aot.py)."""
+        return self.values, self.scales_bf16, self.row_sums
 
     def dequantize(self) -> Tensor:
         return (self.values.to(torch.float64) * self.scales[:, None]).to(torch.float32)
@@ -181,7 +232,7 @@ class Int8Weight:
     def linear(self, x: Tensor, bias: Tensor | None) -> Tensor:
         """``x @ W.T + bias`` with the int8 kernel: ``(..., in)`` -> ``(..., out)``. While a step is
         exported for a package with folded weights (:func:`attnlab.linear.products_for_folding`),
-        the weight-only int8 product instead (:meth:`folded_product`): every road to an int8
+        the package's product instead (:meth:`folded_product`): every road to an int8
         product (the step path, a module's forward, ``F.linear``) comes here."""
         if folding():
             return self.folded_product(x, bias)
@@ -201,6 +252,42 @@ class Int8Weight:
         return weight.linear(x, bias)
 
     def folded_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """The product an exported step takes: :meth:`integer_product` within
+        :func:`integer_products`, else :meth:`weight_only_product`."""
+        if integer_products_on():
+            return self.integer_product(x, bias)
+        return self.weight_only_product(x, bias)
+
+    def integer_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """``x @ W.T + bias`` in integers, with the arithmetic of the eager kernel
+        (``linear_dynamic`` with full-range inputs): the inputs quantised together to 8 bits, one
+        scale and zero point per call chosen as torch's ``ChooseQuantizationParams`` chooses them
+        (a scale below :data:`SMALL_SCALE` raised to it, the range widened alike), multiplied by
+        the int8 codes with 32-bit sums (``torch._int_mm``: oneDNN's VNNI kernel for one row, the
+        codes shifted to signed by 128 and the shift taken back with the rows' sums), then
+        scaled. Exported into a one-row package it is several times faster than the weight-only
+        GEMM at a small model's sizes (docs/benchmarks.md). Only where the eager kernel takes
+        full-range inputs (:func:`full_range_inputs`): elsewhere it would differ from it."""
+        rows = x.reshape(-1, x.shape[-1])
+        low = rows.amin().clamp(max=0.0)
+        high = rows.amax().clamp(min=0.0)
+        exact = (high.to(torch.float64) - low.to(torch.float64)) / 255.0
+        single = exact.to(torch.float32)
+        scale = torch.where((single == 0) | torch.isinf(1.0 / single), 0.1, exact)
+        small = scale < SMALL_SCALE
+        widened = torch.where(high == 0, -SMALL_SCALE * 255.0, low * (SMALL_SCALE / scale.to(torch.float32)))
+        low = torch.where(small, widened, low)
+        scale = torch.where(small, SMALL_SCALE, scale)
+        zero = torch.round(-low.to(torch.float64) / scale).clamp(0, 255)
+        scale = scale.to(torch.float32)
+        codes = (torch.round(rows * (1.0 / scale)) + zero.to(torch.float32)).clamp(0, 255) - 128
+        sums = torch._int_mm(codes.to(torch.int8), self.values.t())
+        sums = sums - (zero.to(torch.int32) - 128) * self.row_sums
+        out = sums.to(torch.float32) * (scale * self.scales_bf16.to(torch.float32))
+        out = out.view(x.shape[:-1] + out.shape[-1:])
+        return out if bias is None else out + bias
+
+    def weight_only_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
         """``x @ W.T + bias`` as inductor's weight-only int8 GEMM takes it (its pattern
         ``F.linear(x, W_int8.to(bf16)) * scales``, matched when the weights are folded into a
         package, generation/aot.py): the inputs in bfloat16, the int8 weight read directly, the
@@ -237,6 +324,7 @@ class QuantizedLinear(nn.Module):
         # what reads the model's tensors by name (a folded package's checksum and export) sees them.
         self.register_buffer("weight_values", self.weight.values, persistent=False)
         self.register_buffer("weight_scales", self.weight.scales_bf16, persistent=False)
+        self.register_buffer("weight_row_sums", self.weight.row_sums, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.weight.linear(x, self.bias)
@@ -290,4 +378,5 @@ def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
     return model.eval()
 
 
-__all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "fast_bf16_cpu", "quantize_model"]
+__all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "fast_bf16_cpu",
+           "full_range_inputs", "integer_products", "quantize_model"]

@@ -310,6 +310,7 @@ def test_int8_weights_through_a_folded_package_multiply_by_the_int8_weights(tmp_
     from attnlab.cli.main import main
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "weight-only")  # integer: the next test
     model = lm()
     model.save_pretrained(tmp_path / "model")
     assert main(["compile", "--model", str(tmp_path / "model"), "--quantize", "int8"]) == 0
@@ -333,6 +334,70 @@ def test_int8_weights_through_a_folded_package_multiply_by_the_int8_weights(tmp_
         warnings.simplefilter("error", RuntimeWarning)
         tokens = generate(quantized, [[3, 4, 5]], max_new_tokens=20, greedy=True, compile="aot")
     assert len(tokens[0]) == 20 and len(list((tmp_path / "aot").glob("*.pt2"))) == 1 and calls == []
+
+
+@needs_compiler
+def test_an_int8_one_row_package_multiplies_in_integers_as_the_eager_step(tmp_path, monkeypatch):
+    """A one-row int8 step where the products go in integers (aot._int8_products: "integer"):
+    teacher-forced from one cache each position, its logits are the eager step's with the same
+    products (the integer product run eagerly) within float32 rounding, and, where the eager
+    int8 kernel takes full-range inputs (the one place the package is built so), the plain eager
+    int8 step's, with its greedy tokens. Float32 rounding can move an input across a code's
+    boundary (one code: ~1e-3 here; 0 of 2,900 positions on the development CPU), so a few
+    positions may differ by that; the weight-only product differs by it at every position."""
+    from attnlab.linear import products_for_folding
+    from attnlab.quantize import full_range_inputs, integer_products
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "integer")
+    quantized = lm().quantize("int8")
+    torch.manual_seed(1)
+    ids = torch.randint(1, 23, (1, 33))
+    close = {"integer": 0, "plain": 0}
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
+        for t in range(4, 33):
+            cache = quantized.new_cache(1, 33, fixed_shape=True)
+            quantized.prefill(ids[:, :t], cache)
+            integer_cache, plain_cache = copy.deepcopy(cache), copy.deepcopy(cache)
+            got = aot.aot_step(quantized, "causal", cache, quiet=True)(ids[:, t], cache)
+            with products_for_folding(), integer_products():
+                integer = quantized.step(ids[:, t], integer_cache)
+            plain = quantized.step(ids[:, t], plain_cache)
+            for name, expected in (("integer", integer), ("plain", plain)):
+                torch.testing.assert_close(got, expected, atol=5e-2, rtol=0)  # a wrong scale or row: far more
+                close[name] += bool(torch.allclose(got, expected, atol=1e-5, rtol=1e-5))
+    assert close["integer"] >= 26, close
+    manifest = json.loads(next((tmp_path / "aot").glob("*.json")).read_text())
+    assert manifest["structure"]["int8_products"] == "integer"
+    if full_range_inputs():
+        assert close["plain"] >= 26, close
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            assert generate(quantized, [[3, 4, 5]], max_new_tokens=20, greedy=True, compile="aot") == \
+                generate(quantized, [[3, 4, 5]], max_new_tokens=20, greedy=True)
+
+
+def test_int8_products_in_integers_for_one_row_within_a_quarter_of_the_cache(monkeypatch):
+    """How an int8 package multiplies (aot._int8_products): in integers for a one-row step
+    whose int8 weights take at most a quarter of the last-level cache, on a CPU whose eager
+    kernel takes full-range inputs; weight-only otherwise; a float model has no int8 products."""
+    model = lm().quantize("int8")
+    size = sum(m.weight.values.numel() for m in model.modules() if hasattr(m, "weight_row_sums"))
+    monkeypatch.setattr(aot, "full_range_inputs", lambda: True)
+    monkeypatch.setattr(aot, "last_level_cache_bytes", lambda: 4 * size)
+    assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "integer"
+    assert aot._int8_products(model, aot.Layout("image", batch=1, capacity=16)) == "integer"
+    assert aot._int8_products(model, aot.Layout("causal", batch=2)) == "weight-only"
+    assert aot._int8_products(model, aot.Layout("search", batch=None, beam=4)) == "weight-only"
+    monkeypatch.setattr(aot, "last_level_cache_bytes", lambda: 4 * size - 1)
+    assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "weight-only"
+    monkeypatch.setattr(aot, "last_level_cache_bytes", lambda: 0)  # unknown
+    assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "weight-only"
+    monkeypatch.setattr(aot, "last_level_cache_bytes", lambda: 1 << 40)
+    monkeypatch.setattr(aot, "full_range_inputs", lambda: False)  # 7-bit inputs: integers would differ from eager
+    assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "weight-only"
+    assert aot._int8_products(lm(), aot.Layout("causal", batch=1)) is None
 
 
 def test_int8_weights_kept_outside_decode_eagerly_and_say_why(tmp_path, monkeypatch):
@@ -531,11 +596,19 @@ def test_an_int8_package_is_tuned_among_cpp_templates_only_and_never_retried_wit
         raise RuntimeError("test: no template takes it")
 
     monkeypatch.setattr(aot, "_compile_package", compile_package)
+    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "weight-only")
     model = lm().quantize("int8")
     cache = model.new_cache(1, 8, fixed_shape=True)
     with pytest.warns(RuntimeWarning, match="AOTInductor failed.*no template takes it\\); decoding eagerly"):
         assert aot.use_aot(model, "causal", cache, quiet=True) is None
     assert calls == ["CPP"]
+    calls.clear()
+    # in integers: torch._int_mm is ATen's alone (no weight-only product to time), and never retried
+    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "integer")
+    model = lm().quantize("int8")
+    with pytest.warns(RuntimeWarning, match="AOTInductor failed.*no template takes it\\); decoding eagerly"):
+        assert aot.use_aot(model, "causal", model.new_cache(1, 8, fixed_shape=True), quiet=True) is None
+    assert calls == ["CPP,ATEN"]
     calls.clear()
     with pytest.warns(RuntimeWarning, match="AOTInductor failed"):  # a float model: oneDNN among the choices
         model = lm()

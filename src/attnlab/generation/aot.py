@@ -67,10 +67,14 @@ compiler on PATH, with one line saying so, or says what to set.
 
 int8 weights (``model.quantize("int8")``): the eager step's ``torch.ops.quantized`` prepacked
 weights are opaque objects export cannot name, so an exported step multiplies by the int8
-tensors themselves in the pattern of inductor's weight-only int8 GEMM
-(:meth:`attnlab.quantize.Int8Weight.folded_product`: bfloat16 inputs, float32 sums), which
-inductor lowers only for weights it holds: an int8 model gets a package with its weights
-folded in, never one reading them from outside, tuned among inductor's C++ templates alone
+tensors themselves, and an int8 model gets a package with its weights folded in, never one
+reading them from outside. Which product (:func:`_int8_products`, part of the package's
+structure): a one-row step on a CPU whose int8 kernel takes full-range inputs multiplies in
+integers as the eager kernel does (:meth:`attnlab.quantize.Int8Weight.integer_product`,
+``torch._int_mm``, an ATen call: built with :data:`FOLDED_CONFIGS`), so its logits are the eager
+step's; any other step takes the pattern of inductor's weight-only int8 GEMM
+(:meth:`~attnlab.quantize.Int8Weight.weight_only_product`: bfloat16 inputs, float32 sums), which
+inductor lowers only for weights it holds, tuned among its C++ templates alone
 (:data:`FEW_ROWS_CONFIGS`; timing ATen's ``_weight_int8pack_mm`` while tuning killed the process
 with a segmentation fault for an Image Transformer's two-row step), and decoded eagerly where no
 template takes a product.
@@ -105,6 +109,7 @@ from attnlab.attention.cache import StaticKVCache
 from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
 from attnlab.linear import derived_key, own_product, packed_inference, products_for_folding
+from attnlab.quantize import full_range_inputs, integer_products, last_level_cache_bytes
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
            "package_key", "use_aot"]
@@ -259,11 +264,12 @@ def weights_digest(model, tensors: list[tuple[str, Tensor]] | None = None) -> st
 
 
 def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
-               step_tensors: list[tuple[str, Tensor]], folded: bool = False) -> dict:
-    """Everything a package depends on, as JSON: its key is this dict's hash."""
+               step_tensors: list[tuple[str, Tensor]], folded: bool = False, int8: str | None = None) -> dict:
+    """Everything a package depends on, as JSON: its key is this dict's hash. ``int8``: an int8
+    model's products (:func:`_int8_products`)."""
     tensors = [[name, list(t.shape), str(t.dtype)] for name, t in step_tensors]
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config)
-    return {"format": FORMAT, "model": f"{type(model).__module__}.{type(model).__qualname__}",
+    return {**({"int8_products": int8} if int8 else {}), "format": FORMAT, "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
             "weights": "folded" if folded else "outside",
             "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
@@ -403,7 +409,7 @@ def _build_lock(paths: _Paths):
 
 
 def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths: _Paths, *, quiet: bool,
-           weights: str | None = None, few_rows: bool = False, int8: bool = False) -> None:
+           weights: str | None = None, few_rows: bool = False, int8: str | None = None) -> None:
     reason = _compiled.unavailable_reason()
     if reason is not None:
         raise AotUnavailable(reason)
@@ -421,7 +427,8 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
         # search) are opaque objects export cannot name. Folded, every product is F.linear
         # (one row too), which inductor prepacks into its own GEMM kernels.
         with torch.no_grad(), packed_inference(False), warnings.catch_warnings(), \
-                (products_for_folding() if weights is not None else contextlib.nullcontext()):
+                (products_for_folding() if weights is not None else contextlib.nullcontext()), \
+                (integer_products() if int8 == "integer" else contextlib.nullcontext()):
             warnings.simplefilter("ignore")
             try:
                 exported = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=True)
@@ -435,16 +442,17 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
             try:
                 saved = workspace / "exported-step.pt2"
                 torch.export.save(exported, saved)
-                configs = OUTSIDE_CONFIGS if weights is None else FEW_ROWS_CONFIGS if few_rows or int8 \
-                    else FOLDED_CONFIGS
+                # int8 in integers: its torch._int_mm is ATen's alone (FOLDED_CONFIGS); int8 as
+                # weight-only products: never ATen's _weight_int8pack_mm among the choices
+                # (timing it while tuning killed the process: a segmentation fault in its bf16
+                # kernel, an Image Transformer's 2-row step, torch 2.13)
+                configs = OUTSIDE_CONFIGS if weights is None else FOLDED_CONFIGS if int8 == "integer" \
+                    else FEW_ROWS_CONFIGS if few_rows or int8 else FOLDED_CONFIGS
                 chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
                 try:
                     _compile_package(saved, temporary, {**configs, **chosen})
                 except Exception:
                     if configs is not FEW_ROWS_CONFIGS or int8:
-                        # int8: never ATen's _weight_int8pack_mm among the choices: timing it
-                        # while tuning killed the process (a segmentation fault in its bf16
-                        # kernel, an Image Transformer's 2-row step, torch 2.13)
                         raise
                     # A product no C++ template takes: oneDNN's among the choices again.
                     _compile_package(saved, temporary, {**FOLDED_CONFIGS, **chosen})
@@ -785,7 +793,7 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
     derived = derived_tensors(model)
     tensors = _step_tensors(model, derived)
     folded = folds_weights(weight.device)
-    structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded)
+    structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded, _int8_products(model, layout))
     key = package_key(structure)
     kept = _STEPS.setdefault(model, {})
     step = kept.get(key)
@@ -809,7 +817,7 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
                    snapshot=None) -> AotStep:
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
-    int8 = _int8(model)
+    int8 = structure.get("int8_products")
     if snapshot is None and int8:
         raise AotUnavailable(f"the model's weights are int8 (model.quantize('int8')), which a package takes only "
                              f"with its weights folded in (${WEIGHTS_SETTING}=outside, or not on the CPU)")
@@ -840,9 +848,29 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
             raise AotUnavailable(f"the package {paths.package} could not be loaded ({_first_line(error)})") from None
 
 
-def _int8(model) -> bool:
-    """Whether ``model`` has int8 weights (attnlab.quantize: a weight type with its own product)."""
-    return any(own_product(getattr(m, "weight", None)) for m in model.modules())
+INTEGER_CACHE_SHARE = 4
+"""An int8 one-row step multiplies in integers while its int8 weights take at most
+1/INTEGER_CACHE_SHARE of the last-level cache (:func:`_int8_products`)."""
+
+
+def _int8_products(model, layout: Layout) -> str | None:
+    """How an int8 model's package multiplies: "integer" (the eager step's arithmetic,
+    :meth:`attnlab.quantize.Int8Weight.integer_product`) for a one-row step where the eager
+    kernel takes full-range inputs and the model's int8 weights fit a quarter of the last-level
+    cache, else "weight-only"; None for a model without int8 weights.
+
+    Why (docs/benchmarks.md, "int8 in integers"): oneDNN's one-row int8 product read its weights
+    at ~20 µs/MB while they stayed in the cache and ~140 µs/MB beyond it (1 MB weights cycled:
+    the rate fell between 10 and 12 MB on a 32 MB L3), inductor's weight-only GEMM at ~50-60
+    µs/MB either way; at several rows oneDNN's product was slower than the GEMM even in the cache.
+    So the 3-layer, d-256 LM (4.4 MB of int8 weights) decodes 1.35x faster in integers, and the
+    6-layer, d-512 one (23 MB) 2x slower."""
+    weights = {id(m.weight): m.weight for m in model.modules() if own_product(getattr(m, "weight", None))}
+    if not weights:
+        return None
+    size = sum(w.values.numel() for w in weights.values())
+    fits = size * INTEGER_CACHE_SHARE <= last_level_cache_bytes()
+    return "integer" if layout.batch == 1 and fits and full_range_inputs() else "weight-only"
 
 
 def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, memory_mask: Tensor | None = None,
