@@ -861,8 +861,8 @@ def _int8_products(model, layout: Layout) -> str | None:
 
     Why (docs/benchmarks.md, "int8 in integers"): oneDNN's one-row int8 product read its weights
     at ~20 µs/MB while they stayed in the cache and ~140 µs/MB beyond it (1 MB weights cycled:
-    the rate fell between 10 and 12 MB on a 32 MB L3), inductor's weight-only GEMM at ~50-60
-    µs/MB either way; at several rows oneDNN's product was slower than the GEMM even in the cache.
+    the rate fell between 10 and 12 MB on a 32 MB L3), inductor's weight-only GEMM at ~55 µs/MB
+    in the cache and at most ~61 out of it; at several rows oneDNN's product was slower than the GEMM even in the cache.
     So the 3-layer, d-256 LM (4.4 MB of int8 weights) decodes 1.35x faster in integers, and the
     6-layer, d-512 one (23 MB) 2x slower."""
     weights = {id(m.weight): m.weight for m in model.modules() if own_product(getattr(m, "weight", None))}
