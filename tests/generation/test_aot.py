@@ -490,6 +490,33 @@ def test_an_int8_image_models_two_row_sample_builds_and_runs_through_the_package
 
 @needs_compiler
 @pytest.mark.slow
+def test_an_int8_image_models_one_row_sample_in_integers_is_the_eager_sample(tmp_path, monkeypatch):
+    """One row of a small int8 model: the package multiplies in integers where the eager kernel
+    takes full-range inputs (its arithmetic: the same samples, greedy and seeded), else by the
+    weight-only GEMM; either way it builds and runs with no fallback."""
+    from attnlab.generation import sample_images
+    from attnlab.quantize import full_range_inputs
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = attnlab.create_model("imagetransformer_mnist_small", height=6, width=6, channels=1, d_model=16,
+                                 num_heads=2, d_ff=24, num_layers=2, dropout=0.0,
+                                 attention={"name": "local_1d", "block_length": 8}).eval().quantize("int8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        greedy = sample_images(model, 1, temperature=0, compile="aot")
+        seeded = sample_images(model, 1, generator=torch.Generator().manual_seed(3), compile="aot")
+    products = json.loads(next((tmp_path / "aot").glob("*.json")).read_text())["structure"]["int8_products"]
+    assert products == aot._int8_products(model, aot.Layout("image", batch=1, capacity=36))
+    if products == "integer":
+        assert full_range_inputs()
+        assert torch.equal(greedy, sample_images(model, 1, temperature=0))
+        assert torch.equal(seeded, sample_images(model, 1, generator=torch.Generator().manual_seed(3)))
+    assert greedy.shape == seeded.shape == (1, 1, 6, 6)
+
+
+@needs_compiler
+@pytest.mark.slow
 def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
     from reference.aot_search import assert_search_through_the_package
 
