@@ -469,6 +469,13 @@ def test_image_samples_through_the_package(attention, tmp_path, monkeypatch):
     assert torch.equal(*draws)
 
 
+def _int8_image_model():
+    torch.manual_seed(0)
+    return attnlab.create_model("imagetransformer_mnist_small", height=6, width=6, channels=1, d_model=16,
+                                num_heads=2, d_ff=24, num_layers=2, dropout=0.0,
+                                attention={"name": "local_1d", "block_length": 8}).eval().quantize("int8")
+
+
 @needs_compiler
 @pytest.mark.slow
 def test_an_int8_image_models_two_row_sample_builds_and_runs_through_the_package(tmp_path, monkeypatch):
@@ -477,10 +484,7 @@ def test_an_int8_image_models_two_row_sample_builds_and_runs_through_the_package
     from attnlab.generation import sample_images
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
-    torch.manual_seed(0)
-    model = attnlab.create_model("imagetransformer_mnist_small", height=6, width=6, channels=1, d_model=16,
-                                 num_heads=2, d_ff=24, num_layers=2, dropout=0.0,
-                                 attention={"name": "local_1d", "block_length": 8}).eval().quantize("int8")
+    model = _int8_image_model()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build and load
         images = sample_images(model, 2, temperature=0, compile="aot")
@@ -498,10 +502,7 @@ def test_an_int8_image_models_one_row_sample_in_integers_is_the_eager_sample(tmp
     from attnlab.quantize import full_range_inputs
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
-    torch.manual_seed(0)
-    model = attnlab.create_model("imagetransformer_mnist_small", height=6, width=6, channels=1, d_model=16,
-                                 num_heads=2, d_ff=24, num_layers=2, dropout=0.0,
-                                 attention={"name": "local_1d", "block_length": 8}).eval().quantize("int8")
+    model = _int8_image_model()
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         greedy = sample_images(model, 1, temperature=0, compile="aot")
