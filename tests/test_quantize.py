@@ -361,7 +361,8 @@ def _dynamic_codes(x: torch.Tensor):
     if float(torch.tensor(scale, dtype=torch.float32)) == 0:
         scale = 0.1
     if scale < SMALL_SCALE:
-        amplified = float(torch.tensor(low, dtype=torch.float32) * (SMALL_SCALE / torch.tensor(scale, dtype=torch.float32)))
+        single = torch.tensor(scale, dtype=torch.float32)
+        amplified = float(torch.tensor(low, dtype=torch.float32) * (SMALL_SCALE / single))
         low = -SMALL_SCALE * 255 if high == 0 else amplified
         scale = SMALL_SCALE
     zero = min(max(round(-low / scale), 0), 255)  # Python's round: half to even, as nearbyint

@@ -269,7 +269,8 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     model's products (:func:`_int8_products`)."""
     tensors = [[name, list(t.shape), str(t.dtype)] for name, t in step_tensors]
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config)
-    return {**({"int8_products": int8} if int8 else {}), "format": FORMAT, "model": f"{type(model).__module__}.{type(model).__qualname__}",
+    return {**({"int8_products": int8} if int8 else {}), "format": FORMAT,
+            "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
             "weights": "folded" if folded else "outside",
             "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
@@ -862,9 +863,10 @@ def _int8_products(model, layout: Layout) -> str | None:
     Why (docs/benchmarks.md, "int8 in integers"): oneDNN's one-row int8 product read its weights
     at ~20 µs/MB while they stayed in the cache and ~140 µs/MB beyond it (1 MB weights cycled:
     the rate fell between 10 and 12 MB on a 32 MB L3), inductor's weight-only GEMM at ~55 µs/MB
-    in the cache and at most ~61 out of it; at several rows oneDNN's product was slower than the GEMM even in the cache.
-    So the 3-layer, d-256 LM (4.4 MB of int8 weights) decodes 1.35x faster in integers, and the
-    6-layer, d-512 one (23 MB) 2x slower."""
+    in the cache and at most ~61 out of it; at several rows oneDNN's product was slower than the
+    GEMM even in the cache. So the 3-layer, d-256 LM (4.4 MB of int8 weights) decodes 1.35x
+    faster in integers, and the 6-layer, d-512 one (23 MB) 2x slower. Measured on one CPU (AMD
+    EPYC, 32 MB L3): the quarter is that machine's margin, not a law."""
     weights = {id(m.weight): m.weight for m in model.modules() if own_product(getattr(m, "weight", None))}
     if not weights:
         return None
