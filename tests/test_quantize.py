@@ -390,6 +390,10 @@ def test_the_integer_product_is_the_dynamic_kernels_arithmetic(kind):
     quantised as torch's dynamic kernel quantises it, the int8 codes' sums exact, then scaled.
     Against the same codes multiplied in float64 (machine-independent), and, where the eager
     kernel takes full-range inputs, against the eager kernel itself."""
+    from attnlab.quantize import integer_sums_exact
+
+    if not integer_sums_exact():  # no VNNI: oneDNN clips its pair sums, and no package multiplies so here
+        pytest.skip("torch._int_mm does not sum this CPU's worst case exactly (integer_sums_exact)")
     generator = torch.Generator().manual_seed(3)
     weight, bias = torch.randn(24, 40, generator=generator), torch.randn(24, generator=generator)
     q = Int8Weight.from_float(weight)

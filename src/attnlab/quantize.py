@@ -140,6 +140,30 @@ def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> 
     return best[1]
 
 
+_INTEGER_SUMS: bool | None = None
+
+
+def integer_sums_exact() -> bool:
+    """Whether ``torch._int_mm`` (oneDNN's int8 product, what :meth:`Int8Weight.integer_product`
+    calls) sums this CPU's worst case exactly (found once per process): every code at 127 or
+    -128 against weights of 127 or -127. Without VNNI, oneDNN's s8 x s8 product adds pairs of
+    8-bit products in 16 bits and clips them (all 127s over 64 columns gave 8,160 for
+    1,032,256, oneDNN held to AVX2), so the integer product is taken only where this holds."""
+    global _INTEGER_SUMS
+    if _INTEGER_SUMS is None:
+        try:
+            exact = True
+            for width in (64, 1024):
+                for code, weight in ((127, 127), (-128, -127), (127, -127)):
+                    a = torch.full((1, width), code, dtype=torch.int8)
+                    b = torch.full((8, width), weight, dtype=torch.int8)
+                    exact = exact and bool((torch._int_mm(a, b.t()) == code * weight * width).all())
+            _INTEGER_SUMS = exact
+        except Exception:  # noqa: BLE001 - a probe that fails is the safe answer: no integer products
+            _INTEGER_SUMS = False
+    return _INTEGER_SUMS
+
+
 def integer_products():
     """Within this block (exporting a one-row step for a package with its weights folded in, on a
     CPU where :func:`full_range_inputs`), an int8 product is :meth:`Int8Weight.integer_product`."""
@@ -267,7 +291,8 @@ class Int8Weight:
         codes shifted to signed by 128 and the shift taken back with the rows' sums), then
         scaled. Exported into a one-row package it is several times faster than the weight-only
         GEMM at a small model's sizes (docs/benchmarks.md). Only where the eager kernel takes
-        full-range inputs (:func:`full_range_inputs`): elsewhere it would differ from it."""
+        full-range inputs (:func:`full_range_inputs`; elsewhere it would differ from it) and
+        ``torch._int_mm`` sums exactly (:func:`integer_sums_exact`)."""
         rows = x.reshape(-1, x.shape[-1])
         low = rows.amin().clamp(max=0.0)
         high = rows.amax().clamp(min=0.0)
@@ -379,4 +404,4 @@ def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
 
 
 __all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "fast_bf16_cpu",
-           "full_range_inputs", "integer_products", "quantize_model"]
+           "full_range_inputs", "integer_products", "integer_sums_exact", "quantize_model"]

@@ -109,7 +109,7 @@ from attnlab.attention.cache import StaticKVCache
 from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
 from attnlab.linear import derived_key, own_product, packed_inference, products_for_folding
-from attnlab.quantize import full_range_inputs, integer_products, last_level_cache_bytes
+from attnlab.quantize import full_range_inputs, integer_products, integer_sums_exact, last_level_cache_bytes
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
            "package_key", "use_aot"]
@@ -857,8 +857,9 @@ INTEGER_CACHE_SHARE = 4
 def _int8_products(model, layout: Layout) -> str | None:
     """How an int8 model's package multiplies: "integer" (the eager step's arithmetic,
     :meth:`attnlab.quantize.Int8Weight.integer_product`) for a one-row step where the eager
-    kernel takes full-range inputs and the model's int8 weights fit a quarter of the last-level
-    cache, else "weight-only"; None for a model without int8 weights.
+    kernel takes full-range inputs, ``torch._int_mm`` sums exactly (``integer_sums_exact``: not
+    without VNNI) and the model's int8 weights fit a quarter of the last-level cache, else
+    "weight-only"; None for a model without int8 weights.
 
     Why (docs/benchmarks.md, "int8 in integers"): oneDNN's one-row int8 product read its weights
     at ~20 µs/MB while they stayed in the cache and ~140 µs/MB beyond it (1 MB weights cycled:
@@ -872,7 +873,8 @@ def _int8_products(model, layout: Layout) -> str | None:
         return None
     size = sum(w.values.numel() for w in weights.values())
     fits = size * INTEGER_CACHE_SHARE <= last_level_cache_bytes()
-    return "integer" if layout.batch == 1 and fits and full_range_inputs() else "weight-only"
+    integer = layout.batch == 1 and fits and full_range_inputs() and integer_sums_exact()
+    return "integer" if integer else "weight-only"
 
 
 def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, memory_mask: Tensor | None = None,
