@@ -3,12 +3,23 @@ inductor's C++ GEMM templates and ATen/oneDNN, the faster kept) against the C++ 
 (``FEW_ROWS_CONFIGS``, what beam search's packages of at most 16 rows use: there oneDNN's per-call
 set-up was a fifth of a 4-row step). Does one row gain as 4 did?
 
-    taskset -c 0 python benchmarks/aot_configs.py [--sizes small medium] [--repeats 7]
+    taskset -c 0 python benchmarks/aot_configs.py [--blocking] [--sizes small medium] [--repeats 7]
 
 GPT-2-shaped models of ``cpu_engines.SIZES`` (random weights, one thread), 16-token prompt, the
 size's new tokens, greedy through ``generate(compile="aot")``; each package built once into its own
 fresh cache directory (untimed), then medians of interleaved runs in ms per token. Tokens are
-checked against the eager step's in every run.
+checked against the eager step's in every run. ``--blocking``: both packages ``FOLDED_CONFIGS``,
+built with and without ``aot.ONE_ROW_BLOCKING`` (what an AVX2 CPU's one-row products gain from it).
+
+``--search``: a many-row search package built two ways, ``FOLDED_CONFIGS`` (oneDNN's prepacked
+products and the C++ templates, timed against each other) against the same with
+``cpp.weight_prepack=False`` (weights folded, not prepacked: every product MKL's addmm, no
+template), does MKL beat oneDNN on this CPU? Beam 4 over 32 Multi30k test sources (one batch) at a translation shape
+of ``cpu_engines.py --translate`` (``--shape``, random Marian weights, the same settings),
+with CTranslate2's Translator in the same interleaved loop; seconds per search, best hypotheses
+compared between the two packages.
+
+    taskset -c 0 python benchmarks/aot_configs.py --search [--shape multi30k] [--repeats 9]
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from attnlab.generation import aot, generate  # noqa: E402
 from attnlab.interop import from_hf_gpt2  # noqa: E402
 
 
-def run_size(size: str, repeats: int) -> None:
+def run_size(size: str, repeats: int, blocking: bool = False) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -39,13 +50,17 @@ def run_size(size: str, repeats: int) -> None:
     prompt = torch.randint(1, vocabulary, (1, 16), generator=torch.Generator().manual_seed(1))
     eager = generate(from_hf_gpt2(hf).eval(), prompt, max_new_tokens=new_tokens, greedy=True)
     folded = dict(aot.FOLDED_CONFIGS)
+    build = aot._BUILD
     base = tempfile.mkdtemp(prefix="attnlab-aot-configs-")
     runs = {}
+    ways = [("with ONE_ROW_BLOCKING", folded, build), ("without", folded, build.replace(aot._ONE_ROW, ""))] if blocking \
+        else [("CPP,ATEN (FOLDED_CONFIGS)", folded, build), ("CPP only (FEW_ROWS_CONFIGS)", aot.FEW_ROWS_CONFIGS, build)]
     try:
-        for name, configs in (("CPP,ATEN (FOLDED_CONFIGS)", folded), ("CPP only (FEW_ROWS_CONFIGS)", aot.FEW_ROWS_CONFIGS)):
+        for name, configs, script in ways:
             os.environ["ATTNLAB_CACHE"] = directory = f"{base}/{len(runs)}"
             aot.FOLDED_CONFIGS.clear()
             aot.FOLDED_CONFIGS.update(configs)  # what a batch-1 LM package is built with
+            aot._BUILD = script
             model = from_hf_gpt2(hf).eval()
             started = time.perf_counter()
             generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
@@ -54,6 +69,7 @@ def run_size(size: str, repeats: int) -> None:
     finally:
         aot.FOLDED_CONFIGS.clear()
         aot.FOLDED_CONFIGS.update(folded)
+        aot._BUILD = build
     times = {name: [] for name in runs}
     for _ in range(repeats):
         for name, (model, directory) in runs.items():
@@ -66,14 +82,93 @@ def run_size(size: str, repeats: int) -> None:
         f"{name} {statistics.median(v):.3f} ms/token" for name, v in times.items()), flush=True)
 
 
+def run_search(shape: str, repeats: int, sources: int = 32) -> None:
+    import warnings
+
+    from attnlab.generation import beam_search
+    from attnlab.interop import load_hf_marian
+
+    warnings.simplefilter("ignore")
+    base = tempfile.mkdtemp(prefix="attnlab-aot-configs-")
+    spm_model = cpu_engines.train_sentencepiece(base)
+    hf_dir = cpu_engines.build_marian(shape, base, spm_model)
+    test = cpu_engines.multi30k_lines("test_2016_flickr.de.gz")[:sources]
+    model, tokenizer, _ = load_hf_marian(hf_dir)
+    ((src, lengths, limit),) = cpu_engines.translation_batches(tokenizer, test, sources, model.config.pad_id,
+                                                               model.config.eos_id)
+    eos = model.config.eos_id
+    runs = {}
+    folded = dict(aot.FOLDED_CONFIGS)
+    try:
+        for name, configs in (("FOLDED_CONFIGS", folded), ("MKL addmm", {**folded, "cpp.weight_prepack": False})):
+            os.environ["ATTNLAB_CACHE"] = directory = f"{base}/{len(runs)}"
+            aot.FOLDED_CONFIGS.clear()
+            aot.FOLDED_CONFIGS.update(configs)  # what a search package of more than FEW_ROWS rows is built with
+
+            def search(model=load_hf_marian(hf_dir)[0]):
+                return [[t for t in hyps[0].tokens if t != eos] for hyps in beam_search(
+                    model, src, beam_size=4, alpha=0.0, max_len_a=0, max_len_b=limit, compile="aot")]
+
+            started = time.perf_counter()
+            search()
+            print(f"search, {shape}: {name} built in {time.perf_counter() - started:.0f} s", flush=True)
+            runs[name] = (search, directory)
+    finally:
+        aot.FOLDED_CONFIGS.clear()
+        aot.FOLDED_CONFIGS.update(folded)
+    try:
+        import ctranslate2
+    except ImportError:
+        ctranslate2 = None
+    if ctranslate2 is not None:
+        ctranslate2.converters.TransformersConverter(hf_dir).convert(hf_dir + "-ct2", quantization=None)
+        translator = ctranslate2.Translator(hf_dir + "-ct2", device="cpu", compute_type="float32", intra_threads=1)
+        pieces = [tokenizer.pieces(src[row, :n].tolist()) for row, n in enumerate(lengths)]
+
+        def ct2():
+            return [[tokenizer.vocab[piece] for piece in result.hypotheses[0]] for result in translator.translate_batch(
+                pieces, beam_size=4, length_penalty=0.0, max_decoding_length=limit, min_decoding_length=0,
+                max_batch_size=0)]
+
+        runs["CT2"] = (ct2, None)
+    times = {name: [] for name in runs}
+    best = {}
+    for _ in range(repeats):
+        for name, (run, directory) in runs.items():
+            if directory:
+                os.environ["ATTNLAB_CACHE"] = directory
+            started = time.perf_counter()
+            out = run()
+            times[name].append(time.perf_counter() - started)
+            best[name] = out
+    same = {name: sum(a == b for a, b in zip(best["FOLDED_CONFIGS"], out)) for name, out in best.items()}
+    medians = {name: statistics.median(v) for name, v in times.items()}
+    print(f"search, {shape}, {sources} sources, beam 4, medians of {repeats}: " + ", ".join(
+        f"{name} {seconds:.3f} s" for name, seconds in medians.items())
+        + f"; FOLDED/MKL {medians['FOLDED_CONFIGS'] / medians['MKL addmm']:.3f}"
+        + ("".join(f", {name}/CT2 {medians['CT2'] / medians[name]:.3f}x" for name in ("FOLDED_CONFIGS", "MKL addmm"))
+           if "CT2" in medians else "")
+        + "; best hypotheses equal to FOLDED_CONFIGS': " + ", ".join(
+            f"{name} {count}/{sources}" for name, count in same.items() if name != "FOLDED_CONFIGS"), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", choices=["small", "medium", "gpt2"], default=["small", "medium"])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--blocking", action="store_true", help="greedy packages built with and without "
+                        "aot.ONE_ROW_BLOCKING (one-row float32 products on an AVX2 CPU), instead of the two configs")
+    parser.add_argument("--search", action="store_true", help="the many-row search package: FOLDED_CONFIGS against "
+                        "MKL's addmm products (and CTranslate2), instead of the greedy sizes")
+    parser.add_argument("--shape", choices=sorted(cpu_engines.TRANSLATE_SHAPES), default="multi30k",
+                        help="--search's translation shape")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.search:
+        run_search(args.shape, args.repeats)
+        return
     for size in args.sizes:
-        run_size(size, args.repeats)
+        run_size(size, args.repeats, args.blocking)
 
 
 if __name__ == "__main__":

@@ -803,3 +803,50 @@ def test_a_folded_build_freezes_its_weights_into_prepacked_products(tmp_path):
     runner = torch._inductor.aoti_load_package(str(tmp_path / "package.pt2"))
     with torch.no_grad():
         torch.testing.assert_close(runner(x), module(x), **TOLERANCE)
+
+
+_BLOCKINGS = """
+import json, sys, torch
+{one_row}
+from torch._inductor.codegen import cpp_micro_gemm as micro
+from torch._inductor.cpu_vec_isa import VecAVX2
+added = [c for c in micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]
+         if c.vec_isa_cls is VecAVX2 and tuple(c.register_blocking) == {blocking}]
+check = added[0].extra_check
+print(json.dumps({{"added": len(added), "dtype": str(added[0].input_dtype),
+                  "one_row": check(added[0], 1, 8000, 256, 1, 1, dynamic_M=False),
+                  "four_rows": check(added[0], 4, 8000, 256, 1, 1, dynamic_M=False),
+                  "rows_vary": check(added[0], 1, 8000, 256, 1, 1, dynamic_M=True)}}))
+"""
+
+
+def test_the_build_offers_a_one_row_blocking_for_float32_products_on_avx2():
+    """The child build registers ONE_ROW_BLOCKING with inductor's C++ GEMM template: AVX2, float32,
+    taken for a product of one fixed row only (not four rows, not rows that vary). Run on any CPU:
+    a torch whose internals moved fails here, not silently in users' builds."""
+    code = _BLOCKINGS.format(one_row=aot._ONE_ROW, blocking=aot.ONE_ROW_BLOCKING)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "no one-row blocking" not in run.stderr
+    answer = json.loads(run.stdout.strip().splitlines()[-1])
+    assert answer == {"added": 1, "dtype": "torch.float32", "one_row": True, "four_rows": False, "rows_vary": False}
+
+
+@needs_compiler
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX2", reason="ONE_ROW_BLOCKING is for AVX2 CPUs")
+def test_a_one_row_product_on_avx2_takes_the_one_row_blocking(tmp_path):
+    import zipfile
+
+    module = torch.nn.Linear(256, 640).eval()
+    x = torch.randn(1, 256)
+    with torch.no_grad():
+        exported = torch.export.export(module, (x,), strict=True)
+    torch.export.save(exported, tmp_path / "step.pt2")
+    aot._compile_package(tmp_path / "step.pt2", tmp_path / "package.pt2", aot.FEW_ROWS_CONFIGS)  # the templates alone
+    with zipfile.ZipFile(tmp_path / "package.pt2") as archive:
+        code = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(".cpp"))
+    assert "micro_gemm_kernel<1, 64" in code
+    runner = torch._inductor.aoti_load_package(str(tmp_path / "package.pt2"))
+    with torch.no_grad():
+        torch.testing.assert_close(runner(x), module(x), **TOLERANCE)
+
