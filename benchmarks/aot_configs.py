@@ -3,13 +3,15 @@ inductor's C++ GEMM templates and ATen/oneDNN, the faster kept) against the C++ 
 (``FEW_ROWS_CONFIGS``, what beam search's packages of at most 16 rows use: there oneDNN's per-call
 set-up was a fifth of a 4-row step). Does one row gain as 4 did?
 
-    taskset -c 0 python benchmarks/aot_configs.py [--blocking] [--sizes small medium] [--repeats 7]
+    taskset -c 0 python benchmarks/aot_configs.py [--blocking] [--int8] [--sizes small medium] [--repeats 7]
 
 GPT-2-shaped models of ``cpu_engines.SIZES`` (random weights, one thread), 16-token prompt, the
 size's new tokens, greedy through ``generate(compile="aot")``; each package built once into its own
 fresh cache directory (untimed), then medians of interleaved runs in ms per token. Tokens are
 checked against the eager step's in every run. ``--blocking``: both packages ``FOLDED_CONFIGS``,
-built with and without ``aot.ONE_ROW_BLOCKING`` (what an AVX2 CPU's one-row products gain from it).
+built with and without ``aot.ONE_ROW_BLOCKING`` and ``ONE_ROW_INT8_BLOCKING`` (what an AVX2 CPU's
+one-row products gain from them); ``--int8``: the models quantised (``model.quantize("int8")``; tokens
+checked against the first package's: weight-only products round their inputs to bfloat16).
 
 ``--search``: a many-row search package built two ways, ``FOLDED_CONFIGS`` (oneDNN's prepacked
 products and the C++ templates, timed against each other) against the same with
@@ -41,19 +43,25 @@ from attnlab.generation import aot, generate  # noqa: E402
 from attnlab.interop import from_hf_gpt2  # noqa: E402
 
 
-def run_size(size: str, repeats: int, blocking: bool = False) -> None:
+def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(**cpu_engines.SIZES[size][0], bos_token_id=0, eos_token_id=0)).eval()
     vocabulary, new_tokens = cpu_engines.SIZES[size][0]["vocab_size"], cpu_engines.SIZES[size][1]
     prompt = torch.randint(1, vocabulary, (1, 16), generator=torch.Generator().manual_seed(1))
-    eager = generate(from_hf_gpt2(hf).eval(), prompt, max_new_tokens=new_tokens, greedy=True)
+    def made():
+        model = from_hf_gpt2(hf).eval()
+        return model.quantize("int8") if int8 else model
+
+    # int8: the packages' weight-only products round their inputs to bfloat16, so the reference is the
+    # first package's tokens, not the eager int8 step's
+    eager = None if int8 else generate(made(), prompt, max_new_tokens=new_tokens, greedy=True)
     folded = dict(aot.FOLDED_CONFIGS)
     build = aot._BUILD
     base = tempfile.mkdtemp(prefix="attnlab-aot-configs-")
     runs = {}
-    ways = [("with ONE_ROW_BLOCKING", folded, build), ("without", folded, build.replace(aot._ONE_ROW, ""))] if blocking \
+    ways = [("with the one-row blockings", folded, build), ("without", folded, build.replace(aot._ONE_ROW, ""))] if blocking \
         else [("CPP,ATEN (FOLDED_CONFIGS)", folded, build), ("CPP only (FEW_ROWS_CONFIGS)", aot.FEW_ROWS_CONFIGS, build)]
     try:
         for name, configs, script in ways:
@@ -61,7 +69,7 @@ def run_size(size: str, repeats: int, blocking: bool = False) -> None:
             aot.FOLDED_CONFIGS.clear()
             aot.FOLDED_CONFIGS.update(configs)  # what a batch-1 LM package is built with
             aot._BUILD = script
-            model = from_hf_gpt2(hf).eval()
+            model = made()
             started = time.perf_counter()
             generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
             print(f"{size}: {name} built in {time.perf_counter() - started:.0f} s", flush=True)
@@ -77,8 +85,9 @@ def run_size(size: str, repeats: int, blocking: bool = False) -> None:
             started = time.perf_counter()
             tokens = generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
             times[name].append((time.perf_counter() - started) / new_tokens * 1e3)
-            assert tokens == eager, f"{name}: tokens differ from the eager step's"
-    print(f"{size} ({new_tokens} tokens, medians of {repeats}): " + ", ".join(
+            eager = tokens if eager is None else eager
+            assert tokens == eager, f"{name}: tokens differ from the eager step's (int8: the first package's)"
+    print(f"{size}{' int8' if int8 else ''} ({new_tokens} tokens, medians of {repeats}): " + ", ".join(
         f"{name} {statistics.median(v):.3f} ms/token" for name, v in times.items()), flush=True)
 
 
@@ -158,6 +167,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--blocking", action="store_true", help="greedy packages built with and without "
                         "aot.ONE_ROW_BLOCKING (one-row float32 products on an AVX2 CPU), instead of the two configs")
+    parser.add_argument("--int8", action="store_true", help="the models quantised (model.quantize('int8'))")
     parser.add_argument("--search", action="store_true", help="the many-row search package: FOLDED_CONFIGS against "
                         "MKL's addmm products (and CTranslate2), instead of the greedy sizes")
     parser.add_argument("--shape", choices=sorted(cpu_engines.TRANSLATE_SHAPES), default="multi30k",
@@ -168,7 +178,7 @@ def main() -> None:
         run_search(args.shape, args.repeats)
         return
     for size in args.sizes:
-        run_size(size, args.repeats, args.blocking)
+        run_size(size, args.repeats, args.blocking, args.int8)
 
 
 if __name__ == "__main__":

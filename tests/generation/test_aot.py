@@ -810,26 +810,33 @@ import json, sys, torch
 {one_row}
 from torch._inductor.codegen import cpp_micro_gemm as micro
 from torch._inductor.cpu_vec_isa import VecAVX2
-added = [c for c in micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]
-         if c.vec_isa_cls is VecAVX2 and tuple(c.register_blocking) == {blocking}]
-check = added[0].extra_check
-print(json.dumps({{"added": len(added), "dtype": str(added[0].input_dtype),
-                  "one_row": check(added[0], 1, 8000, 256, 1, 1, dynamic_M=False),
-                  "four_rows": check(added[0], 4, 8000, 256, 1, 1, dynamic_M=False),
-                  "rows_vary": check(added[0], 1, 8000, 256, 1, 1, dynamic_M=True)}}))
+answer = {{}}
+for name, blocking in (("float32", {fp32}), ("int8", {int8})):
+    added = [c for c in micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]
+             if c.vec_isa_cls is VecAVX2 and tuple(c.register_blocking) == blocking]
+    check = lambda m, n, k, dynamic: added[0].extra_check(added[0], m, n, k, 1, 1, dynamic_M=dynamic)
+    answer[name] = {{"added": len(added), "dtypes": [str(added[0].input_dtype), str(added[0].input2_dtype)],
+                    "one_row": check(1, 8192, 256, False), "four_rows": check(4, 8192, 256, False),
+                    "rows_vary": check(1, 8192, 256, True), "odd_columns": check(1, 8001, 256, False),
+                    "odd_depth": check(1, 8192, 200, False)}}
+print(json.dumps(answer))
 """
 
 
-def test_the_build_offers_a_one_row_blocking_for_float32_products_on_avx2():
-    """The child build registers ONE_ROW_BLOCKING with inductor's C++ GEMM template: AVX2, float32,
-    taken for a product of one fixed row only (not four rows, not rows that vary). Run on any CPU:
-    a torch whose internals moved fails here, not silently in users' builds."""
-    code = _BLOCKINGS.format(one_row=aot._ONE_ROW, blocking=aot.ONE_ROW_BLOCKING)
+def test_the_build_offers_one_row_blockings_on_avx2():
+    """The child build registers ONE_ROW_BLOCKING (float32) and ONE_ROW_INT8_BLOCKING (bf16 inputs, int8
+    weights) with inductor's C++ GEMM template, for AVX2, taken for a product of one fixed row only (not
+    four rows, not rows that vary); the int8 one only where columns and depth divide by it. Run on any
+    CPU: a torch whose internals moved fails here, not silently in users' builds."""
+    code = _BLOCKINGS.format(one_row=aot._ONE_ROW, fp32=aot.ONE_ROW_BLOCKING, int8=aot.ONE_ROW_INT8_BLOCKING)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "no one-row blocking" not in run.stderr
+    assert "no one-row blockings" not in run.stderr
     answer = json.loads(run.stdout.strip().splitlines()[-1])
-    assert answer == {"added": 1, "dtype": "torch.float32", "one_row": True, "four_rows": False, "rows_vary": False}
+    assert answer["float32"] == {"added": 1, "dtypes": ["torch.float32", "torch.float32"], "one_row": True,
+                                 "four_rows": False, "rows_vary": False, "odd_columns": True, "odd_depth": True}
+    assert answer["int8"] == {"added": 1, "dtypes": ["torch.bfloat16", "torch.int8"], "one_row": True,
+                              "four_rows": False, "rows_vary": False, "odd_columns": False, "odd_depth": False}
 
 
 @needs_compiler
@@ -849,4 +856,35 @@ def test_a_one_row_product_on_avx2_takes_the_one_row_blocking(tmp_path):
     runner = torch._inductor.aoti_load_package(str(tmp_path / "package.pt2"))
     with torch.no_grad():
         torch.testing.assert_close(runner(x), module(x), **TOLERANCE)
+
+
+@needs_compiler
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX2", reason="ONE_ROW_INT8_BLOCKING is for AVX2 CPUs")
+def test_an_int8_one_row_weight_only_package_on_avx2_takes_the_one_row_blocking(tmp_path, monkeypatch):
+    """An int8 LM whose products' columns divide by 64 and depth by 128: its one-row weight-only package
+    multiplies with ONE_ROW_INT8_BLOCKING, and its logits are the float step's with the int8 weights
+    within bfloat16's rounding, as every weight-only package's (a wrong column or depth would be far off)."""
+    import zipfile
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "weight-only")
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_tiny", vocab_size=64, d_model=128, num_heads=2, d_ff=256, num_layers=1,
+                                 max_positions=40).eval()
+    quantized = copy.deepcopy(model).quantize("int8")
+    reference = _dequantized_copy(model, quantized)
+    ids = torch.randint(1, 64, (1, 12))
+    fixed_cache, eager_cache = quantized.new_cache(1, 12, fixed_shape=True), reference.new_cache(1, 12)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
+        quantized.prefill(ids[:, :4], fixed_cache)
+        reference.prefill(ids[:, :4], eager_cache)
+        step = aot.aot_step(quantized, "causal", fixed_cache, quiet=True)
+        for t in range(4, 12):
+            torch.testing.assert_close(step(ids[:, t], fixed_cache), reference.step(ids[:, t], eager_cache),
+                                       atol=1e-2, rtol=1e-2)
+    (package,) = (tmp_path / "aot").glob("*.pt2")
+    with zipfile.ZipFile(package) as archive:
+        code = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(".cpp"))
+    assert "micro_gemm_kernel<1, 64" in code
 

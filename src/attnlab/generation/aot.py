@@ -269,9 +269,10 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     model's products (:func:`_int8_products`)."""
     tensors = [[name, list(t.shape), str(t.dtype)] for name, t in step_tensors]
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config)
-    # AVX2: one-row float32 products may take ONE_ROW_BLOCKING (a package built before it is rebuilt)
+    # AVX2: one-row products may take ONE_ROW_BLOCKING / ONE_ROW_INT8_BLOCKING (packages built before are rebuilt)
     avx2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
-    return {**({"int8_products": int8} if int8 else {}), **({"one_row_blocking": list(ONE_ROW_BLOCKING)} if avx2 else {}),
+    blockings = {"one_row_blocking": [list(ONE_ROW_BLOCKING), list(ONE_ROW_INT8_BLOCKING)]} if avx2 else {}
+    return {**({"int8_products": int8} if int8 else {}), **blockings,
             "format": FORMAT,
             "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
@@ -501,13 +502,17 @@ BUILD_SECONDS = 3600  # a build process that runs longer is stopped
 # grad off, and without it every product of a many-row package was a plain addmm (MKL packing
 # its weight at every call; multi30k shape, 128 rows: 26.2 against 23.0 ms a step).
 ONE_ROW_BLOCKING = (1, 64, 1)
-"""A register blocking (rows, columns, depth) every build offers inductor's C++ GEMM template for a
-float32 product of one fixed row on an AVX2 CPU, beside inductor's own (4 x 24, 4 x 16, 8 x 8): a
-one-row product in those sums each column into one chain of FMAs, 2-3 chains that each wait for the
-last FMA's result, where 8 chains (8 vectors of 8 columns) keep both FMA units busy. On an AVX2 EPYC
-(Zen 3), one thread: the 8,000 x 256 head in a package of its own 180 -> 136 us a call; the small LM's
-greedy step 6.5-8.6 % faster, the medium's 2.5 % (docs/benchmarks.md). Offered through inductor's
-own registry of blockings; a torch whose internals differ builds as before."""
+ONE_ROW_INT8_BLOCKING = (1, 64, 128)
+"""Register blockings (rows, columns, depth) every build offers inductor's C++ GEMM template for a
+product of one fixed row on an AVX2 CPU, beside inductor's own: ONE_ROW_BLOCKING for float32 (its own:
+4 x 24, 4 x 16, 8 x 8), ONE_ROW_INT8_BLOCKING for the weight-only int8 product (its own for few rows:
+2 x 16 x 64, 4 x 16 x 64; taken where the columns and depth divide by it, as inductor's are). At one row,
+inductor's blockings sum each column into one chain of FMAs, 2-3 chains that each wait for the last
+FMA's result, where 8 chains (8 vectors of 8 columns) keep both FMA units busy. On an AVX2 EPYC (Zen 3),
+one thread: the 8,000 x 256 float32 head in a package of its own 180 -> 136 us a call; greedy packages
+(``benchmarks/aot_configs.py --blocking``): the small LM's float32 step 1.19x as fast, the medium's 1.03x,
+GPT-2 small's unchanged; the small LM's int8 step 1.40-1.46x (docs/benchmarks.md). Offered through
+inductor's own registry of blockings; a torch whose internals differ builds as before."""
 _ONE_ROW = (
     "try:\n"
     "    import torch._inductor.select_algorithm, torch._inductor.codegen.cpp_gemm_template\n"
@@ -515,10 +520,17 @@ _ONE_ROW = (
     "    from torch._inductor.cpu_vec_isa import VecAVX2\n"
     "    def one_row(config, m, n, k, alpha, num_threads, **more):\n"
     "        return m == 1 and more.get('dynamic_M') is False\n"
+    "    def one_row_dividing(config, m, n, k, alpha, num_threads, **more):\n"
+    "        block = config.register_blocking\n"
+    "        return one_row(config, m, n, k, alpha, num_threads, **more) and n % block.block_n == 0 \\\n"
+    "            and k % block.block_k == 0\n"
     "    micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] += micro.generate_gemm_config(\n"
     f"        VecAVX2, [{ONE_ROW_BLOCKING}], input_dtype=torch.float, extra_check=one_row)\n"
+    "    micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec] += micro.generate_gemm_config(\n"
+    f"        VecAVX2, [{ONE_ROW_INT8_BLOCKING}], input_dtype=torch.bfloat16, input2_dtype=torch.int8,\n"
+    "        output_dtype=torch.float, compute_dtype=torch.float, extra_check=one_row_dividing)\n"
     "except Exception as error:\n"
-    "    print(f'attnlab: no one-row blocking here ({type(error).__name__}: {error})', file=sys.stderr)\n")
+    "    print(f'attnlab: no one-row blockings here ({type(error).__name__}: {error})', file=sys.stderr)\n")
 _BUILD = ("import json, sys, torch\n" + _ONE_ROW +
           "torch.set_num_threads(int(sys.argv[3]))\n"
           "configs = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(sys.argv[4]).items()}\n"
