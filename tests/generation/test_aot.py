@@ -303,6 +303,24 @@ def _dequantized_copy(model, quantized):
     return reference
 
 
+def _assert_weight_only_logits(model, quantized, ids, prompt: int = 4) -> None:
+    """Teacher-forced from ``prompt``: the one-row package of ``quantized`` (weight-only int8 products,
+    built here) gives at every position the float step's logits with the int8 weights
+    (:func:`_dequantized_copy` of ``model``), within bfloat16's rounding of the products' inputs and
+    results (a wrong scale, row or column would be off by far more)."""
+    reference = _dequantized_copy(model, quantized)
+    length = ids.shape[1]
+    fixed_cache, eager_cache = quantized.new_cache(1, length, fixed_shape=True), reference.new_cache(1, length)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
+        quantized.prefill(ids[:, :prompt], fixed_cache)
+        reference.prefill(ids[:, :prompt], eager_cache)
+        step = aot.aot_step(quantized, "causal", fixed_cache, quiet=True)
+        for t in range(prompt, length):
+            torch.testing.assert_close(step(ids[:, t], fixed_cache), reference.step(ids[:, t], eager_cache),
+                                       atol=1e-2, rtol=1e-2)
+
+
 @needs_compiler
 def test_int8_weights_through_a_folded_package_multiply_by_the_int8_weights(tmp_path, monkeypatch, capsys):
     """An int8 model's package (inductor's weight-only int8 GEMM, weights folded in), built by
@@ -319,18 +337,8 @@ def test_int8_weights_through_a_folded_package_multiply_by_the_int8_weights(tmp_
     assert str(tmp_path / "aot") in capsys.readouterr().out
     calls = _no_build(monkeypatch)  # the verb's package is the one this model gets
     quantized = copy.deepcopy(model).quantize("int8")
-    reference = _dequantized_copy(model, quantized)
     torch.manual_seed(1)
-    ids = torch.randint(1, 23, (1, 33))
-    fixed_cache, eager_cache = quantized.new_cache(1, 33, fixed_shape=True), reference.new_cache(1, 33)
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
-        quantized.prefill(ids[:, :4], fixed_cache)
-        reference.prefill(ids[:, :4], eager_cache)
-        step = aot.aot_step(quantized, "causal", fixed_cache, quiet=True)
-        for t in range(4, 33):
-            expected = reference.step(ids[:, t], eager_cache)
-            torch.testing.assert_close(step(ids[:, t], fixed_cache), expected, atol=1e-2, rtol=1e-2)
+    _assert_weight_only_logits(model, quantized, torch.randint(1, 23, (1, 33)))
     assert len(list((tmp_path / "aot").glob("*.pt2"))) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
@@ -872,17 +880,7 @@ def test_an_int8_one_row_weight_only_package_on_avx2_takes_the_one_row_blocking(
     model = attnlab.create_model("lm_tiny", vocab_size=64, d_model=128, num_heads=2, d_ff=256, num_layers=1,
                                  max_positions=40).eval()
     quantized = copy.deepcopy(model).quantize("int8")
-    reference = _dequantized_copy(model, quantized)
-    ids = torch.randint(1, 64, (1, 12))
-    fixed_cache, eager_cache = quantized.new_cache(1, 12, fixed_shape=True), reference.new_cache(1, 12)
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
-        quantized.prefill(ids[:, :4], fixed_cache)
-        reference.prefill(ids[:, :4], eager_cache)
-        step = aot.aot_step(quantized, "causal", fixed_cache, quiet=True)
-        for t in range(4, 12):
-            torch.testing.assert_close(step(ids[:, t], fixed_cache), reference.step(ids[:, t], eager_cache),
-                                       atol=1e-2, rtol=1e-2)
+    _assert_weight_only_logits(model, quantized, torch.randint(1, 64, (1, 12)))
     (package,) = (tmp_path / "aot").glob("*.pt2")
     with zipfile.ZipFile(package) as archive:
         code = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(".cpp"))

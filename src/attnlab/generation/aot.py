@@ -510,8 +510,8 @@ product of one fixed row on an AVX2 CPU, beside inductor's own: ONE_ROW_BLOCKING
 inductor's blockings sum each column into one chain of FMAs, 2-3 chains that each wait for the last
 FMA's result, where 8 chains (8 vectors of 8 columns) keep both FMA units busy. On an AVX2 EPYC (Zen 3),
 one thread: the 8,000 x 256 float32 head in a package of its own 180 -> 136 us a call; greedy packages
-(``benchmarks/aot_configs.py --blocking``): the small LM's float32 step 1.19x as fast, the medium's 1.03x,
-GPT-2 small's unchanged; the small LM's int8 step 1.40-1.46x (docs/benchmarks.md). Offered through
+(``benchmarks/aot_configs.py --blocking [--int8]``): the small LM's float32 step 1.19x as fast, the
+medium's 1.03x, GPT-2 small's unchanged; int8: small 1.36x, medium 1.26x (docs/benchmarks.md). Offered through
 inductor's own registry of blockings; a torch whose internals differ builds as before."""
 _ONE_ROW = (
     "try:\n"
