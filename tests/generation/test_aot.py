@@ -791,13 +791,19 @@ def test_a_package_is_not_linked_by_a_compiler_without_a_shared_libstdcxx(tmp_pa
 
 
 @needs_compiler
+def _package_code(package, suffix: str = ".cpp") -> str:
+    """The C++ inductor generated for ``package`` (its files ending in ``suffix``), as one text."""
+    import zipfile
+
+    with zipfile.ZipFile(package) as archive:
+        return "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(suffix))
+
+
 def test_a_folded_build_freezes_its_weights_into_prepacked_products(tmp_path):
     """Inductor folds and prepacks a package's weights ("freezing") only with grad off, so the
     child process builds under no_grad: a product of any number of rows is then oneDNN's on a
     prepacked weight, not a plain addmm that packs its weight at every call (multi30k shape,
     128 rows: 26.2 against 23.0 ms a step)."""
-    import zipfile
-
     module = torch.nn.Linear(32, 48).eval()
     x = torch.randn(8, 1, 32)
     with torch.no_grad():
@@ -805,8 +811,7 @@ def test_a_folded_build_freezes_its_weights_into_prepacked_products(tmp_path):
                                        strict=True)
     torch.export.save(exported, tmp_path / "step.pt2")
     aot._compile_package(tmp_path / "step.pt2", tmp_path / "package.pt2", {"freezing": True})
-    with zipfile.ZipFile(tmp_path / "package.pt2") as archive:
-        code = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp"))
+    code = _package_code(tmp_path / "package.pt2", "wrapper.cpp")
     assert "aoti_torch_cpu__linear_pointwise" in code and "aoti_torch_cpu_addmm_out" not in code
     runner = torch._inductor.aoti_load_package(str(tmp_path / "package.pt2"))
     with torch.no_grad():
@@ -850,17 +855,13 @@ def test_the_build_offers_one_row_blockings_on_avx2():
 @needs_compiler
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX2", reason="ONE_ROW_BLOCKING is for AVX2 CPUs")
 def test_a_one_row_product_on_avx2_takes_the_one_row_blocking(tmp_path):
-    import zipfile
-
     module = torch.nn.Linear(256, 640).eval()
     x = torch.randn(1, 256)
     with torch.no_grad():
         exported = torch.export.export(module, (x,), strict=True)
     torch.export.save(exported, tmp_path / "step.pt2")
     aot._compile_package(tmp_path / "step.pt2", tmp_path / "package.pt2", aot.FEW_ROWS_CONFIGS)  # the templates alone
-    with zipfile.ZipFile(tmp_path / "package.pt2") as archive:
-        code = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(".cpp"))
-    assert "micro_gemm_kernel<1, 64" in code
+    assert "micro_gemm_kernel<1, 64" in _package_code(tmp_path / "package.pt2")
     runner = torch._inductor.aoti_load_package(str(tmp_path / "package.pt2"))
     with torch.no_grad():
         torch.testing.assert_close(runner(x), module(x), **TOLERANCE)
@@ -872,8 +873,6 @@ def test_an_int8_one_row_weight_only_package_on_avx2_takes_the_one_row_blocking(
     """An int8 LM whose products' columns divide by 64 and depth by 128: its one-row weight-only package
     multiplies with ONE_ROW_INT8_BLOCKING, and its logits are the float step's with the int8 weights
     within bfloat16's rounding, as every weight-only package's (a wrong column or depth would be far off)."""
-    import zipfile
-
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "weight-only")
     torch.manual_seed(0)
@@ -882,7 +881,5 @@ def test_an_int8_one_row_weight_only_package_on_avx2_takes_the_one_row_blocking(
     quantized = copy.deepcopy(model).quantize("int8")
     _assert_weight_only_logits(model, quantized, torch.randint(1, 64, (1, 12)))
     (package,) = (tmp_path / "aot").glob("*.pt2")
-    with zipfile.ZipFile(package) as archive:
-        code = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(".cpp"))
-    assert "micro_gemm_kernel<1, 64" in code
+    assert "micro_gemm_kernel<1, 64" in _package_code(package)
 

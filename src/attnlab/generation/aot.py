@@ -498,9 +498,6 @@ def _check_room(directory: Path, exported, *, folded: bool) -> None:
 
 
 BUILD_SECONDS = 3600  # a build process that runs longer is stopped
-# Under no_grad: inductor freezes (folds and prepacks the weights: its "freezing") only with
-# grad off, and without it every product of a many-row package was a plain addmm (MKL packing
-# its weight at every call; multi30k shape, 128 rows: 26.2 against 23.0 ms a step).
 ONE_ROW_BLOCKING = (1, 64, 1)
 ONE_ROW_INT8_BLOCKING = (1, 64, 128)
 """Register blockings (rows, columns, depth) every build offers inductor's C++ GEMM template for a
@@ -531,6 +528,9 @@ _ONE_ROW = (
     "        output_dtype=torch.float, compute_dtype=torch.float, extra_check=one_row_dividing)\n"
     "except Exception as error:\n"
     "    print(f'attnlab: no one-row blockings here ({type(error).__name__}: {error})', file=sys.stderr)\n")
+# Under no_grad: inductor freezes (folds and prepacks the weights: its "freezing") only with
+# grad off, and without it every product of a many-row package was a plain addmm (MKL packing
+# its weight at every call; multi30k shape, 128 rows: 26.2 against 23.0 ms a step).
 _BUILD = ("import json, sys, torch\n" + _ONE_ROW +
           "torch.set_num_threads(int(sys.argv[3]))\n"
           "configs = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(sys.argv[4]).items()}\n"
