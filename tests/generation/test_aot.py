@@ -867,6 +867,7 @@ def test_a_one_row_product_on_avx2_takes_the_one_row_blocking(tmp_path):
         torch.testing.assert_close(runner(x), module(x), **TOLERANCE)
 
 
+@pytest.mark.slow
 @needs_compiler
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX2", reason="ONE_ROW_INT8_BLOCKING is for AVX2 CPUs")
 def test_an_int8_one_row_weight_only_package_on_avx2_takes_the_one_row_blocking(tmp_path, monkeypatch):
