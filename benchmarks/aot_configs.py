@@ -50,6 +50,7 @@ def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False
     hf = GPT2LMHeadModel(GPT2Config(**cpu_engines.SIZES[size][0], bos_token_id=0, eos_token_id=0)).eval()
     vocabulary, new_tokens = cpu_engines.SIZES[size][0]["vocab_size"], cpu_engines.SIZES[size][1]
     prompt = torch.randint(1, vocabulary, (1, 16), generator=torch.Generator().manual_seed(1))
+
     def made():
         model = from_hf_gpt2(hf).eval()
         return model.quantize("int8") if int8 else model
@@ -109,12 +110,15 @@ def run_search(shape: str, repeats: int, sources: int = 32) -> None:
     runs = {}
     folded = dict(aot.FOLDED_CONFIGS)
     try:
-        for name, configs in (("FOLDED_CONFIGS", folded), ("MKL addmm", {**folded, "cpp.weight_prepack": False})):
+        # the model loaded above for the first package, a second copy for the other (packages are kept per model)
+        ways = (("FOLDED_CONFIGS", folded, model), ("MKL addmm", {**folded, "cpp.weight_prepack": False},
+                                                     load_hf_marian(hf_dir)[0]))
+        for name, configs, own in ways:
             os.environ["ATTNLAB_CACHE"] = directory = f"{base}/{len(runs)}"
             aot.FOLDED_CONFIGS.clear()
             aot.FOLDED_CONFIGS.update(configs)  # what a search package of more than FEW_ROWS rows is built with
 
-            def search(model=load_hf_marian(hf_dir)[0]):
+            def search(model=own):
                 return [[t for t in hyps[0].tokens if t != eos] for hyps in beam_search(
                     model, src, beam_size=4, alpha=0.0, max_len_a=0, max_len_b=limit, compile="aot")]
 

@@ -790,7 +790,6 @@ def test_a_package_is_not_linked_by_a_compiler_without_a_shared_libstdcxx(tmp_pa
     assert " -shared " not in calls.read_text()  # asked, never used to link
 
 
-@needs_compiler
 def _package_code(package, suffix: str = ".cpp") -> str:
     """The C++ inductor generated for ``package`` (its files ending in ``suffix``), as one text."""
     import zipfile
@@ -799,6 +798,7 @@ def _package_code(package, suffix: str = ".cpp") -> str:
         return "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(suffix))
 
 
+@needs_compiler
 def test_a_folded_build_freezes_its_weights_into_prepacked_products(tmp_path):
     """Inductor folds and prepacks a package's weights ("freezing") only with grad off, so the
     child process builds under no_grad: a product of any number of rows is then oneDNN's on a

@@ -269,16 +269,17 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     model's products (:func:`_int8_products`)."""
     tensors = [[name, list(t.shape), str(t.dtype)] for name, t in step_tensors]
     config = model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config)
+    capability = torch.backends.cpu.get_cpu_capability()
     # AVX2: one-row products may take ONE_ROW_BLOCKING / ONE_ROW_INT8_BLOCKING (packages built before are rebuilt)
-    avx2 = torch.backends.cpu.get_cpu_capability() == "AVX2"
-    blockings = {"one_row_blocking": [list(ONE_ROW_BLOCKING), list(ONE_ROW_INT8_BLOCKING)]} if avx2 else {}
+    blockings = {"one_row_blocking": [list(ONE_ROW_BLOCKING), list(ONE_ROW_INT8_BLOCKING)]} \
+        if capability == "AVX2" else {}
     return {**({"int8_products": int8} if int8 else {}), **blockings,
             "format": FORMAT,
             "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
             "weights": "folded" if folded else "outside",
             "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_capability": capability,
             "gpu": (torch.cuda.get_device_name(device), list(torch.cuda.get_device_capability(device)))
             if device.type == "cuda" else None, "tensors": tensors}
 
