@@ -235,6 +235,60 @@ def test_static_cache_resize_keeps_what_is_written_and_refuses_to_cut_it():
         cache.resize(2)
 
 
+@pytest.mark.parametrize("old, capacity, length", [(4, 7, 3), (4, 7, 4), (16, 32, 16), (32, 48, 32), (48, 50, 48),
+                                                   (5, 6, 1), (3, 40, 3), (8, 9, 8), (6, 6, 6), (50, 16, 0), (7, 9, 0)])
+def test_relaid_in_place_equals_a_fresh_copy_in_the_same_memory(old, capacity, length):
+    """Any growth (blocks moving up, the lowest overlapping their own new place) and a shrink of an
+    empty cache: the written positions of every block as a fresh buffer would hold them, the rest
+    zeros, in the buffer's own memory."""
+    from attnlab.attention.cache import relaid_in_place
+
+    generator = torch.Generator().manual_seed(old * 100 + capacity)
+    lead = (2, 5, 3)
+    memory = torch.randn(2 * 5 * 3 * max(old, capacity) * 4, generator=generator, dtype=torch.float64)
+    buffer = memory.narrow(0, 0, 2 * 5 * 3 * old * 4).view(*lead, old, 4)
+    expected = torch.zeros(*lead, capacity, 4, dtype=torch.float64)
+    expected[..., :length, :] = buffer[..., :length, :]
+    out = relaid_in_place(buffer, capacity, length)
+    assert out.shape == (*lead, capacity, 4) and out.is_contiguous()
+    assert out.untyped_storage().data_ptr() == memory.untyped_storage().data_ptr() and out.storage_offset() == 0
+    assert torch.equal(out, expected)
+
+
+def test_relaid_in_place_declines_without_room_a_view_or_a_shrink_of_written_positions():
+    from attnlab.attention.cache import relaid_in_place
+
+    buffer = torch.zeros(2, 3, 2, 4, 5)
+    assert relaid_in_place(buffer, 5, 2) is None  # no room past its own elements
+    assert relaid_in_place(torch.zeros(2, 3, 2, 8, 5)[:, :, :, :4], 6, 2) is None  # not contiguous
+    assert relaid_in_place(torch.zeros(1000)[10:10 + 240].view(2, 3, 2, 4, 5), 5, 2) is None  # offset
+    assert relaid_in_place(torch.zeros(2, 3, 2, 8, 5), 6, 2) is None  # shrinking written positions
+    assert relaid_in_place(torch.zeros(2, 3, 2, 8, 5), 6, 0).shape == (2, 3, 2, 6, 5)
+
+
+def test_a_static_cache_made_at_full_size_grows_in_its_own_memory():
+    """Beam search through a package makes the cache at full size, shrinks it empty and grows it as
+    the hypotheses do: no new buffer, the written positions kept, the later slots zeros."""
+    from attnlab.attention import StaticKVCache
+
+    generator = torch.Generator().manual_seed(0)
+    cache = StaticKVCache(2, 6, 2, 50, 4, fixed_shape=True)
+    memory = [kv.untyped_storage().data_ptr() for kv in cache.kv]
+    cache.resize(16)
+    expected = [torch.zeros(2, 6, 2, 16, 4) for _ in cache.kv]
+    for size in (32, 48, 50):
+        for kv, want in zip(cache.kv, expected):
+            written = torch.randn(2, 6, 2, 16 if size < 50 else 2, 4, generator=generator)
+            kv[:, :, :, cache.length:cache.length + written.shape[3]] = written
+            want[:, :, :, cache.length:cache.length + written.shape[3]] = written
+        cache.length += 16 if size < 50 else 2
+        cache.resize(size)
+        expected = [torch.cat([want, want.new_zeros(2, 6, 2, size - want.shape[3], 4)], dim=3) for want in expected]
+        assert [kv.untyped_storage().data_ptr() for kv in cache.kv] == memory
+        assert all(torch.equal(kv, want) for kv, want in zip(cache.kv, expected))
+        assert all(layer.self_attn.kv is kv for layer, kv in zip(cache.layers, cache.kv))
+
+
 def test_static_cache_row_moves_resizes_and_shrinking_reorders_keep_every_rows_keys():
     """What beam search does to a fixed-shape cache: rows take other rows' keys and values
     (move_rows), the cache grows (resize), whole sources leave (reorder to fewer rows), in the
