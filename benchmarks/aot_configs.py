@@ -14,9 +14,10 @@ one-row products gain from them); ``--int8``: the models quantised (``model.quan
 checked against the first package's: weight-only products round their inputs to bfloat16).
 
 ``--search``: a many-row search package built two ways, ``FOLDED_CONFIGS`` (oneDNN's prepacked
-products and the C++ templates, timed against each other) against the same with
-``cpp.weight_prepack=False`` (weights folded, not prepacked: every product MKL's addmm, no
-template), does MKL beat oneDNN on this CPU? Beam 4 over 32 Multi30k test sources (one batch) at a translation shape
+products and the C++ templates, timed against each other, the faster kept) against
+``MANY_ROWS_AVX2_CONFIGS`` (oneDNN's products alone: what an AVX2 CPU's package is built with), does
+the tuning's choice pay on this CPU? (Until 2026-11-28 the second way was ``cpp.weight_prepack=False``,
+MKL's addmm for every product: not kept, docs/benchmarks.md.) Beam 4 over 32 Multi30k test sources (one batch) at a translation shape
 of ``cpu_engines.py --translate`` (``--shape``, random Marian weights, the same settings),
 with CTranslate2's Translator in the same interleaved loop; seconds per search, best hypotheses
 compared between the two packages.
@@ -108,15 +109,15 @@ def run_search(shape: str, repeats: int, sources: int = 32) -> None:
                                                                model.config.eos_id)
     eos = model.config.eos_id
     runs = {}
-    folded = dict(aot.FOLDED_CONFIGS)
+    folded, many = dict(aot.FOLDED_CONFIGS), dict(aot.MANY_ROWS_AVX2_CONFIGS)
     try:
         # the model loaded above for the first package, a second copy for the other (packages are kept per model)
-        ways = (("FOLDED_CONFIGS", folded, model), ("MKL addmm", {**folded, "cpp.weight_prepack": False},
-                                                     load_hf_marian(hf_dir)[0]))
+        ways = (("FOLDED_CONFIGS", folded, model), ("oneDNN alone", many, load_hf_marian(hf_dir)[0]))
         for name, configs, own in ways:
             os.environ["ATTNLAB_CACHE"] = directory = f"{base}/{len(runs)}"
-            aot.FOLDED_CONFIGS.clear()
-            aot.FOLDED_CONFIGS.update(configs)  # what a search package of more than FEW_ROWS rows is built with
+            for kept in (aot.FOLDED_CONFIGS, aot.MANY_ROWS_AVX2_CONFIGS):  # what a many-row package is built with
+                kept.clear()
+                kept.update(configs)
 
             def search(model=own):
                 return [[t for t in hyps[0].tokens if t != eos] for hyps in beam_search(
@@ -127,8 +128,9 @@ def run_search(shape: str, repeats: int, sources: int = 32) -> None:
             print(f"search, {shape}: {name} built in {time.perf_counter() - started:.0f} s", flush=True)
             runs[name] = (search, directory)
     finally:
-        aot.FOLDED_CONFIGS.clear()
-        aot.FOLDED_CONFIGS.update(folded)
+        for kept, configs in ((aot.FOLDED_CONFIGS, folded), (aot.MANY_ROWS_AVX2_CONFIGS, many)):
+            kept.clear()
+            kept.update(configs)
     try:
         import ctranslate2
     except ImportError:
@@ -158,8 +160,8 @@ def run_search(shape: str, repeats: int, sources: int = 32) -> None:
     medians = {name: statistics.median(v) for name, v in times.items()}
     print(f"search, {shape}, {sources} sources, beam 4, medians of {repeats}: " + ", ".join(
         f"{name} {seconds:.3f} s" for name, seconds in medians.items())
-        + f"; FOLDED/MKL {medians['FOLDED_CONFIGS'] / medians['MKL addmm']:.3f}"
-        + ("".join(f", {name}/CT2 {medians['CT2'] / medians[name]:.3f}x" for name in ("FOLDED_CONFIGS", "MKL addmm"))
+        + f"; FOLDED/oneDNN alone {medians['FOLDED_CONFIGS'] / medians['oneDNN alone']:.3f}"
+        + ("".join(f", {name}/CT2 {medians['CT2'] / medians[name]:.3f}x" for name in ("FOLDED_CONFIGS", "oneDNN alone"))
            if "CT2" in medians else "")
         + "; best hypotheses equal to FOLDED_CONFIGS': " + ", ".join(
             f"{name} {count}/{sources}" for name, count in same.items() if name != "FOLDED_CONFIGS"), flush=True)
@@ -173,7 +175,7 @@ def main() -> None:
                         "aot.ONE_ROW_BLOCKING (one-row float32 products on an AVX2 CPU), instead of the two configs")
     parser.add_argument("--int8", action="store_true", help="the models quantised (model.quantize('int8'))")
     parser.add_argument("--search", action="store_true", help="the many-row search package: FOLDED_CONFIGS against "
-                        "MKL's addmm products (and CTranslate2), instead of the greedy sizes")
+                        "MANY_ROWS_AVX2_CONFIGS (and CTranslate2), instead of the greedy sizes")
     parser.add_argument("--shape", choices=sorted(cpu_engines.TRANSLATE_SHAPES), default="multi30k",
                         help="--search's translation shape")
     args = parser.parse_args()

@@ -689,6 +689,44 @@ def test_an_int8_package_is_tuned_among_cpp_templates_only_and_never_retried_wit
 
 
 @needs_compiler
+@pytest.mark.parametrize("capability", ["AVX2", "AVX512"])
+def test_a_many_row_search_package_on_avx2_takes_onednns_products_alone(capability, tmp_path, monkeypatch):
+    """On an AVX2 CPU a float search package of any number of rows is built with oneDNN's products
+    alone (MANY_ROWS_AVX2_CONFIGS: inductor's tuning took a template that ran slower in the step); its
+    structure says so, so packages built before are rebuilt. Other CPUs, and the few-row and int8
+    packages, are built as before."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    calls = []
+
+    def compile_package(exported, package, configs):
+        calls.append(configs["max_autotune_gemm_backends"])
+        raise RuntimeError("test: recorded")
+
+    monkeypatch.setattr(aot, "_compile_package", compile_package)
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny").eval()
+    avx2 = capability == "AVX2"
+    # (the few-row package's build retries with oneDNN among the choices when the templates fail)
+    for sources, backends, products in ((8, ["ATEN" if avx2 else "CPP,ATEN"], "oneDNN" if avx2 else None),
+                                        (2, ["CPP", "CPP,ATEN"], None)):
+        memory = torch.zeros(sources, 3, model.config.d_model)
+        cache = model.new_step_cache(memory, rows_per_source=4, capacity=8, fixed_shape=True)
+        layout = aot._layout_of(model, "search", cache.positions.shape[0], 4, cache)
+        structure = aot._structure(model, layout, torch.device("cpu"), torch.float32, aot._step_tensors(model), True)
+        assert structure.get("products") == products
+        with pytest.raises(aot.AotUnavailable, match="AOTInductor failed.*recorded"):
+            aot.aot_step(model, "search", cache, beam=4, quiet=True)
+        assert calls == backends
+        calls.clear()
+    assert aot.MANY_ROWS_AVX2_CONFIGS == {**aot.FOLDED_CONFIGS, "max_autotune_gemm_backends": "ATEN"}
+    layout = aot.Layout("search", beam=4)  # an int8 model's many-row package: the templates, as before
+    assert aot._many_row_products(layout, True, "weight-only", "AVX2") is None
+    assert aot._many_row_products(layout, False, None, "AVX2") is None  # weights outside: no products to choose
+    assert aot._many_row_products(layout, True, None, "AVX2") == "oneDNN"
+
+
+@needs_compiler
 def test_a_build_that_crashes_ends_its_own_process_not_the_callers(tmp_path, monkeypatch):
     """The build runs in a child process (a crash in torch's kernels while inductor tunes, as
     ATen's int8 kernel did, must not kill the decoding process): a child killed by a signal

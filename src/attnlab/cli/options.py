@@ -274,7 +274,7 @@ def add_decode_compile_argument(parser) -> None:
     """``--compile aot``: decode through the step compiled ahead of time (attnlab.generation.aot)."""
     parser.add_argument("--compile", choices=DECODE_COMPILE_CHOICES, default="off",
                         help="aot: run each decode step compiled ahead of time (AOTInductor; built once per model "
-                             "structure into $ATTNLAB_CACHE or ~/.cache/attnlab, 25-60 s, or beforehand by "
+                             "structure into $ATTNLAB_CACHE or ~/.cache/attnlab, 25-140 s, or beforehand by "
                              "`attnlab compile`); off: eager steps (default: off)")
 
 

@@ -41,9 +41,9 @@ cache capacity is a dynamic dimension (one package for every length) unless the 
 a window (then the capacity is part of the key); beam search's rows and source length are
 dynamic too (sources × beam), in two packages: one for at most :data:`FEW_ROWS` rows (one
 source's beams, a small batch), whose products are all in inductor's C++ templates
-(:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`). Building takes
-25-60 s on a small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of
-time.
+(:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`; on an AVX2 CPU
+:data:`MANY_ROWS_AVX2_CONFIGS`, oneDNN's products alone). Building takes 25-140 s on a
+small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of time.
 
 Safety: a manifest that does not match what is asked (another structure, dtype, torch version),
 a package whose checksum does not match its manifest (corrupt, truncated) or a missing package
@@ -128,6 +128,12 @@ FEW_ROWS_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "CPP"}
 templates, none through oneDNN's per-call primitive set-up (multi30k shape, 4 rows: 1.109 ->
 0.972 ms a step; at 128 rows the templates, tuned for a few rows, were 1.7x slower: 20.3 ->
 35.1 ms, so a search of more rows keeps FOLDED_CONFIGS). Where no template fits, FOLDED_CONFIGS."""
+MANY_ROWS_AVX2_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "ATEN"}
+"""A folded search package for any number of rows on an AVX2 CPU: every product oneDNN's (prepacked),
+none in a C++ template. Tuning among both, inductor took its template for the feed-forward's first
+product (with its activation fused) at 128 rows, which ran slower in the step than oneDNN's: on an AVX2
+EPYC (Zen 3), one thread, multi30k shape, 32 sources, the step 34.5 -> 32.5 ms, a whole beam search 6.6 %
+faster (docs/benchmarks.md). Not measured on an AVX-512 CPU, where FOLDED_CONFIGS stays."""
 FEW_ROWS = 16
 WEIGHTS_SETTING = "ATTNLAB_AOT_WEIGHTS"  # "outside": never fold the weights into a package
 MANIFEST_BYTES = 1 << 16
@@ -273,7 +279,8 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     # AVX2: one-row products may take ONE_ROW_BLOCKING / ONE_ROW_INT8_BLOCKING (packages built before are rebuilt)
     blockings = {"one_row_blocking": [list(ONE_ROW_BLOCKING), list(ONE_ROW_INT8_BLOCKING)]} \
         if capability == "AVX2" else {}
-    return {**({"int8_products": int8} if int8 else {}), **blockings,
+    products = _many_row_products(layout, folded, int8, capability)
+    return {**({"int8_products": int8} if int8 else {}), **blockings, **({"products": products} if products else {}),
             "format": FORMAT,
             "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
@@ -282,6 +289,13 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
             "cpu_capability": capability,
             "gpu": (torch.cuda.get_device_name(device), list(torch.cuda.get_device_capability(device)))
             if device.type == "cuda" else None, "tensors": tensors}
+
+
+def _many_row_products(layout: Layout, folded: bool, int8: str | None, capability: str) -> str | None:
+    """"oneDNN" for a folded float search package of any number of rows on an AVX2 CPU (built with
+    :data:`MANY_ROWS_AVX2_CONFIGS`), else None (the build's configs as before)."""
+    many_rows = layout.kind == "search" and layout.batch is None and layout.max_rows is None
+    return "oneDNN" if many_rows and folded and not int8 and capability == "AVX2" else None
 
 
 def package_key(structure: dict) -> str:
@@ -423,7 +437,7 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
     start = time.perf_counter()
     if not quiet:
         what = "model structure and set of weights" if weights is not None else "model structure"
-        print(f"attnlab: compiling the decode step ahead of time (AOTInductor; about 25-70 s, once per {what}) "
+        print(f"attnlab: compiling the decode step ahead of time (AOTInductor; about 25-140 s, once per {what}) "
               f"into {paths.package}", file=sys.stderr, flush=True)
     workspace = paths.directory / f".{paths.package.stem}.tmp-{os.getpid()}"
     workspace.mkdir()
@@ -453,7 +467,8 @@ def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths:
                 # (timing it while tuning killed the process: a segmentation fault in its bf16
                 # kernel, an Image Transformer's 2-row step, torch 2.13)
                 configs = OUTSIDE_CONFIGS if weights is None else FOLDED_CONFIGS if int8 == "integer" \
-                    else FEW_ROWS_CONFIGS if few_rows or int8 else FOLDED_CONFIGS
+                    else FEW_ROWS_CONFIGS if few_rows or int8 \
+                    else MANY_ROWS_AVX2_CONFIGS if structure.get("products") == "oneDNN" else FOLDED_CONFIGS
                 chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
                 try:
                     _compile_package(saved, temporary, {**configs, **chosen})

@@ -153,7 +153,7 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
             rounding. Without a C++ compiler: a warning, and eager steps.
             ``compile="aot"``: the step compiled ahead of time (:mod:`attnlab.generation.aot`:
             no Python in the step; one package per model structure and batch size, built once
-            into the user cache, 25-60 s, then loaded); the greedy tokens equal the eager
+            into the user cache, 25-140 s, then loaded); the greedy tokens equal the eager
             step's. Without a C++ compiler, or where export fails: one warning, eager steps.
     Returns:
         The new tokens of each row (not the prompt), cut after a stop.
