@@ -140,7 +140,7 @@ def report(calls: dict, rounds: int, first: str, peers: list[str]) -> None:
 
 def check(name: str, out, ref) -> None:
     finite = torch.isfinite(ref)
-    print(f"  {name}: max |logits - eager| {float((out - ref)[finite].abs().max()):.2e}, same -inf positions "
+    print(f"  {name}: max |out - eager| {float((out - ref)[finite].abs().max()):.2e}, same -inf positions "
           f"{bool((torch.isfinite(out) == finite).all())}, same argmax {bool((out.argmax(-1) == ref.argmax(-1)).all())}")
 
 
@@ -175,9 +175,9 @@ def beam(args, directory: str) -> None:
         tokens = torch.full((rows,), 5, dtype=torch.long)
         start = cache.snapshot()
 
-        with packed_inference():
-            ref = model.decode_step(tokens, model.new_step_cache(memory, rows_per_source=4, capacity=capacity),
-                                    memory_mask)
+        with packed_inference():  # a search step's package gives log-probabilities
+            ref = torch.log_softmax(model.decode_step(tokens, model.new_step_cache(memory, rows_per_source=4,
+                                                                                   capacity=capacity), memory_mask), -1)
         for name, run in runners.items():
             cache.restore(start)
             check(name, run(tokens), ref)

@@ -579,7 +579,7 @@ def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_an_int8_translation_models_search_step_through_the_package(tmp_path, monkeypatch):
     """The search layout with int8 weights (cross-attention's query rows an int8 slice): the
-    package's logits, teacher-forced over 4 rows of each of 3 padded sources, are as close to the
+    package's log-probabilities, teacher-forced over 4 rows of each of 3 padded sources, are as close to the
     float step's with the int8 weights as the eager int8 step's are (its inputs quantised to 8 or 7
     bits, the package's rounded to bfloat16; the encoder and cross-attention keys, eager int8 in
     both); beam search runs through it with no fallback."""
@@ -601,9 +601,11 @@ def test_an_int8_translation_models_search_step_through_the_package(tmp_path, mo
         step = aot.aot_step(quantized, "search", fixed_cache, beam=4, memory_mask=memory_mask, quiet=True)
         package_error = eager_error = 0.0
         for t in range(targets.shape[1]):
-            expected = reference.decode_step(targets[:, t], eager_cache, memory_mask)
+            # a search package gives log-probabilities
+            expected = torch.log_softmax(reference.decode_step(targets[:, t], eager_cache, memory_mask), dim=-1)
             package_error = max(package_error, (step(targets[:, t], fixed_cache, memory_mask) - expected).abs().max())
-            eager_error = max(eager_error, (quantized.decode_step(targets[:, t], int8_cache, memory_mask)
+            eager_error = max(eager_error, (torch.log_softmax(quantized.decode_step(targets[:, t], int8_cache,
+                                                                                    memory_mask), dim=-1)
                                             - expected).abs().max())
         assert package_error <= 1.5 * eager_error, (package_error, eager_error)
         beam_search(quantized, src, beam_size=4, compile="aot", max_len_a=0, max_len_b=12)
@@ -628,6 +630,34 @@ def test_without_a_compiler_a_long_beam_search_grows_its_cache_and_gives_the_eag
     eager = beam_search(model, src, **options)
     assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
     assert max(len(h.tokens) for x in eager for h in x) > 2 * search.CAPACITY_STEP
+
+
+def test_the_exp_polynomial_is_as_close_to_exp_as_float32_allows():
+    uniform = torch.rand(10_000, generator=torch.Generator().manual_seed(0))
+    x = torch.cat([torch.linspace(-87.0, 0.0, 200_001), -uniform])
+    exact = torch.exp(x.double())
+    relative = ((aot.exp_polynomial(x).double() - exact) / exact).abs().max().item()
+    assert relative < 4e-7  # float32 rounding is 6e-8 a step; torch's own expf is within ~1.2e-7
+    assert aot.exp_polynomial(torch.tensor([0.0])).item() == 1.0
+    tiny = aot.exp_polynomial(torch.tensor([-100.0, float("-inf")]))
+    assert (tiny >= 0).all() and (tiny < 2e-38).all()  # below -87: ~1e-38 (not 0), never NaN
+
+
+def test_the_fused_log_softmax_is_torchs_within_float_rounding():
+    """A search package's log-probabilities (exported: its exp a polynomial inductor compiles into its
+    loops) against float64's, with -inf logits (suppressed ids) and rows of any spread."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 8001, generator=generator) * torch.logspace(-2, 1.5, 64)[:, None]
+    logits[:, 7] = float("-inf")
+    logits[3, :4000] = float("-inf")
+    logits[5] += 1000.0  # large logits: shifted by the maximum first
+    exact = torch.log_softmax(logits.double(), dim=-1)
+    out = aot.log_softmax_fused(logits)
+    assert out.dtype == torch.float32 and torch.equal(torch.isneginf(out), torch.isneginf(exact))
+    finite = torch.isfinite(exact)
+    error = (out.double() - exact)[finite].abs() / exact[finite].abs().clamp(min=1.0)
+    assert error.max().item() < 2e-6
+    assert torch.allclose(out[finite], torch.log_softmax(logits, dim=-1)[finite], rtol=1e-5, atol=1e-5)
 
 
 def test_a_search_of_few_rows_gets_its_own_package_layout_with_cpp_products():

@@ -164,7 +164,7 @@ def test_sampled_captions_follow_the_protocol():
 
 # -- the step path (search's road) and the step compiled ahead of time -----------------------
 def _teacher_forced_steps(model, step, images, tokens, rows_per_source, origins, *, fixed_shape=False):
-    """Logits of ``step`` (``model.decode_step`` or a package) fed ``tokens`` (R, T) one position
+    """Outputs of ``step`` (``model.decode_step``'s logits, a package's log-probabilities) fed ``tokens`` (R, T) one position
     at a time over a step cache, with ``origins[t]`` (beam search's reorder) applied after step t."""
     memory, _ = model.encode(images)
     cache = model.new_step_cache(memory, rows_per_source=rows_per_source, capacity=tokens.shape[1],
@@ -232,9 +232,10 @@ def test_the_package_gives_the_eager_logits_greedy_and_beam_tokens(aot_cache, mo
     tokens = torch.randint(2, 64, (9, 12))
     origins = {2: torch.tensor([1, 1, 0, 3, 4, 5, 8, 6, 6]), 6: torch.tensor([2, 0, 1, 5, 3, 3, 7, 7, 7])}
     with torch.no_grad():  # teacher-forced: a near-tie cannot make the two runs feed different tokens
+        # a search package gives log-probabilities
         torch.testing.assert_close(_teacher_forced_steps(model, None, images, tokens, 3, origins, fixed_shape=True),
-                                   _teacher_forced_steps(model, model.decode_step, images, tokens, 3, origins),
-                                   **TOLERANCE)
+                                   _teacher_forced_steps(model, lambda *a: torch.log_softmax(model.decode_step(*a), -1),
+                                                         images, tokens, 3, origins), **TOLERANCE)
     # several images (any number: one package), and one; greedy: one package for several images
     assert_search_through_the_package(model, (images, images[:1]), beam=3, nbest=3, max_len_a=0,
                                       max_len_b=model.config.max_positions)

@@ -42,7 +42,8 @@ a window (then the capacity is part of the key); beam search's rows and source l
 dynamic too (sources × beam), in two packages: one for at most :data:`FEW_ROWS` rows (one
 source's beams, a small batch), whose products are all in inductor's C++ templates
 (:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`; on an AVX2 CPU
-:data:`MANY_ROWS_AVX2_CONFIGS`, oneDNN's products alone). Building takes 25-140 s on a
+:data:`MANY_ROWS_AVX2_CONFIGS`, oneDNN's products alone). A search package returns the step's
+log-probabilities (:func:`log_softmax_fused`), any other the logits. Building takes 25-140 s on a
 small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of time.
 
 Safety: a manifest that does not match what is asked (another structure, dtype, torch version),
@@ -112,15 +113,16 @@ from attnlab.linear import derived_key, own_product, packed_inference, products_
 from attnlab.quantize import full_range_inputs, integer_products, integer_sums_exact, last_level_cache_bytes
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
-           "package_key", "use_aot"]
+           "exp_polynomial", "log_softmax_fused", "package_key", "use_aot"]
 
-FORMAT = 3
+FORMAT = 4
 """Bumped whenever what a package takes or returns changes, or packages built before could be
 wrong or much slower (part of every key). 2: built past a compiler with no shared libstdc++
 (:func:`package_compiler`); a package of format 1 may carry its own libstdc++ and crash its
 loader, so none is reused. 3: built with grad off, so inductor freezes the folded weights
 (format 2's child-process builds did not: plain products, see ``_BUILD``), and a folded step's
-one-query self-attention exported as sums inductor fuses (``attention.core._one_query``)."""
+one-query self-attention exported as sums inductor fuses (``attention.core._one_query``). 4: a
+search package returns log-probabilities (:func:`log_softmax_fused`), not logits."""
 OUTSIDE_CONFIGS = {"aot_inductor.package_constants_in_so": False}
 FOLDED_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 FEW_ROWS_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "CPP"}
@@ -198,9 +200,42 @@ class _StepModule(nn.Module):
 
     def forward(self, tokens: Tensor, state: list[Tensor], memory_mask: Tensor | None = None) -> Tensor:
         cache = StaticKVCache.over_step_tensors(state, **self.shape)
-        if self.layout.kind == "search":
-            return self._step(self.model, tokens, cache, memory_mask)
+        if self.layout.kind == "search":  # the searches' log-probabilities, in the package's own loops
+            return log_softmax_fused(self._step(self.model, tokens, cache, memory_mask).float())
         return self._step(self.model, tokens, cache)
+
+
+_EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                   5.0000001201e-1)
+_LN2_HIGH, _LN2_LOW, _LOG2_E = 0.693359375, -2.12194440e-4, 1.44269504088896341
+
+
+def exp_polynomial(x: Tensor) -> Tensor:
+    """``exp(x)`` of float32 ``x <= 0`` (below -87: ~1e-38, not 0) as torch's elementary operations:
+    Cephes' ``expf`` (Moshier), ``x = n·ln 2 + r``, a degree-7 polynomial in ``r`` times ``2ⁿ`` made
+    from its exponent bits. Within 1.2e-7 of float64's ``exp`` relatively on [-87, 0]
+    (tests/generation/test_aot.py), as close as torch's own; exported, inductor compiles it into
+    its loops as a few vector instructions, where ``torch.exp`` is a call of Sleef's ``expf`` for
+    every eight elements."""
+    x = x.clamp(min=-87.0)
+    n = torch.floor(x * _LOG2_E + 0.5)
+    r = x - n * _LN2_HIGH - n * _LN2_LOW
+    p = _EXP_POLYNOMIAL[0]
+    for c in _EXP_POLYNOMIAL[1:]:
+        p = p * r + c
+    p = p * (r * r) + r + 1.0
+    return p * ((n.to(torch.int32) + 127) * (1 << 23)).view(torch.float32)
+
+
+def log_softmax_fused(logits: Tensor) -> Tensor:
+    """``torch.log_softmax(logits, -1)`` of float32 ``logits`` (its values within float rounding; -inf
+    stays -inf) as a search package computes it, fused after its output product: the sum of
+    exponentials through :func:`exp_polynomial`. On an AVX2 EPYC, one thread, 128 rows of 8,001
+    (multi30k shape, beam 4 over 32 sources) the step with its log-probabilities took 31.9 ms where
+    the package's logits and ``torch.log_softmax`` after it took 33.1, and ``torch.log_softmax``
+    exported into the package 37.4 (docs/benchmarks.md)."""
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    return shifted - torch.log(exp_polynomial(shifted).sum(dim=-1, keepdim=True))
 
 
 def derived_tensors(model) -> list[Tensor]:
@@ -721,10 +756,10 @@ def _first_line(error: BaseException) -> str:
 # The runner
 # --------------------------------------------------------------------------------------- #
 class AotStep:
-    """A loaded package: ``logits = step(tokens, cache)`` (or ``step(tokens, cache,
-    memory_mask)`` for a search layout) on a ``fixed_shape`` cache of the model it was bound
-    to by :meth:`bind`. Moves the host's count of positions after each call (the package
-    moves the device cursor)."""
+    """A loaded package: ``logits = step(tokens, cache)`` (or ``log_probs = step(tokens, cache,
+    memory_mask)`` for a search layout: :func:`log_softmax_fused` of the logits) on a
+    ``fixed_shape`` cache of the model it was bound to by :meth:`bind`. Moves the host's count of
+    positions after each call (the package moves the device cursor)."""
 
     def __init__(self, path: Path, layout: Layout, names: list[str], key: str, *, weights: tuple | None = None):
         self.path, self.layout, self.key = path, layout, key
@@ -780,9 +815,9 @@ class AotStep:
                 if memory_mask is None or memory_mask.shape != shape or memory_mask.device != memory.device:
                     memory_mask = self._all_real = torch.ones(shape, dtype=torch.bool, device=memory.device)
             inputs.append(memory_mask.contiguous())
-        logits = self._run(inputs)[0]
+        out = self._run(inputs)[0]  # logits; a search package's log-probabilities
         cache.count_replayed(1)
-        return logits
+        return out
 
 
 def _named_tensors(model) -> dict[str, Tensor]:

@@ -51,6 +51,7 @@ class _Decoder:
                  rows_per_source: int = 1, compile: bool | str = False) -> None:
         self.model = model
         self.rows_per_source = rows_per_source
+        self.most_rows = memory.shape[0] * rows_per_source  # decoder rows at the start (fewer later)
         self.fast = use_cache and hasattr(model, "decode_step") and hasattr(model, "new_step_cache")
         self.expanded = True
         # compile="aot": the step compiled ahead of time (generation/aot.py) over a fixed-shape
@@ -83,10 +84,14 @@ class _Decoder:
             self.memory, self.memory_mask = memory, memory_mask
             self.cache = model.new_cache(capacity=capacity) if use_cache else None
         self.prefix = None if use_cache else memory.new_empty(memory.shape[0], 0, dtype=torch.long)
+        self.scratch = None  # the log-probabilities' buffer, reused: a fresh (R, V) tensor a step was page-faulted in
 
     def step(self, step_input: Tensor) -> Tensor:
-        """Logits of the position after ``step_input`` ``(R, 1)``: ``(R, V)``, or ``(R / k, V)``
-        on the step path's first step (one row per source; the k rows of a source are equal)."""
+        """Log-probabilities (float32) of the position after ``step_input`` ``(R, 1)``: ``(R, V)``,
+        or ``(R / k, V)`` on the step path's first step (one row per source; the k rows of a source
+        are equal). The caller may write into them (until the next step). A compiled step's package
+        computes them itself (:func:`~attnlab.generation.aot.log_softmax_fused`), else
+        ``torch.log_softmax`` of the logits."""
         if self.fast:
             tokens = step_input.view(-1) if self.expanded else step_input.view(-1, self.rows_per_source)[:, 0]
             if self.aot is True and self.expanded:
@@ -96,7 +101,7 @@ class _Decoder:
                 self.cache.resize(min(self.capacity, self.cache.capacity + CAPACITY_STEP))
             if self.aot and self.expanded and self.aot.accepts(self.cache):
                 return self.aot(tokens, self.cache, self.memory_mask)
-            return self.model.decode_step(tokens, self.cache, self.memory_mask)
+            return self._log_probs(self.model.decode_step(tokens, self.cache, self.memory_mask))
         if self.cache is None:
             self.prefix = torch.cat([self.prefix, step_input], dim=1)
             logits = self.model.decode(self.prefix, self.memory, self.memory_mask)
@@ -104,7 +109,14 @@ class _Decoder:
             # After the first step the cache holds the cross-attention keys/values.
             memory = self.memory if self.cache.length == 0 else None
             logits = self.model.decode(step_input, memory, self.memory_mask, cache=self.cache)
-        return logits[:, -1]
+        return self._log_probs(logits[:, -1])
+
+    def _log_probs(self, logits: Tensor) -> Tensor:
+        logits = logits.float()
+        rows, vocab = logits.shape
+        if self.scratch is None or self.scratch.numel() < rows * vocab:
+            self.scratch = logits.new_empty(max(rows, self.most_rows) * vocab)
+        return torch.log_softmax(logits, dim=-1, out=self.scratch[:rows * vocab].view(rows, vocab))
 
     def reorder(self, origin: Tensor, origin_list: list[int] | None = None) -> None:
         """Row i continues the hypothesis that was row ``origin[i]`` (``origin_list``: the same
@@ -232,8 +244,7 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
     log_probs = [0.0] * batch
     done = [False] * batch
     for _ in range(max(limits)):
-        step_log_probs = torch.log_softmax(decoder.step(step_input).float(), dim=-1)
-        best_log_prob, best = step_log_probs.max(dim=-1)
+        best_log_prob, best = decoder.step(step_input).max(dim=-1)
         for i, (token, lp) in enumerate(zip(best.tolist(), best_log_prob.tolist())):
             if done[i]:
                 continue
@@ -306,7 +317,6 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     step_input = torch.full((batch * k, 1), config.bos_id, dtype=torch.long, device=device)
     # Row offsets b·k of each source's beams, for the rows the survivors extend.
     offsets = torch.arange(0, batch * k, k, device=device)[:, None]
-    scratch = None  # the log-probabilities' buffer, reused: a fresh (B·k, V) tensor a step was page-faulted in
 
     def prefix(row: int, steps: int) -> list[int]:
         """The tokens of the hypothesis in ``row`` after ``steps`` steps."""
@@ -318,11 +328,8 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
 
     for step in range(max(limits)):
         length = step + 1  # tokens per hypothesis after this step
-        logits = decoder.step(step_input).float()
-        rows_now, vocab = logits.shape
-        if scratch is None or scratch.numel() < rows_now * vocab:
-            scratch = logits.new_empty(batch * k * vocab)
-        log_probs = torch.log_softmax(logits, dim=-1, out=scratch[:rows_now * vocab].view(rows_now, vocab))
+        log_probs = decoder.step(step_input)
+        rows_now, vocab = log_probs.shape
         if rows_now == len(active) * k:  # (B', k, V): the beams' scores added in place
             candidates = log_probs.view(len(active), k, vocab).add_(beam_log_probs[:, :, None])
         else:

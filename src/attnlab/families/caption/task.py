@@ -165,9 +165,12 @@ def sample_captions(model, tokenizer: Tokenizer, images: Tensor, *, temperature:
         aot = compile == "aot"
         capacity = aot_capacity(model, config.max_positions) if aot else config.max_positions
         cache = model.new_step_cache(memory, capacity=capacity, fixed_shape=aot)
+        # log-probabilities either way: a search package computes them itself (sampling from them
+        # draws as from the logits, whose softmax they share)
         step = use_aot(model, "search", cache, beam=1) if aot else None
         if step is None or not step.accepts(cache):
-            step = model.decode_step
+            def step(tokens, cache, memory_mask):
+                return torch.log_softmax(model.decode_step(tokens, cache, memory_mask).float(), dim=-1)
         tokens = torch.full((len(images),), config.bos_id, dtype=torch.long, device=parameter.device)
         produced, done = [[] for _ in range(len(images))], [False] * len(images)
         for _ in range(config.max_positions):
