@@ -289,6 +289,32 @@ def test_a_static_cache_made_at_full_size_grows_in_its_own_memory():
         assert all(layer.self_attn.kv is kv for layer, kv in zip(cache.layers, cache.kv))
 
 
+def test_a_full_static_cache_reordered_then_grown_stays_in_the_two_buffers():
+    """Beam search reorders a cache whose positions are all written (the step before it grows): the
+    rows go into the second buffer, made with room for the whole capacity, so the resize after it
+    grows them there too; the written positions as plain indexing gives them, the later slots zeros."""
+    from attnlab.attention import StaticKVCache
+
+    generator = torch.Generator().manual_seed(1)
+    cache = StaticKVCache(2, 6, 2, 40, 4, fixed_shape=True)
+    cache.resize(16)
+    for kv in cache.kv:
+        kv.copy_(torch.randn(kv.shape, generator=generator))
+    cache.length = 16
+    expected = [kv.clone() for kv in cache.kv]
+    cache.move_rows(torch.tensor([0, 1]), torch.tensor([1, 0]))  # a second buffer, made for the rows moved
+    expected = [want[:, [1, 0, 2, 3, 4, 5]] for want in expected]
+    index = torch.tensor([5, 4, 3, 3, 1, 0])
+    cache.reorder(index)
+    expected = [want[:, index] for want in expected]
+    buffers = {kv.untyped_storage().data_ptr() for kv in cache.kv} | {s.untyped_storage().data_ptr() for s in cache._spares}
+    for size in (32, 40):
+        cache.resize(size)
+        expected = [torch.cat([want, want.new_zeros(2, 6, 2, size - want.shape[3], 4)], dim=3) for want in expected]
+        assert {kv.untyped_storage().data_ptr() for kv in cache.kv} <= buffers
+        assert all(torch.equal(kv, want) for kv, want in zip(cache.kv, expected))
+
+
 def test_static_cache_row_moves_resizes_and_shrinking_reorders_keep_every_rows_keys():
     """What beam search does to a fixed-shape cache: rows take other rows' keys and values
     (move_rows), the cache grows (resize), whole sources leave (reorder to fewer rows), in the

@@ -181,6 +181,7 @@ class StaticKVCache:
         self.conditioning: Tensor | None = None
         self.layers = [_StaticLayerCache(self, kv, cross_attention) for kv in self.kv]
         self._spares: list[Tensor | None] | None = None  # reorder's second buffers (not fixed-shape)
+        self.room = capacity  # positions a second buffer is made for (resize's growth then stays in it)
 
     def __getitem__(self, i: int) -> "_StaticLayerCache":
         return self.layers[i]
@@ -217,6 +218,7 @@ class StaticKVCache:
         cache.fixed_shape = True
         cache.length = 0
         cache._spares = None
+        cache.room = cache.capacity
         cache.layers = [_StaticLayerCache(cache, kv, cross_attention) for kv in cache.kv]
         if cross_attention:
             memory = tensors[first + num_layers:]
@@ -300,11 +302,9 @@ class StaticKVCache:
         spares = self._spare_buffers()
         for i, layer in enumerate(self.layers):
             kv = layer.self_attn.kv
-            if self.length >= self.capacity:
-                layer.self_attn.kv = kv.index_select(1, index)
-                continue
             # Into the memory of the buffer the previous reorder left: no fresh allocation, and
-            # so no page faults, every step (and none when whole sources leave the batch).
+            # so no page faults, every step (and none when whole sources leave the batch); a full
+            # cache too, so that a resize after it still finds room in its memory.
             selected = self._spare(i, kv, (kv.shape[0], len(index), *kv.shape[2:]))
             torch.index_select(kv.narrow(3, 0, self.length), 1, index, out=selected.narrow(3, 0, self.length))
             layer.self_attn.kv, spares[i] = selected, kv
@@ -335,7 +335,10 @@ class StaticKVCache:
         spares = self._spare_buffers()
         spare, count = spares[i], math.prod(shape)
         if spare is None or spare.numel() < count:
-            spare = spares[i] = kv.new_zeros(shape) if self.fixed_shape else kv.new_empty(shape)
+            # room for the cache's whole capacity (shape[3] grows up to it): resize then grows a
+            # cache reordered into it in place (relaid_in_place)
+            room = count // shape[3] * max(self.room, shape[3]) if shape[3] else count
+            spare = spares[i] = kv.new_zeros(room) if self.fixed_shape else kv.new_empty(room)
         return spare.view(-1).narrow(0, 0, count).view(shape)
 
     def resize(self, capacity: int) -> None:
@@ -351,6 +354,7 @@ class StaticKVCache:
             old = layer.self_attn.kv
             new = relaid_in_place(old, capacity, self.length)
             if new is None:  # no room in its memory: a new buffer
+                self.room = max(self.room, capacity)
                 new = old.new_empty((*old.shape[:3], capacity, old.shape[4]))
                 new.narrow(3, 0, self.length).copy_(old.narrow(3, 0, self.length))
                 new.narrow(3, self.length, capacity - self.length).zero_()
