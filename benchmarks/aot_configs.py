@@ -39,6 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import cpu_engines  # noqa: E402
+from common import interleaved_medians  # noqa: E402
 
 from attnlab.generation import aot, generate  # noqa: E402
 from attnlab.interop import from_hf_gpt2  # noqa: E402
@@ -138,26 +139,19 @@ def run_search(shape: str, repeats: int, sources: int = 32) -> None:
     if ctranslate2 is not None:
         ctranslate2.converters.TransformersConverter(hf_dir).convert(hf_dir + "-ct2", quantization=None)
         translator = ctranslate2.Translator(hf_dir + "-ct2", device="cpu", compute_type="float32", intra_threads=1)
-        pieces = [tokenizer.pieces(src[row, :n].tolist()) for row, n in enumerate(lengths)]
-
-        def ct2():
-            return [[tokenizer.vocab[piece] for piece in result.hypotheses[0]] for result in translator.translate_batch(
-                pieces, beam_size=4, length_penalty=0.0, max_decoding_length=limit, min_decoding_length=0,
-                max_batch_size=0)]
-
-        runs["CT2"] = (ct2, None)
-    times = {name: [] for name in runs}
+        pieces = cpu_engines.ct2_pieces(tokenizer, src, lengths)
+        runs["CT2"] = (lambda: cpu_engines.ct2_beam(translator, tokenizer, pieces, limit), None)
     best = {}
-    for _ in range(repeats):
-        for name, (run, directory) in runs.items():
+
+    def timed(name, run, directory):
+        def call():
             if directory:
                 os.environ["ATTNLAB_CACHE"] = directory
-            started = time.perf_counter()
-            out = run()
-            times[name].append(time.perf_counter() - started)
-            best[name] = out
+            best[name] = run()
+        return call
+
+    medians = interleaved_medians({name: timed(name, *way) for name, way in runs.items()}, repeats=repeats, warmup=0)
     same = {name: sum(a == b for a, b in zip(best["FOLDED_CONFIGS"], out)) for name, out in best.items()}
-    medians = {name: statistics.median(v) for name, v in times.items()}
     print(f"search, {shape}, {sources} sources, beam 4, medians of {repeats}: " + ", ".join(
         f"{name} {seconds:.3f} s" for name, seconds in medians.items())
         + f"; FOLDED/oneDNN alone {medians['FOLDED_CONFIGS'] / medians['oneDNN alone']:.3f}"

@@ -334,6 +334,18 @@ def translation_batches(tokenizer, sentences: list[str], batch: int, pad_id: int
     return batches
 
 
+def ct2_pieces(tokenizer, src: torch.Tensor, lengths: list[int]) -> list[list[str]]:
+    """CT2's input for a padded batch of ``translation_batches``: each source's pieces, padding cut."""
+    return [tokenizer.pieces(src[row, :n].tolist()) for row, n in enumerate(lengths)]
+
+
+def ct2_beam(translator, tokenizer, pieces: list[list[str]], limit: int) -> list[list[int]]:
+    """CT2's best hypothesis (token ids) for each source: beam 4, plain log-probabilities
+    (length_penalty 0), at most ``limit`` tokens, the settings attnlab's side runs with."""
+    return [[tokenizer.vocab[piece] for piece in result.hypotheses[0]] for result in translator.translate_batch(
+        pieces, beam_size=4, length_penalty=0.0, max_decoding_length=limit, min_decoding_length=0, max_batch_size=0)]
+
+
 def run_translate(shape: str, threads_list: list[int], batch_sizes: list[int], sentences: dict[int, int],
                   repeats: int, directory: str, spm_model: str, aot: bool = False) -> list[dict]:
     import ctranslate2
@@ -346,14 +358,11 @@ def run_translate(shape: str, threads_list: list[int], batch_sizes: list[int], s
     ctranslate2.converters.TransformersConverter(hf_dir).convert(ct2_dir, quantization=None)
     model, tokenizer, _ = load_hf_marian(hf_dir)
     config = model.config
-    id_to_piece = tokenizer.pieces
-    piece_to_id = tokenizer.vocab
     test = multi30k_lines("test_2016_flickr.de.gz")
     rows = []
     for batch in batch_sizes:
         batches = translation_batches(tokenizer, test[:sentences[batch]], batch, config.pad_id, config.eos_id)
-        ct2_sources = [[id_to_piece(src[row, :n].tolist()) for row, n in enumerate(lengths)]
-                       for src, lengths, _ in batches]
+        ct2_sources = [ct2_pieces(tokenizer, src, lengths) for src, lengths, _ in batches]
         count = sum(len(lengths) for _, lengths, _ in batches)
         for threads in threads_list:
             torch.set_num_threads(threads)
@@ -366,11 +375,8 @@ def run_translate(shape: str, threads_list: list[int], batch_sizes: list[int], s
                                                          max_len_b=limit, compile=compile)]
 
             def theirs():
-                outputs["CT2"] = [[piece_to_id[piece] for piece in result.hypotheses[0]]
-                                  for source, (_, _, limit) in zip(ct2_sources, batches)
-                                  for result in translator.translate_batch(
-                                      source, beam_size=4, length_penalty=0.0, max_decoding_length=limit,
-                                      min_decoding_length=0, max_batch_size=0)]
+                outputs["CT2"] = [best for source, (_, _, limit) in zip(ct2_sources, batches)
+                                  for best in ct2_beam(translator, tokenizer, source, limit)]
 
             runs = {"attnlab": ours, "CT2": theirs}
             if aot:
