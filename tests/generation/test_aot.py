@@ -579,10 +579,11 @@ def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_an_int8_translation_models_search_step_through_the_package(tmp_path, monkeypatch):
     """The search layout with int8 weights (cross-attention's query rows an int8 slice): the
-    package's log-probabilities, teacher-forced over 4 rows of each of 3 padded sources, are as close to the
-    float step's with the int8 weights as the eager int8 step's are (its inputs quantised to 8 or 7
-    bits, the package's rounded to bfloat16; the encoder and cross-attention keys, eager int8 in
-    both); beam search runs through it with no fallback."""
+    package's log-probabilities (one row a source: greedy search's package), teacher-forced over 3
+    padded sources, are as close to the float step's with the int8 weights as the eager int8 step's
+    are (its inputs quantised to 8 or 7 bits, the package's rounded to bfloat16; the encoder and
+    cross-attention keys, eager int8 in both); beam search runs through its own package (candidates)
+    with no fallback."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     torch.manual_seed(0)
     model = attnlab.create_model("transformer_tiny").eval()
@@ -594,14 +595,15 @@ def test_an_int8_translation_models_search_step_through_the_package(tmp_path, mo
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         memory, memory_mask = quantized.encode(src)
-        fixed_cache = quantized.new_step_cache(memory, rows_per_source=4, capacity=16, fixed_shape=True)
+        # one row per source: a package of log-probabilities (beam search's gives candidates, tested below)
+        targets = targets[::4]
+        fixed_cache = quantized.new_step_cache(memory, rows_per_source=1, capacity=16, fixed_shape=True)
         ref_memory, _ = reference.encode(src)
-        eager_cache = reference.new_step_cache(ref_memory, rows_per_source=4, capacity=16)
-        int8_cache = quantized.new_step_cache(memory, rows_per_source=4, capacity=16)
-        step = aot.aot_step(quantized, "search", fixed_cache, beam=4, memory_mask=memory_mask, quiet=True)
+        eager_cache = reference.new_step_cache(ref_memory, rows_per_source=1, capacity=16)
+        int8_cache = quantized.new_step_cache(memory, rows_per_source=1, capacity=16)
+        step = aot.aot_step(quantized, "search", fixed_cache, beam=1, memory_mask=memory_mask, quiet=True)
         package_error = eager_error = 0.0
         for t in range(targets.shape[1]):
-            # a search package gives log-probabilities
             expected = torch.log_softmax(reference.decode_step(targets[:, t], eager_cache, memory_mask), dim=-1)
             package_error = max(package_error, (step(targets[:, t], fixed_cache, memory_mask) - expected).abs().max())
             eager_error = max(eager_error, (torch.log_softmax(quantized.decode_step(targets[:, t], int8_cache,
@@ -660,6 +662,33 @@ def test_the_fused_log_softmax_is_torchs_within_float_rounding():
     assert torch.allclose(out[finite], torch.log_softmax(logits, dim=-1)[finite], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("sources, beam, vocab", [(32, 4, 8001), (3, 4, 64 * 40), (2, 3, 1000), (5, 2, 100),
+                                                  (2, 4, 24)])
+def test_a_beam_search_packages_candidates_are_the_eager_searchs(sources, beam, vocab):
+    """What a beam search package returns (aot.candidates_fused: only the chunks with the largest
+    shifted maxima scored, each row's tail always) against search_candidates of the log-probabilities
+    (the eager search's): the same scores within float rounding, each naming a (beam, token) that
+    scores it; rows with and without a tail, long rows and short (every score), -inf logits, a
+    first step's -inf hypotheses, the best continuation in a tail or at a chunk's edge."""
+    from reference.aot_search import assert_candidates_match
+
+    generator = torch.Generator().manual_seed(sources * vocab)
+    logits = torch.randn(sources * beam, vocab, generator=generator) * 3
+    logits[:, 1] = float("-inf")
+    logits[0, vocab - 1] = 30.0  # in the tail when vocab is not a multiple of CHUNK
+    edge = min(63, vocab - 2)  # the last of a chunk (CHUNK = 64) where the rows are long
+    logits[beam, edge] = 30.0
+    scores = -torch.rand(sources * beam, generator=generator) * 4
+    scores[1:beam] = float("-inf")  # source 0 as at a first step: one live hypothesis
+    scores[0] = scores[beam] = 0.0  # the rows with a logit of 30: their best continuations come first
+    log_probs = torch.log_softmax(logits.double(), dim=-1).float()
+    got = aot.candidates_fused(logits, scores, beam, 2 * beam)
+    assert [t.shape for t in got] == [(sources, 2 * beam)] * 3
+    assert_candidates_match(tuple(t.unsqueeze(1) for t in got), log_probs.unsqueeze(1), scores, beam,
+                            rtol=1e-5, atol=1e-5)
+    assert (got[1][0, 0], got[2][0, 0]) == (0, vocab - 1) and (got[1][1, 0], got[2][1, 0]) == (0, edge)
+
+
 def test_a_search_of_few_rows_gets_its_own_package_layout_with_cpp_products():
     # Beam search at one source (4 rows) and a small batch: a package for at most FEW_ROWS rows,
     # built with every product in inductor's C++ templates; more rows: the package for any number.
@@ -674,6 +703,8 @@ def test_a_search_of_few_rows_gets_its_own_package_layout_with_cpp_products():
     assert layout(1, 4).max_rows == aot.FEW_ROWS == 16 and layout(4, 4).max_rows == 16
     assert layout(5, 4).max_rows is None and layout(32, 4).max_rows is None
     assert layout(1, 1).batch == 1 and layout(1, 1).max_rows is None  # one row: its own fixed layout
+    # beam search's packages return each source's 2k best continuations; one row a source: log-probabilities
+    assert layout(1, 4).candidates == layout(32, 4).candidates == 8 and layout(4, 1).candidates is None
     assert aot.FEW_ROWS_CONFIGS["max_autotune_gemm_backends"] == "CPP"
     assert aot.FOLDED_CONFIGS["max_autotune_gemm_backends"] == "CPP,ATEN"
 

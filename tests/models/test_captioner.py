@@ -163,9 +163,12 @@ def test_sampled_captions_follow_the_protocol():
 
 
 # -- the step path (search's road) and the step compiled ahead of time -----------------------
-def _teacher_forced_steps(model, step, images, tokens, rows_per_source, origins, *, fixed_shape=False):
-    """Outputs of ``step`` (``model.decode_step``'s logits, a package's log-probabilities) fed ``tokens`` (R, T) one position
-    at a time over a step cache, with ``origins[t]`` (beam search's reorder) applied after step t."""
+def _teacher_forced_steps(model, step, images, tokens, rows_per_source, origins, *, fixed_shape=False,
+                          beam_scores=None):
+    """Outputs of ``step`` (``model.decode_step``'s logits; None: beam search's package, given
+    ``beam_scores``, its candidates: scores, beams, tokens, each stacked ``(B, T, 2k)``) fed
+    ``tokens`` (R, T) one position at a time over a step cache, with ``origins[t]`` (beam search's
+    reorder) applied after step t."""
     memory, _ = model.encode(images)
     cache = model.new_step_cache(memory, rows_per_source=rows_per_source, capacity=tokens.shape[1],
                                  fixed_shape=fixed_shape)
@@ -175,10 +178,10 @@ def _teacher_forced_steps(model, step, images, tokens, rows_per_source, origins,
         step = aot.aot_step(model, "search", cache, beam=rows_per_source)
     out = []
     for t in range(tokens.shape[1]):
-        out.append(step(tokens[:, t], cache, None))
+        out.append(step(tokens[:, t], cache, None, *(() if beam_scores is None else (beam_scores,))))
         if t in origins:
             cache.reorder(origins[t], include_memory=False)
-    return torch.stack(out, 1)
+    return torch.stack(out, 1) if beam_scores is None else tuple(torch.stack(parts, 1) for parts in zip(*out))
 
 
 def _reference(model, images, tokens, rows_per_source, origins):
@@ -222,8 +225,8 @@ def aot_cache(tmp_path_factory):
 
 @needs_compiler
 @pytest.mark.slow
-def test_the_package_gives_the_eager_logits_greedy_and_beam_tokens(aot_cache, monkeypatch):
-    from reference.aot_search import assert_search_through_the_package
+def test_the_package_gives_the_eager_candidates_greedy_and_beam_tokens(aot_cache, monkeypatch):
+    from reference.aot_search import assert_candidates_match, assert_search_through_the_package
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(aot_cache))
     model = _model().float()
@@ -231,11 +234,13 @@ def test_the_package_gives_the_eager_logits_greedy_and_beam_tokens(aot_cache, mo
     torch.manual_seed(1)
     tokens = torch.randint(2, 64, (9, 12))
     origins = {2: torch.tensor([1, 1, 0, 3, 4, 5, 8, 6, 6]), 6: torch.tensor([2, 0, 1, 5, 3, 3, 7, 7, 7])}
+    beam_scores = -torch.rand(9) * 5  # the hypotheses' scores so far
     with torch.no_grad():  # teacher-forced: a near-tie cannot make the two runs feed different tokens
-        # a search package gives log-probabilities
-        torch.testing.assert_close(_teacher_forced_steps(model, None, images, tokens, 3, origins, fixed_shape=True),
-                                   _teacher_forced_steps(model, lambda *a: torch.log_softmax(model.decode_step(*a), -1),
-                                                         images, tokens, 3, origins), **TOLERANCE)
+        # beam search's package gives each image's 2k best continuations
+        assert_candidates_match(_teacher_forced_steps(model, None, images, tokens, 3, origins, fixed_shape=True,
+                                                      beam_scores=beam_scores),
+                                _teacher_forced_steps(model, lambda *a: torch.log_softmax(model.decode_step(*a), -1),
+                                                      images, tokens, 3, origins), beam_scores, 3, **TOLERANCE)
     # several images (any number: one package), and one; greedy: one package for several images
     assert_search_through_the_package(model, (images, images[:1]), beam=3, nbest=3, max_len_a=0,
                                       max_len_b=model.config.max_positions)

@@ -22,3 +22,24 @@ def assert_search_through_the_package(model, batches, *, beam: int, nbest: int, 
                 assert h.score == pytest.approx(g.score, abs=1e-4)
     assert [h.tokens for h in greedy_search(model, batches[0], compile="aot", **options)] == \
         [h.tokens for h in greedy_search(model, batches[0], **options)]
+
+
+def assert_candidates_match(candidates, log_probs, beam_scores, beam: int, **tolerance) -> None:
+    """A beam search package's ``(scores, beams, tokens)``, each ``(B, T, m)`` over T teacher-forced
+    steps, against :func:`~attnlab.generation.aot.search_candidates` of the eager log-probabilities
+    ``(B·beam, T, V)`` with the same ``beam_scores`` ``(B·beam,)``: the same scores within
+    ``tolerance``, and each (beam, token) the package names scored its value by the eager
+    log-probabilities (of two nearly tied candidates, which comes first may differ)."""
+    import torch
+
+    from attnlab.generation.aot import search_candidates
+
+    values, beams, tokens = candidates
+    sources, steps, m = values.shape
+    vocab = log_probs.shape[-1]
+    for t in range(steps):
+        expected, _, _ = search_candidates(log_probs[:, t], beam_scores, beam, m)
+        torch.testing.assert_close(values[:, t], expected, **tolerance)
+        scored = log_probs[:, t].reshape(sources, beam, vocab) + beam_scores.view(sources, beam, 1)
+        named = scored[torch.arange(sources)[:, None], beams[:, t], tokens[:, t]]
+        torch.testing.assert_close(named, values[:, t], **tolerance)

@@ -43,7 +43,8 @@ dynamic too (sources × beam), in two packages: one for at most :data:`FEW_ROWS`
 source's beams, a small batch), whose products are all in inductor's C++ templates
 (:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`; on an AVX2 CPU
 :data:`MANY_ROWS_AVX2_CONFIGS`, oneDNN's products alone). A search package returns the step's
-log-probabilities (:func:`log_softmax_fused`), any other the logits. Building takes 25-140 s on a
+log-probabilities (:func:`log_softmax_fused`), a beam search's (beam > 1) each source's 2·beam best
+continuations (:func:`search_candidates`: it takes the beams' scores too), any other the logits. Building takes 25-140 s on a
 small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of time.
 
 Safety: a manifest that does not match what is asked (another structure, dtype, torch version),
@@ -113,7 +114,7 @@ from attnlab.linear import derived_key, own_product, packed_inference, products_
 from attnlab.quantize import full_range_inputs, integer_products, integer_sums_exact, last_level_cache_bytes
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
-           "exp_polynomial", "log_softmax_fused", "package_key", "use_aot"]
+           "exp_polynomial", "log_softmax_fused", "package_key", "search_candidates", "use_aot"]
 
 FORMAT = 4
 """Bumped whenever what a package takes or returns changes, or packages built before could be
@@ -122,7 +123,9 @@ wrong or much slower (part of every key). 2: built past a compiler with no share
 loader, so none is reused. 3: built with grad off, so inductor freezes the folded weights
 (format 2's child-process builds did not: plain products, see ``_BUILD``), and a folded step's
 one-query self-attention exported as sums inductor fuses (``attention.core._one_query``). 4: a
-search package returns log-probabilities (:func:`log_softmax_fused`), not logits."""
+search package returns log-probabilities (:func:`log_softmax_fused`), not logits. (A beam search's
+package returns candidates since 2026-12-06: its structure's layout has ``candidates``, a new key, so
+no other package is rebuilt.)"""
 OUTSIDE_CONFIGS = {"aot_inductor.package_constants_in_so": False}
 FOLDED_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 FEW_ROWS_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "CPP"}
@@ -171,13 +174,16 @@ class Layout:
     step (its sources, source length and capacity vary); ``capacity``: a fixed capacity (a
     pattern with a window, the image sequence), None when it varies; ``max_rows``: a search
     package for at most this many rows (:data:`FEW_ROWS`, built with :data:`FEW_ROWS_CONFIGS`),
-    None for any number."""
+    None for any number; ``candidates``: a beam search's package (``beam`` > 1) takes the beams'
+    scores too and returns each source's ``candidates`` (2·beam) best continuations
+    (:func:`search_candidates`) instead of the log-probabilities."""
 
     kind: str
     batch: int | None = None
     beam: int | None = None
     capacity: int | None = None
     max_rows: int | None = None
+    candidates: int | None = None
 
 
 class _StepModule(nn.Module):
@@ -198,11 +204,36 @@ class _StepModule(nn.Module):
         # The step's own code without its @torch.inference_mode() wrapper (export traces it).
         self._step = inspect.unwrap(type(model).decode_step if layout.kind == "search" else type(model).step)
 
-    def forward(self, tokens: Tensor, state: list[Tensor], memory_mask: Tensor | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, state: list[Tensor], memory_mask: Tensor | None = None,
+                beam_scores: Tensor | None = None):
         cache = StaticKVCache.over_step_tensors(state, **self.shape)
         if self.layout.kind == "search":  # the searches' log-probabilities, in the package's own loops
-            return log_softmax_fused(self._step(self.model, tokens, cache, memory_mask).float())
+            logits = self._step(self.model, tokens, cache, memory_mask).float()
+            if self.layout.candidates:
+                return candidates_fused(logits, beam_scores, self.layout.beam, self.layout.candidates)
+            return log_softmax_fused(logits)
         return self._step(self.model, tokens, cache)
+
+
+def search_candidates(log_probs: Tensor, beam_scores: Tensor, beam: int, m: int, *,
+                      in_place: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """Beam search's step after the model's: each source's ``m`` best continuations of its ``beam``
+    hypotheses (``beam_scores`` ``(B·beam,)``, rows ``b·beam + j``), scored ``beam_scores[row] +
+    log_probs[row, token]``: their scores ``(B, m)`` (largest first), the hypothesis each extends
+    (``j``) and its token, as :func:`~attnlab.generation.search.top_candidates` finds them.
+    ``log_probs`` has a row per hypothesis, or one per source (a first step: its hypotheses are
+    one); ``in_place``: the scores are added into it. The eager search calls this on its step's
+    log-probabilities; a beam search package (:attr:`Layout.candidates`) ends with it, so its step
+    returns 3·m numbers a source instead of ``beam`` rows of log-probabilities."""
+    from attnlab.generation.search import top_candidates
+
+    vocab = log_probs.shape[-1]
+    sources, m = beam_scores.shape[0] // beam, min(m, beam * vocab)
+    scores, added = log_probs.view(sources, -1, vocab), beam_scores.view(sources, beam, 1)
+    scores = scores.add_(added) if in_place and scores.shape[1] == beam else scores + added
+    values, index = top_candidates(scores.view(sources, beam * vocab), m)
+    beams = torch.div(index, vocab, rounding_mode="floor")
+    return values, beams, index - beams * vocab
 
 
 _EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
@@ -318,12 +349,19 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     return {**({"int8_products": int8} if int8 else {}), **blockings, **({"products": products} if products else {}),
             "format": FORMAT,
             "model": f"{type(model).__module__}.{type(model).__qualname__}",
-            "config": config, "layout": layout.__dict__, "device": device.type, "dtype": str(dtype),
+            "config": config, "layout": _layout_key(layout), "device": device.type, "dtype": str(dtype),
             "weights": "folded" if folded else "outside",
             "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
             "cpu_capability": capability,
             "gpu": (torch.cuda.get_device_name(device), list(torch.cuda.get_device_capability(device)))
             if device.type == "cuda" else None, "tensors": tensors}
+
+
+def _layout_key(layout: Layout) -> dict:
+    """The layout as the structure has it: without ``candidates`` where it is None, so that packages
+    built before that field (which return what they returned) keep their keys; a beam search's
+    package, which returns candidates since, has a new one."""
+    return {name: value for name, value in layout.__dict__.items() if not (name == "candidates" and value is None)}
 
 
 def _many_row_products(layout: Layout, folded: bool, int8: str | None, capability: str) -> str | None:
@@ -337,6 +375,46 @@ def package_key(structure: dict) -> str:
     """The hash naming a package: SHA-256 of its structure (the first 32 hex digits)."""
     text = json.dumps(structure, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def candidates_fused(logits: Tensor, beam_scores: Tensor, beam: int, m: int) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`search_candidates` of ``log_softmax(logits)`` (a row per hypothesis) as a beam search
+    package computes it, without the log-probabilities: the shift a row's scores have over its logits
+    (its beam's score minus its log-sum-exp, :func:`log_softmax_fused`'s sums) is one number, so the
+    chunks (of ``CHUNK`` positions of a row) with the largest shifted maxima are found from each
+    chunk's largest logit, and only their elements and each row's last ``V mod CHUNK`` are scored.
+    Every loop runs along a row, which inductor vectorises (chunks over a source's flattened k·V
+    scores cross rows, and finding each element's row was an integer division per element)."""
+    from attnlab.generation.search import CHUNK
+
+    rows, vocab = logits.shape
+    sources, m = rows // beam, min(m, beam * vocab)
+    chunks, tail = vocab // CHUNK, vocab % CHUNK
+    row_max = logits.amax(dim=-1, keepdim=True)
+    shift = beam_scores.view(rows, 1) - (row_max + torch.log(exp_polynomial(logits - row_max).sum(-1, keepdim=True)))
+    if beam * chunks < 16 * m:  # short rows: every score
+        values, index = (logits + shift).view(sources, beam * vocab).topk(m, dim=1)
+        beams = torch.div(index, vocab, rounding_mode="floor")
+        return values, beams, index - beams * vocab
+    body = logits.narrow(1, 0, chunks * CHUNK).view(rows, chunks, CHUNK)
+    best = (body.amax(dim=2) + shift).view(sources, beam * chunks).topk(m, dim=1).indices  # (B, m): beam·chunks + c
+    chunk_row = torch.div(best, chunks, rounding_mode="floor")  # the hypothesis within its source
+    row = chunk_row + beam * torch.arange(sources, device=logits.device).view(sources, 1)  # (B, m) rows of logits
+    start = (best - chunk_row * chunks) * CHUNK  # (B, m) first position of the chunk
+    position = start.unsqueeze(2) + torch.arange(CHUNK, device=logits.device)  # (B, m, CHUNK)
+    flat = (row.unsqueeze(2) * vocab + position).view(sources, m * CHUNK)
+    scores = logits.view(-1).index_select(0, flat.view(-1)).view(sources, m * CHUNK) \
+        + shift.view(-1).index_select(0, row.view(-1)).view(sources, m, 1).expand(sources, m, CHUNK).reshape(
+            sources, m * CHUNK)
+    if tail:  # each row's last positions, always candidates
+        tail_flat = (torch.arange(rows, device=logits.device).view(rows, 1) * vocab + chunks * CHUNK
+                     + torch.arange(tail, device=logits.device)).view(sources, beam * tail)
+        scores = torch.cat([scores, (logits.narrow(1, chunks * CHUNK, tail) + shift).view(sources, beam * tail)], 1)
+        flat = torch.cat([flat, tail_flat], 1)
+    values, picked = scores.topk(m, dim=1)
+    index = flat.gather(1, picked) - beam * vocab * torch.arange(sources, device=logits.device).view(sources, 1)
+    beams = torch.div(index, vocab, rounding_mode="floor")
+    return values, beams, index - beams * vocab
 
 
 def _example_inputs(model, layout: Layout, cache: StaticKVCache, memory_mask: Tensor | None):
@@ -380,6 +458,9 @@ def _example_inputs(model, layout: Layout, cache: StaticKVCache, memory_mask: Te
                                                                             else {})}] * num_layers
         shapes += [{**({0: sources} if sources is not None else {}), 2: source_length}] * (2 * num_layers)
         mask_shape = {**({0: sources} if sources is not None else {}), 3: source_length}
+        if layout.candidates:  # the beams' scores, a row each
+            scores = torch.zeros(n_rows, dtype=torch.float32, device=memory.device)
+            return (tokens, example, mask, scores), (row, shapes, mask_shape, row)
         return (tokens, example, mask), (row, shapes, mask_shape)
     first = 4 if cache.conditioning is not None else 3
     dynamic = None if capacity is None else {3: capacity}
@@ -757,7 +838,9 @@ def _first_line(error: BaseException) -> str:
 # --------------------------------------------------------------------------------------- #
 class AotStep:
     """A loaded package: ``logits = step(tokens, cache)`` (or ``log_probs = step(tokens, cache,
-    memory_mask)`` for a search layout: :func:`log_softmax_fused` of the logits) on a
+    memory_mask)`` for a search layout: :func:`log_softmax_fused` of the logits; ``scores, beams,
+    tokens = step(tokens, cache, memory_mask, beam_scores)`` for a beam search's,
+    :func:`search_candidates`) on a
     ``fixed_shape`` cache of the model it was bound to by :meth:`bind`. Moves the host's count of
     positions after each call (the package moves the device cursor)."""
 
@@ -803,7 +886,8 @@ class AotStep:
             return rows == 1
         return MIN_CAPACITY <= rows <= (self.layout.max_rows or rows)
 
-    def __call__(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
+    def __call__(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None,
+                 beam_scores: Tensor | None = None):
         # The runner reads the tokens (and the mask) as laid out contiguously: a column of a
         # (rows, T) tensor (tokens[:, t]) was read as its first row's tokens (no-op when contiguous).
         inputs = [tokens.contiguous(), *cache.step_tensors()]
@@ -815,6 +899,11 @@ class AotStep:
                 if memory_mask is None or memory_mask.shape != shape or memory_mask.device != memory.device:
                     memory_mask = self._all_real = torch.ones(shape, dtype=torch.bool, device=memory.device)
             inputs.append(memory_mask.contiguous())
+            if self.layout.candidates:  # a beam search's: (scores, beams, tokens), search_candidates
+                inputs.append(beam_scores.contiguous())
+                out = tuple(self._run(inputs))
+                cache.count_replayed(1)
+                return out
         out = self._run(inputs)[0]  # logits; a search package's log-probabilities
         cache.count_replayed(1)
         return out
@@ -857,7 +946,8 @@ def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCa
     if kind == "search":  # the rows vary (sources leave the batch), except a single row
         few = 1 < batch <= FEW_ROWS  # batch: the rows, so the beam fits too
         return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
-                      capacity=cache.capacity if fixed else None, max_rows=FEW_ROWS if few else None)
+                      capacity=cache.capacity if fixed else None, max_rows=FEW_ROWS if few else None,
+                      candidates=2 * beam if (beam or 1) > 1 else None)
     return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None)
 
 

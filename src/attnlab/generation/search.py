@@ -24,7 +24,7 @@ from torch import Tensor
 
 from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
                                           max_lengths)
-from attnlab.generation.aot import aot_capacity, dynamic_capacity, use_aot
+from attnlab.generation.aot import aot_capacity, dynamic_capacity, search_candidates, use_aot
 from attnlab.generation.compiled import check_compile
 from attnlab.linear import packed_inference
 
@@ -86,6 +86,17 @@ class _Decoder:
         self.prefix = None if use_cache else memory.new_empty(memory.shape[0], 0, dtype=torch.long)
         self.scratch = None  # the log-probabilities' buffer, reused: a fresh (R, V) tensor a step was page-faulted in
 
+    def _step_path(self, step_input: Tensor):
+        """The step path's tokens ``(R,)`` for ``step_input`` and the package to call, or None (an
+        eager step); the cache grown first where it is full."""
+        tokens = step_input.view(-1) if self.expanded else step_input.view(-1, self.rows_per_source)[:, 0]
+        if self.aot is True and self.expanded:
+            self.aot = use_aot(self.model, "search", self.cache, beam=self.rows_per_source,
+                               memory_mask=self.memory_mask) or False
+        if self.cache.length >= self.cache.capacity and self.cache.capacity < self.capacity:
+            self.cache.resize(min(self.capacity, self.cache.capacity + CAPACITY_STEP))
+        return tokens, self.aot if self.aot and self.expanded and self.aot.accepts(self.cache) else None
+
     def step(self, step_input: Tensor) -> Tensor:
         """Log-probabilities (float32) of the position after ``step_input`` ``(R, 1)``: ``(R, V)``,
         or ``(R / k, V)`` on the step path's first step (one row per source; the k rows of a source
@@ -93,14 +104,9 @@ class _Decoder:
         computes them itself (:func:`~attnlab.generation.aot.log_softmax_fused`), else
         ``torch.log_softmax`` of the logits."""
         if self.fast:
-            tokens = step_input.view(-1) if self.expanded else step_input.view(-1, self.rows_per_source)[:, 0]
-            if self.aot is True and self.expanded:
-                self.aot = use_aot(self.model, "search", self.cache, beam=self.rows_per_source,
-                                   memory_mask=self.memory_mask) or False
-            if self.cache.length >= self.cache.capacity and self.cache.capacity < self.capacity:
-                self.cache.resize(min(self.capacity, self.cache.capacity + CAPACITY_STEP))
-            if self.aot and self.expanded and self.aot.accepts(self.cache):
-                return self.aot(tokens, self.cache, self.memory_mask)
+            tokens, package = self._step_path(step_input)
+            if package is not None:
+                return package(tokens, self.cache, self.memory_mask)
             return self._log_probs(self.model.decode_step(tokens, self.cache, self.memory_mask))
         if self.cache is None:
             self.prefix = torch.cat([self.prefix, step_input], dim=1)
@@ -110,6 +116,18 @@ class _Decoder:
             memory = self.memory if self.cache.length == 0 else None
             logits = self.model.decode(step_input, memory, self.memory_mask, cache=self.cache)
         return self._log_probs(logits[:, -1])
+
+    def candidates(self, step_input: Tensor, beam_scores: Tensor, m: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Beam search's step: each source's ``m`` best continuations after ``step_input`` ``(R, 1)``
+        of its k hypotheses scored ``beam_scores`` ``(B, k)``, as scores ``(B, m)`` (largest first),
+        the hypothesis (0..k-1) each extends and its token
+        (:func:`~attnlab.generation.aot.search_candidates`): in the package of a compiled step (its
+        layout's ``candidates``), else after the step's log-probabilities."""
+        if self.fast:
+            tokens, package = self._step_path(step_input)
+            if package is not None and package.layout.candidates == m:
+                return package(tokens, self.cache, self.memory_mask, beam_scores.view(-1))
+        return search_candidates(self.step(step_input), beam_scores.view(-1), self.rows_per_source, m, in_place=True)
 
     def _log_probs(self, logits: Tensor) -> Tensor:
         logits = logits.float()
@@ -328,22 +346,14 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
 
     for step in range(max(limits)):
         length = step + 1  # tokens per hypothesis after this step
-        log_probs = decoder.step(step_input)
-        rows_now, vocab = log_probs.shape
-        if rows_now == len(active) * k:  # (B', k, V): the beams' scores added in place
-            candidates = log_probs.view(len(active), k, vocab).add_(beam_log_probs[:, :, None])
-        else:
-            # (B', 1, V) on a first step of one row per source: it broadcasts against the k
-            # beams, of which only the first is live (the others are -inf).
-            candidates = beam_log_probs[:, :, None] + log_probs.view(len(active), 1, vocab)
-        top_log_probs, top_index = top_candidates(candidates.view(len(active), k * vocab), min(2 * k, k * vocab))
-        top_token = top_index % vocab  # (B', 2k)
+        # The 2k best continuations of each source's k hypotheses (on a first step of one row per
+        # source, only the first hypothesis is live: the others' scores are -inf).
+        top_log_probs, top_beam, top_token = decoder.candidates(step_input, beam_log_probs, 2 * k)
         is_eos = top_token == config.eos_id
 
         # Finish EOS continuations that rank among the best k (one host check when none does).
         first_k = is_eos.narrow(1, 0, k)
         if bool(first_k.any()):
-            top_beam = top_index // vocab
             eos_rows, eos_ranks = torch.nonzero(first_k & (top_log_probs.narrow(1, 0, k) > float("-inf")),
                                                 as_tuple=True)
             for row, rank in zip(eos_rows.tolist(), eos_ranks.tolist()):
@@ -355,9 +365,8 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         # Keep the best k continuations that do not end in EOS.
         survivor_log_probs = top_log_probs.masked_fill(is_eos, float("-inf"))
         beam_log_probs, pick = survivor_log_probs.topk(k, dim=1)  # (B', k)
-        picked = top_index.gather(1, pick)
-        next_beam = picked // vocab
-        next_token = picked % vocab
+        next_beam = top_beam.gather(1, pick)
+        next_token = top_token.gather(1, pick)
 
         # Sources at their length limit finish their live hypotheses as they stand.
         keep = []
