@@ -201,6 +201,8 @@ def _stay_order(origin: list[int], k: int) -> list[int] | None:
     return order
 
 
+NEG_INF = float("-inf")
+
 CAPACITY_STEP = 16
 """Positions a compiled search's cache grows by (its package attends the whole buffer)."""
 
@@ -330,11 +332,10 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     tokens: list[list[int]] = []
     origins: list[list[int]] = []
     # Start with one live hypothesis per source: the other k-1 copies get -inf.
-    beam_log_probs = torch.full((batch, k), float("-inf"), device=device)
+    beam_log_probs = torch.full((batch, k), NEG_INF, dtype=torch.float32, device=device)
     beam_log_probs[:, 0] = 0.0
     step_input = torch.full((batch * k, 1), config.bos_id, dtype=torch.long, device=device)
-    # Row offsets b·k of each source's beams, for the rows the survivors extend.
-    offsets = torch.arange(0, batch * k, k, device=device)[:, None]
+    eos = config.eos_id
 
     def prefix(row: int, steps: int) -> list[int]:
         """The tokens of the hypothesis in ``row`` after ``steps`` steps."""
@@ -349,69 +350,56 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         # The 2k best continuations of each source's k hypotheses (on a first step of one row per
         # source, only the first hypothesis is live: the others' scores are -inf).
         top_log_probs, top_beam, top_token = decoder.candidates(step_input, beam_log_probs, 2 * k)
-        is_eos = top_token == config.eos_id
-
-        # Finish EOS continuations that rank among the best k (one host check when none does).
-        first_k = is_eos.narrow(1, 0, k)
-        if bool(first_k.any()):
-            eos_rows, eos_ranks = torch.nonzero(first_k & (top_log_probs.narrow(1, 0, k) > float("-inf")),
-                                                as_tuple=True)
-            for row, rank in zip(eos_rows.tolist(), eos_ranks.tolist()):
-                source = active[row]
-                if len(finished[source]) < k:
-                    lp = float(top_log_probs[row, rank])
-                    finished[source].append(Hypothesis(prefix(row * k + int(top_beam[row, rank]), step)
-                                                       + [config.eos_id], lp, lp / length_penalty(length, alpha)))
-        # Keep the best k continuations that do not end in EOS.
-        survivor_log_probs = top_log_probs.masked_fill(is_eos, float("-inf"))
-        beam_log_probs, pick = survivor_log_probs.topk(k, dim=1)  # (B', k)
-        next_beam = top_beam.gather(1, pick)
-        next_token = top_token.gather(1, pick)
-
-        # Sources at their length limit finish their live hypotheses as they stand.
-        keep = []
-        ending = None
-        for row, source in enumerate(active):
-            if len(finished[source]) >= k:
+        # The 2k candidates of each source on the host (3·2k numbers a source): what follows is a
+        # few comparisons per source, cheaper in Python than as a dozen tensor operations.
+        candidates = zip(top_log_probs.tolist(), top_beam.tolist(), top_token.tolist())
+        keep, survivors = [], []
+        penalty = length_penalty(length, alpha)
+        for row, (source, (values, beams, next_tokens)) in enumerate(zip(active, candidates)):
+            done = finished[source]
+            # Finish EOS continuations that rank among the best k (sorted: best first).
+            for rank in range(k):
+                if next_tokens[rank] == eos and values[rank] > NEG_INF and len(done) < k:
+                    done.append(Hypothesis(prefix(row * k + beams[rank], step) + [eos], values[rank],
+                                           values[rank] / penalty))
+            # Keep the best k continuations that do not end in EOS (at most k of the 2k do: one a
+            # hypothesis), as the k largest with the EOS ones at -inf would.
+            chosen = [(value, beam, token) for value, beam, token in zip(values, beams, next_tokens)
+                      if token != eos][:k]
+            chosen += [(NEG_INF, beam, token) for beam, token in zip(beams, next_tokens)
+                       if token == eos][:k - len(chosen)]
+            if len(done) >= k:
                 continue
-            if length >= limits[source]:
-                if ending is None:
-                    ending = beam_log_probs.tolist(), next_beam.tolist(), next_token.tolist()
-                for j in range(k):
-                    lp = ending[0][row][j]
-                    if lp > float("-inf"):
-                        hypothesis = prefix(row * k + ending[1][row][j], step) + [ending[2][row][j]]
-                        finished[source].append(Hypothesis(hypothesis, lp, lp / length_penalty(length, alpha)))
+            if length >= limits[source]:  # at its length limit: its live hypotheses finish as they stand
+                for value, beam, token in chosen:
+                    if value > NEG_INF:
+                        done.append(Hypothesis(prefix(row * k + beam, step) + [token], value, value / penalty))
                 continue
             keep.append(row)
+            survivors.append(chosen)
         if not keep:
             break
 
+        # The rows the survivors extend, in this step's rows (row·k + their hypothesis).
+        picked = [(row * k + beam, value, token) for row, chosen in zip(keep, survivors)
+                  for value, beam, token in chosen]
         if len(keep) == len(active):  # no source left the batch: no row selection
-            origin = (offsets + next_beam).view(-1)  # (B'·k,) rows the survivors extend
-            step_input = next_token.view(-1, 1)
-            origin_list = origin.tolist()
-            order = _stay_order(origin_list, k)
+            order = _stay_order([origin for origin, _, _ in picked], k)
             if order is not None:  # survivors placed in their parents' rows where they can
-                index = torch.tensor(order, device=device)
-                origin, step_input = origin[index], step_input[index]
-                beam_log_probs = beam_log_probs.view(-1)[index].view(-1, k)
-                origin_list = [origin_list[i] for i in order]
-        else:
-            rows = torch.tensor(keep, device=device)
-            origin = (rows[:, None] * k + next_beam[rows]).view(-1)
-            step_input = next_token[rows].view(-1, 1)
-            beam_log_probs = beam_log_probs[rows]
-            offsets = offsets[:len(keep)]
-            origin_list = origin.tolist()
-        tokens.append(step_input.view(-1).tolist())
+                picked = [picked[i] for i in order]
+        origin_list = [origin for origin, _, _ in picked]
+        origin = torch.tensor(origin_list, device=device)
+        step_input = torch.tensor([token for _, _, token in picked], device=device).view(-1, 1)
+        beam_log_probs = torch.tensor([value for _, value, _ in picked], dtype=top_log_probs.dtype,
+                                      device=device).view(-1, k)
+        tokens.append([token for _, _, token in picked])
         origins.append(origin_list)
         # Survivors' self-attention keys/values come from the rows they extend (one copy,
         # compacting the batch too; only the rows that moved when none left); memory rows of one
         # source are equal, so the memory is only touched when whole sources leave the batch.
         decoder.reorder(origin, origins[-1])
         if len(keep) < len(active):
-            decoder.keep_sources(rows)
+            decoder.keep_sources(torch.tensor(keep, device=device))
             active = [active[row] for row in keep]
 
     return [sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest] for hyps in finished]
