@@ -390,34 +390,6 @@ def test_learned_position_table_bounds_the_output_length():
         assert [len(h.tokens) for h in hypotheses] == [6, 6]
 
 
-@pytest.mark.parametrize("rows, n, m", [(1, 32000, 8), (3, 4 * 8001, 8), (5, 64 * 128, 8), (2, 64 * 16 * 8 + 63, 8),
-                                        (2, 1000, 8), (1, 50, 4)])
-def test_top_candidates_gives_the_values_and_indices_of_topk(rows, n, m):
-    from attnlab.generation.search import top_candidates
-
-    generator = torch.Generator().manual_seed(rows * n + m)
-    scores = torch.randn(rows, n, generator=generator)
-    scores[0, : n // 2] = float("-inf")  # a first step: every beam but the first -inf
-    scores[-1, -3:] = 10.0 + torch.arange(3.0)  # the largest in the tail after the last whole chunk
-    values, index = top_candidates(scores, m)
-    expected = scores.topk(m, dim=1)
-    assert torch.equal(values, expected.values)
-    assert torch.equal(index, expected.indices)  # distinct values: the same positions
-    assert torch.equal(scores.gather(1, index), values)
-
-
-def test_top_candidates_with_fewer_real_scores_than_asked_and_ties():
-    from attnlab.generation.search import top_candidates
-
-    scores = torch.full((2, 32000), float("-inf"))
-    scores[0, 31990] = 1.0  # one finite score, in the tail-free last chunk
-    scores[1, [5, 20000, 31999]] = 2.0  # three equal scores in three chunks
-    values, index = top_candidates(scores, 8)
-    assert values[0, 0] == 1.0 and int(index[0, 0]) == 31990 and bool(torch.isinf(values[0, 1:]).all())
-    assert values[1, :3].tolist() == [2.0] * 3 and sorted(index[1, :3].tolist()) == [5, 20000, 31999]
-    assert torch.equal(scores.gather(1, index), values)
-
-
 def test_stay_order_keeps_as_many_survivors_as_can_be_in_their_parents_rows():
     from attnlab.generation.search import _stay_order
 

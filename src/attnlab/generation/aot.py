@@ -44,8 +44,8 @@ source's beams, a small batch), whose products are all in inductor's C++ templat
 (:data:`FEW_ROWS_CONFIGS`), and one for any number (:data:`FOLDED_CONFIGS`; on an AVX2 CPU
 :data:`MANY_ROWS_AVX2_CONFIGS`, oneDNN's products alone). A search package returns the step's
 log-probabilities (:func:`log_softmax_fused`), a beam search's (beam > 1) each source's 2·beam best
-continuations (:func:`search_candidates`: it takes the beams' scores too), any other the logits. Building takes 25-140 s on a
-small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of time.
+continuations (:func:`candidates_fused`: it takes the beams' scores too), any other the logits.
+Building takes 25-140 s on a small CPU (one progress line); ``attnlab compile --model DIR`` builds ahead of time.
 
 Safety: a manifest that does not match what is asked (another structure, dtype, torch version),
 a package whose checksum does not match its manifest (corrupt, truncated) or a missing package
@@ -108,13 +108,14 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StaticKVCache
+from attnlab.generation.candidates import CHUNK
 from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
 from attnlab.linear import derived_key, own_product, packed_inference, products_for_folding
 from attnlab.quantize import full_range_inputs, integer_products, integer_sums_exact, last_level_cache_bytes
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
-           "exp_polynomial", "log_softmax_fused", "package_key", "search_candidates", "use_aot"]
+           "candidates_fused", "exp_polynomial", "log_softmax_fused", "package_key", "use_aot"]
 
 FORMAT = 4
 """Bumped whenever what a package takes or returns changes, or packages built before could be
@@ -176,7 +177,7 @@ class Layout:
     package for at most this many rows (:data:`FEW_ROWS`, built with :data:`FEW_ROWS_CONFIGS`),
     None for any number; ``candidates``: a beam search's package (``beam`` > 1) takes the beams'
     scores too and returns each source's ``candidates`` (2·beam) best continuations
-    (:func:`search_candidates`) instead of the log-probabilities."""
+    (:func:`~attnlab.generation.candidates.search_candidates`) instead of the log-probabilities."""
 
     kind: str
     batch: int | None = None
@@ -213,27 +214,6 @@ class _StepModule(nn.Module):
                 return candidates_fused(logits, beam_scores, self.layout.beam, self.layout.candidates)
             return log_softmax_fused(logits)
         return self._step(self.model, tokens, cache)
-
-
-def search_candidates(log_probs: Tensor, beam_scores: Tensor, beam: int, m: int, *,
-                      in_place: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """Beam search's step after the model's: each source's ``m`` best continuations of its ``beam``
-    hypotheses (``beam_scores`` ``(B·beam,)``, rows ``b·beam + j``), scored ``beam_scores[row] +
-    log_probs[row, token]``: their scores ``(B, m)`` (largest first), the hypothesis each extends
-    (``j``) and its token, as :func:`~attnlab.generation.search.top_candidates` finds them.
-    ``log_probs`` has a row per hypothesis, or one per source (a first step: its hypotheses are
-    one); ``in_place``: the scores are added into it. The eager search calls this on its step's
-    log-probabilities; a beam search package (:attr:`Layout.candidates`) ends with it, so its step
-    returns 3·m numbers a source instead of ``beam`` rows of log-probabilities."""
-    from attnlab.generation.search import top_candidates
-
-    vocab = log_probs.shape[-1]
-    sources, m = beam_scores.shape[0] // beam, min(m, beam * vocab)
-    scores, added = log_probs.view(sources, -1, vocab), beam_scores.view(sources, beam, 1)
-    scores = scores.add_(added) if in_place and scores.shape[1] == beam else scores + added
-    values, index = top_candidates(scores.view(sources, beam * vocab), m)
-    beams = torch.div(index, vocab, rounding_mode="floor")
-    return values, beams, index - beams * vocab
 
 
 _EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
@@ -378,15 +358,14 @@ def package_key(structure: dict) -> str:
 
 
 def candidates_fused(logits: Tensor, beam_scores: Tensor, beam: int, m: int) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`search_candidates` of ``log_softmax(logits)`` (a row per hypothesis) as a beam search
-    package computes it, without the log-probabilities: the shift a row's scores have over its logits
-    (its beam's score minus its log-sum-exp, :func:`log_softmax_fused`'s sums) is one number, so the
-    chunks (of ``CHUNK`` positions of a row) with the largest shifted maxima are found from each
-    chunk's largest logit, and only their elements and each row's last ``V mod CHUNK`` are scored.
+    """:func:`~attnlab.generation.candidates.search_candidates` of ``log_softmax(logits)`` (a row per
+    hypothesis) as a beam search package computes it, without the log-probabilities: the shift a
+    row's scores have over its logits (its beam's score minus its log-sum-exp,
+    :func:`log_softmax_fused`'s sums) is one number, so the chunks (of ``CHUNK`` positions of a row)
+    with the largest shifted maxima are found from each chunk's largest logit, and only their
+    elements and each row's last ``V mod CHUNK`` are scored.
     Every loop runs along a row, which inductor vectorises (chunks over a source's flattened k·V
     scores cross rows, and finding each element's row was an integer division per element)."""
-    from attnlab.generation.search import CHUNK
-
     rows, vocab = logits.shape
     sources, m = rows // beam, min(m, beam * vocab)
     chunks, tail = vocab // CHUNK, vocab % CHUNK
@@ -840,7 +819,7 @@ class AotStep:
     """A loaded package: ``logits = step(tokens, cache)`` (or ``log_probs = step(tokens, cache,
     memory_mask)`` for a search layout: :func:`log_softmax_fused` of the logits; ``scores, beams,
     tokens = step(tokens, cache, memory_mask, beam_scores)`` for a beam search's,
-    :func:`search_candidates`) on a
+    :func:`~attnlab.generation.candidates.search_candidates`) on a
     ``fixed_shape`` cache of the model it was bound to by :meth:`bind`. Moves the host's count of
     positions after each call (the package moves the device cursor)."""
 

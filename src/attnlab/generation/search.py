@@ -24,7 +24,8 @@ from torch import Tensor
 
 from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
                                           max_lengths)
-from attnlab.generation.aot import aot_capacity, dynamic_capacity, search_candidates, use_aot
+from attnlab.generation.aot import aot_capacity, dynamic_capacity, use_aot
+from attnlab.generation.candidates import search_candidates, top_candidates
 from attnlab.generation.compiled import check_compile
 from attnlab.linear import packed_inference
 
@@ -104,10 +105,7 @@ class _Decoder:
         computes them itself (:func:`~attnlab.generation.aot.log_softmax_fused`), else
         ``torch.log_softmax`` of the logits."""
         if self.fast:
-            tokens, package = self._step_path(step_input)
-            if package is not None:
-                return package(tokens, self.cache, self.memory_mask)
-            return self._log_probs(self.model.decode_step(tokens, self.cache, self.memory_mask))
+            return self._step_log_probs(*self._step_path(step_input))
         if self.cache is None:
             self.prefix = torch.cat([self.prefix, step_input], dim=1)
             logits = self.model.decode(self.prefix, self.memory, self.memory_mask)
@@ -121,13 +119,24 @@ class _Decoder:
         """Beam search's step: each source's ``m`` best continuations after ``step_input`` ``(R, 1)``
         of its k hypotheses scored ``beam_scores`` ``(B, k)``, as scores ``(B, m)`` (largest first),
         the hypothesis (0..k-1) each extends and its token
-        (:func:`~attnlab.generation.aot.search_candidates`): in the package of a compiled step (its
+        (:func:`~attnlab.generation.candidates.search_candidates`): in the package of a compiled step (its
         layout's ``candidates``), else after the step's log-probabilities."""
-        if self.fast:
+        if not self.fast:
+            log_probs = self.step(step_input)
+        else:
             tokens, package = self._step_path(step_input)
-            if package is not None and package.layout.candidates == m:
+            if package is not None and package.layout.candidates:  # a beam search's package (beam > 1)
+                if package.layout.candidates != m:
+                    raise ValueError(f"a package of {package.layout.candidates} candidates cannot give {m}")
                 return package(tokens, self.cache, self.memory_mask, beam_scores.view(-1))
-        return search_candidates(self.step(step_input), beam_scores.view(-1), self.rows_per_source, m, in_place=True)
+            log_probs = self._step_log_probs(tokens, package)  # beam 1: log-probabilities, as greedy's
+        return search_candidates(log_probs, beam_scores.view(-1), self.rows_per_source, m, in_place=True)
+
+    def _step_log_probs(self, tokens: Tensor, package) -> Tensor:
+        """The step path's log-probabilities: a package's (one of log-probabilities), else the eager step's."""
+        if package is not None:
+            return package(tokens, self.cache, self.memory_mask)
+        return self._log_probs(self.model.decode_step(tokens, self.cache, self.memory_mask))
 
     def _log_probs(self, logits: Tensor) -> Tensor:
         logits = logits.float()
@@ -205,36 +214,6 @@ NEG_INF = float("-inf")
 
 CAPACITY_STEP = 16
 """Positions a compiled search's cache grows by (its package attends the whole buffer)."""
-
-CHUNK = 64
-"""Elements per chunk of :func:`top_candidates`."""
-
-
-def top_candidates(scores: Tensor, m: int) -> tuple[Tensor, Tensor]:
-    """``scores.topk(m, dim=1)`` (values sorted, largest first), faster for long rows.
-
-    The m largest elements of a row lie in the m chunks (of :data:`CHUNK` elements) with the
-    largest maxima: an element outside them is smaller than those m maxima. So the chunks'
-    maxima (one vectorised pass), their top m, and the top m of those chunks' elements give the
-    same values; of elements that tie exactly, which index is returned may differ, as it may
-    between top-k kernels. At beam search's k·V candidates (4 × 8,000) ~1.2× aten's top-k, at
-    32 sources ~5×, at 4 × 32,000 ~3.7× (one thread, docs/benchmarks.md)."""
-    rows, n = scores.shape
-    chunks = n // CHUNK
-    if chunks < 16 * m:  # short rows: nothing to gain
-        return scores.topk(m, dim=1)
-    body = scores.narrow(1, 0, chunks * CHUNK).view(rows, chunks, CHUNK)
-    best_chunks = body.amax(dim=2).topk(m, dim=1).indices  # (rows, m)
-    candidates = body.gather(1, best_chunks[:, :, None].expand(rows, m, CHUNK)).view(rows, m * CHUNK)
-    tail = n - chunks * CHUNK  # the elements after the last whole chunk, always candidates
-    if tail:
-        candidates = torch.cat([candidates, scores.narrow(1, chunks * CHUNK, tail)], dim=1)
-    values, position = candidates.topk(m, dim=1)
-    in_chunk = position < m * CHUNK
-    chunk_start = best_chunks.gather(1, torch.div(position, CHUNK, rounding_mode="floor").clamp_(max=m - 1)) * CHUNK
-    index = torch.where(in_chunk, chunk_start + position % CHUNK, position + (chunks - m) * CHUNK)
-    return values, index
-
 
 def _check_search_compile(compile, use_cache: bool) -> None:
     check_compile(compile)
