@@ -108,9 +108,9 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StaticKVCache
-from attnlab.generation.candidates import CHUNK
 from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
+from attnlab.generation.candidates import CHUNK, beam_and_token, search_candidates
 from attnlab.linear import derived_key, own_product, packed_inference, products_for_folding
 from attnlab.quantize import full_range_inputs, integer_products, integer_sums_exact, last_level_cache_bytes
 
@@ -371,10 +371,8 @@ def candidates_fused(logits: Tensor, beam_scores: Tensor, beam: int, m: int) -> 
     chunks, tail = vocab // CHUNK, vocab % CHUNK
     row_max = logits.amax(dim=-1, keepdim=True)
     shift = beam_scores.view(rows, 1) - (row_max + torch.log(exp_polynomial(logits - row_max).sum(-1, keepdim=True)))
-    if beam * chunks < 16 * m:  # short rows: every score
-        values, index = (logits + shift).view(sources, beam * vocab).topk(m, dim=1)
-        beams = torch.div(index, vocab, rounding_mode="floor")
-        return values, beams, index - beams * vocab
+    if beam * chunks < 16 * m:  # short rows: every score, as the eager search scores them
+        return search_candidates(logits, shift.view(-1), beam, m)
     body = logits.narrow(1, 0, chunks * CHUNK).view(rows, chunks, CHUNK)
     best = (body.amax(dim=2) + shift).view(sources, beam * chunks).topk(m, dim=1).indices  # (B, m): beam·chunks + c
     chunk_row = torch.div(best, chunks, rounding_mode="floor")  # the hypothesis within its source
@@ -392,8 +390,7 @@ def candidates_fused(logits: Tensor, beam_scores: Tensor, beam: int, m: int) -> 
         flat = torch.cat([flat, tail_flat], 1)
     values, picked = scores.topk(m, dim=1)
     index = flat.gather(1, picked) - beam * vocab * torch.arange(sources, device=logits.device).view(sources, 1)
-    beams = torch.div(index, vocab, rounding_mode="floor")
-    return values, beams, index - beams * vocab
+    return (values, *beam_and_token(index, vocab))
 
 
 def _example_inputs(model, layout: Layout, cache: StaticKVCache, memory_mask: Tensor | None):
@@ -878,14 +875,12 @@ class AotStep:
                 if memory_mask is None or memory_mask.shape != shape or memory_mask.device != memory.device:
                     memory_mask = self._all_real = torch.ones(shape, dtype=torch.bool, device=memory.device)
             inputs.append(memory_mask.contiguous())
-            if self.layout.candidates:  # a beam search's: (scores, beams, tokens), search_candidates
+            if self.layout.candidates:  # a beam search's package also takes the hypotheses' scores
                 inputs.append(beam_scores.contiguous())
-                out = tuple(self._run(inputs))
-                cache.count_replayed(1)
-                return out
-        out = self._run(inputs)[0]  # logits; a search package's log-probabilities
+        outputs = self._run(inputs)
         cache.count_replayed(1)
-        return out
+        # a beam search's package: (scores, beams, tokens); else the logits (a search's: log-probabilities)
+        return tuple(outputs) if self.layout.candidates else outputs[0]
 
 
 def _named_tensors(model) -> dict[str, Tensor]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["CHUNK", "search_candidates", "top_candidates"]
+__all__ = ["CHUNK", "beam_and_token", "search_candidates", "top_candidates"]
 
 CHUNK = 64
 """Elements per chunk of :func:`top_candidates`."""
@@ -58,5 +58,10 @@ def search_candidates(log_probs: Tensor, beam_scores: Tensor, beam: int, m: int,
     scores, added = log_probs.view(sources, -1, vocab), beam_scores.view(sources, beam, 1)
     scores = scores.add_(added) if in_place and scores.shape[1] == beam else scores + added
     values, index = top_candidates(scores.view(sources, beam * vocab), m)
+    return (values, *beam_and_token(index, vocab))
+
+
+def beam_and_token(index: Tensor, vocab: int) -> tuple[Tensor, Tensor]:
+    """A position in a source's flattened ``beam · vocab`` scores as (the hypothesis, its token)."""
     beams = torch.div(index, vocab, rounding_mode="floor")
-    return values, beams, index - beams * vocab
+    return beams, index - beams * vocab

@@ -115,9 +115,9 @@ class _Decoder:
             logits = self.model.decode(step_input, memory, self.memory_mask, cache=self.cache)
         return self._log_probs(logits[:, -1])
 
-    def candidates(self, step_input: Tensor, beam_scores: Tensor, m: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Beam search's step: each source's ``m`` best continuations after ``step_input`` ``(R, 1)``
-        of its k hypotheses scored ``beam_scores`` ``(B, k)``, as scores ``(B, m)`` (largest first),
+    def candidates(self, step_input: Tensor, beam_scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Beam search's step: each source's 2k best continuations after ``step_input`` ``(R, 1)``
+        of its k hypotheses scored ``beam_scores`` ``(B, k)``, as scores ``(B, 2k)`` (largest first),
         the hypothesis (0..k-1) each extends and its token
         (:func:`~attnlab.generation.candidates.search_candidates`): in the package of a compiled step (its
         layout's ``candidates``), else after the step's log-probabilities."""
@@ -125,12 +125,11 @@ class _Decoder:
             log_probs = self.step(step_input)
         else:
             tokens, package = self._step_path(step_input)
-            if package is not None and package.layout.candidates:  # a beam search's package (beam > 1)
-                if package.layout.candidates != m:
-                    raise ValueError(f"a package of {package.layout.candidates} candidates cannot give {m}")
+            if package is not None and package.layout.candidates:  # a beam search's package (beam > 1): 2k
                 return package(tokens, self.cache, self.memory_mask, beam_scores.view(-1))
             log_probs = self._step_log_probs(tokens, package)  # beam 1: log-probabilities, as greedy's
-        return search_candidates(log_probs, beam_scores.view(-1), self.rows_per_source, m, in_place=True)
+        return search_candidates(log_probs, beam_scores.view(-1), self.rows_per_source, 2 * self.rows_per_source,
+                                 in_place=True)
 
     def _step_log_probs(self, tokens: Tensor, package) -> Tensor:
         """The step path's log-probabilities: a package's (one of log-probabilities), else the eager step's."""
@@ -328,7 +327,7 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         length = step + 1  # tokens per hypothesis after this step
         # The 2k best continuations of each source's k hypotheses (on a first step of one row per
         # source, only the first hypothesis is live: the others' scores are -inf).
-        top_log_probs, top_beam, top_token = decoder.candidates(step_input, beam_log_probs, 2 * k)
+        top_log_probs, top_beam, top_token = decoder.candidates(step_input, beam_log_probs)
         # The 2k candidates of each source on the host (3·2k numbers a source): what follows is a
         # few comparisons per source, cheaper in Python than as a dozen tensor operations.
         candidates = zip(top_log_probs.tolist(), top_beam.tolist(), top_token.tolist())
@@ -341,14 +340,14 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
                 if next_tokens[rank] == eos and values[rank] > NEG_INF and len(done) < k:
                     done.append(Hypothesis(prefix(row * k + beams[rank], step) + [eos], values[rank],
                                            values[rank] / penalty))
+            if len(done) >= k:
+                continue
             # Keep the best k continuations that do not end in EOS (at most k of the 2k do: one a
             # hypothesis), as the k largest with the EOS ones at -inf would.
             chosen = [(value, beam, token) for value, beam, token in zip(values, beams, next_tokens)
                       if token != eos][:k]
             chosen += [(NEG_INF, beam, token) for beam, token in zip(beams, next_tokens)
                        if token == eos][:k - len(chosen)]
-            if len(done) >= k:
-                continue
             if length >= limits[source]:  # at its length limit: its live hypotheses finish as they stand
                 for value, beam, token in chosen:
                     if value > NEG_INF:
