@@ -107,7 +107,7 @@ def test_beam_search_of_a_large_batch_multiplies_its_rows_through_onednn(monkeyp
 
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise", counting)
     fast = beam_search(model, src, beam_size=4, max_len_b=6)
-    assert max(rows_seen) == 96
+    assert 96 in rows_seen  # (the encoder's 168 rows too where linear.onednn_products())
     monkeypatch.setattr(linear, "_ONEDNN", False)
     plain = beam_search(model, src, beam_size=4, max_len_b=6)
     assert [[h.tokens for h in b] for b in fast] == [[h.tokens for h in b] for b in plain]
@@ -133,6 +133,10 @@ def test_beam_search_reorders_each_weight_once_not_every_step(monkeypatch):
         return reorder(weight, rows)
 
     monkeypatch.setattr(linear.torch.ops.mkldnn, "_reorder_linear_weight", counting)
+    # The encoder's Linear layers pack their weights the second time they see a row count (oneDNN's
+    # reorder where linear.onednn_products(), MKL's elsewhere): done before the runs counted.
+    for _ in range(2):
+        beam_search(model, src, beam_size=3, alpha=0.0, max_len_a=0, max_len_b=2)
     counts = []
     for steps in (4, 12):
         calls.clear()
@@ -301,3 +305,59 @@ def test_an_int8_weight_reached_outside_a_step_plan_brings_its_own_product_too(m
     with products_for_folding():
         assert torch.equal(skinny_linear(x, weight, None), weight.folded_product(x, None))
         assert torch.equal(linear_rows(module, x, 8, 16), weight[8:16].folded_product(x, module.bias[8:16]))
+
+
+@pytest.mark.skipif(not (_MKL_PACKED and _ONEDNN), reason="torch without MKL or oneDNN: packed_inference is off")
+@pytest.mark.parametrize("shape", [(2, 37), (14, 37), (3, 100, 37), (300, 37)])
+def test_onednn_products_equal_f_linear(monkeypatch, shape):
+    """Where linear.onednn_products() (an AMD CPU with AVX-512; forced here on any CPU), Linear's
+    products inside packed_inference go to oneDNN: the plain weight for a row count seen first,
+    oneDNN's reordered copy from its second time in a row; linear_rows's too. All equal F.linear up
+    to float32 summation order."""
+    import attnlab.linear as linear
+
+    monkeypatch.setattr(linear, "_amd_avx512", lambda: True)
+    layer = Linear(37, 53)
+    x = torch.randn(*shape)
+    calls = []
+    product = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(1) or product(*a))
+    with torch.no_grad(), packed_inference():
+        assert linear.onednn_products()
+        outputs = [layer(x) for _ in range(3)]  # the plain weight, then the reordered copy
+        rows = linear.linear_rows(layer, x, 5, 20)
+        no_bias = linear.plain_product(x, layer.weight)
+    assert len(calls) == 5 and layer._packed_key[2] is True
+    for out in outputs:
+        torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rows, F.linear(x, layer.weight[5:20], layer.bias[5:20]), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(no_bias, F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+
+
+def test_plain_product_is_f_linear_outside_inference_and_for_one_row(monkeypatch):
+    import attnlab.linear as linear
+
+    monkeypatch.setattr(linear, "_amd_avx512", lambda: True)
+    weight, bias = torch.randn(8, 6), torch.randn(8)
+    x = torch.randn(5, 6)
+    calls = []
+    product = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(1) or product(*a))
+    assert torch.equal(linear.plain_product(x, weight, bias), F.linear(x, weight, bias))  # not in packed_inference
+    with packed_inference():
+        assert torch.equal(linear.plain_product(x, weight.requires_grad_(), bias), F.linear(x, weight, bias))
+        with torch.no_grad():
+            assert torch.equal(linear.plain_product(x[:1], weight, bias), F.linear(x[:1], weight, bias))
+            assert torch.equal(linear.plain_product(x.double(), weight.double()), F.linear(x.double(), weight.double()))
+            assert torch.equal(linear.plain_product(x.t().contiguous().t(), weight, bias),
+                               F.linear(x.t().contiguous().t(), weight, bias))
+    assert calls == []
+
+
+def test_cpu_vendor_reads_proc_cpuinfo(tmp_path):
+    from attnlab.linear import cpu_vendor
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n")
+    assert cpu_vendor(str(info)) == "AuthenticAMD"
+    assert cpu_vendor(str(tmp_path / "missing")) == ""

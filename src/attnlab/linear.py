@@ -6,13 +6,16 @@ runs about twice as fast as the plain ``addmm`` on our CPUs (see docs/benchmarks
 The packed path is opt-in, inside :func:`packed_inference`, which the search functions
 use; it needs no gradients, float32 on the CPU, and an MKL build of torch. A module keeps
 one packed copy of its weight for one row count, made the second time in a row it sees
-that count (so an encoder pass, run once per batch, never pays for packing). Results
-equal ``F.linear`` up to float32 summation order.
+that count (so an encoder pass, run once per batch, never pays for packing). On an AMD CPU
+with AVX-512 (:func:`onednn_products`), where MKL's sgemm takes its AVX2 kernels, oneDNN's
+products take MKL's place (its reordered weight for the packed path, the plain weight otherwise).
+Results equal ``F.linear`` up to float32 summation order.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 import torch
@@ -94,6 +97,46 @@ def folding() -> bool:
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise") \
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+def cpu_vendor(path: str = "/proc/cpuinfo") -> str:
+    """The CPU's vendor string (``vendor_id`` in ``/proc/cpuinfo``: "AuthenticAMD", "GenuineIntel"),
+    or "" where it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def onednn_products() -> bool:
+    """Whether :class:`Linear` (inside :func:`packed_inference`) and :func:`linear_rows` multiply by
+    oneDNN rather than MKL: on an AMD CPU with AVX-512. There MKL's sgemm runs its AVX2 kernels
+    (``mkl_blas_def_sgemm_kernel_0_zen`` under ``perf``) and oneDNN its AVX-512 ones: on an AMD EPYC
+    (Zen 5), one thread, a product of 14 to 1,056 rows took 1.4-2.3x as long through MKL as through
+    oneDNN on the plain weight, and MKL's packed weight gained nothing (docs/benchmarks.md). Elsewhere
+    (Intel's CPUs, AVX2 ones) MKL as before: not measured."""
+    return _ONEDNN and _amd_avx512()
+
+
+@functools.cache
+def _amd_avx512() -> bool:
+    return torch.backends.cpu.get_cpu_capability() == "AVX512" and cpu_vendor() == "AuthenticAMD"
+
+
+def plain_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` for inference: inside :func:`packed_inference`, for float32 on the
+    CPU with two rows or more where :func:`onednn_products`, oneDNN's product on the weight as it is
+    (no copy), else ``F.linear``. Equal to ``F.linear`` up to float32 summation order."""
+    if not getattr(_state, "enabled", False) or not onednn_products() or x.numel() < 2 * x.shape[-1] \
+            or type(weight) not in (Tensor, nn.Parameter) or weight.dtype != torch.float32 \
+            or x.dtype != torch.float32 or x.device.type != "cpu" or not weight.is_contiguous() \
+            or not x.is_contiguous() or torch.is_grad_enabled():
+        return F.linear(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 SKINNY_ROWS = (2, 256)  # row counts skinny_linear sends to oneDNN
 ONEDNN_COPIES = WeakIdKeyDictionary()
 """weight tensor -> (its key, its reordered copy) for :func:`skinny_linear`. Kept beside the
@@ -103,8 +146,10 @@ beam search). An entry goes with its weight."""
 
 
 def onednn_rows(rows: int) -> bool:
-    """Whether :func:`skinny_linear` sends a product of ``rows`` float32 rows to oneDNN here."""
-    return _ONEDNN and getattr(_state, "enabled", False) and SKINNY_ROWS[0] <= rows <= SKINNY_ROWS[1]
+    """Whether :func:`skinny_linear` sends a product of ``rows`` float32 rows to oneDNN here: 2 to
+    256 rows, or any number from 2 where :func:`onednn_products`."""
+    return _ONEDNN and getattr(_state, "enabled", False) and SKINNY_ROWS[0] <= rows \
+        and (rows <= SKINNY_ROWS[1] or onednn_products())
 
 
 def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -117,7 +162,8 @@ def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     linear layers at 4 rows took 15.3 ms there against 26.3 ms with ``F.linear``'s MKL
     GEMM (transformer_base's decoder + its 32,000-row head; docs/benchmarks.md); at 128 rows
     (batch 32 x beam 4) oneDNN was 10-35 % faster per product on the AVX512 host of issue 40.
-    One row (MKL's matrix-vector product is faster) and everything else:
+    Where :func:`onednn_products` (MKL's AVX2 kernels on an AMD CPU with AVX-512), any number of
+    rows from 2. One row (MKL's matrix-vector product is faster) and everything else:
     ``F.linear``. Results equal ``F.linear``'s up to float32 summation order."""
     own = own_product(weight)
     if own is not None:  # an int8 weight (attnlab.quantize) brings its own product
@@ -157,7 +203,7 @@ class Linear(DecodeCaches, nn.Linear):
 
     _packed_key = None
     _last_rows = 0
-    _decode_caches = ("_packed", "_packed_key")  # MKL's packed weight is opaque: never copied or pickled
+    _decode_caches = ("_packed", "_packed_key")  # a packed weight is opaque: never copied or pickled
 
     def forward(self, x: Tensor) -> Tensor:
         if not getattr(_state, "enabled", False) or torch.is_grad_enabled() or x.dtype != torch.float32 \
@@ -166,27 +212,31 @@ class Linear(DecodeCaches, nn.Linear):
         rows = x.numel() // x.shape[-1]
         previous_rows, self._last_rows = self._last_rows, rows
         weight = self.weight
-        key = (rows, derived_key(weight))
+        onednn = onednn_products()  # an AMD CPU with AVX-512: oneDNN's products, its reordered weight
+        key = (rows, derived_key(weight), onednn)
         if key != self._packed_key:
             if rows != previous_rows or rows < 2:
-                return F.linear(x, weight, self.bias)
-            self._packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
+                return plain_product(x, weight, self.bias)
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows) if onednn \
+                else torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
             self._packed_key = key
+        if onednn:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, self.bias, "none", [], "")
         out = torch.ops.mkl._mkl_linear(x.reshape(rows, x.shape[-1]), self._packed, weight, self.bias, rows)
         return out.view(*x.shape[:-1], weight.shape[0])
 
 
 def linear_rows(module: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
     """``module(x)``'s output features ``start:stop`` only (cross-attention's query rows, or its
-    key/value rows, of the joint ``qkv_proj``): ``F.linear`` on the weight's row slice, or the
-    module's own ``forward_rows`` where it has one (a LoRA layer adds its low-rank term,
+    key/value rows, of the joint ``qkv_proj``): :func:`plain_product` on the weight's row slice, or
+    the module's own ``forward_rows`` where it has one (a LoRA layer adds its low-rank term,
     :mod:`attnlab.training.lora`)."""
     own = getattr(module, "forward_rows", None)
     if own is not None:
         return own(x, start, stop)
     bias = module.bias
     weight = module.weight[start:stop]
-    return (own_product(weight) or F.linear)(x, weight, None if bias is None else bias[start:stop])
+    return (own_product(weight) or plain_product)(x, weight, None if bias is None else bias[start:stop])
 
 
 def step_weights(module: nn.Module) -> tuple[Tensor, Tensor | None]:
