@@ -137,6 +137,8 @@ def plain_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
             or not x.is_contiguous() or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
 SKINNY_ROWS = (2, 256)  # row counts skinny_linear sends to oneDNN
 ONEDNN_COPIES = WeakIdKeyDictionary()
 """weight tensor -> (its key, its reordered copy) for :func:`skinny_linear`. Kept beside the
@@ -212,7 +214,8 @@ class Linear(DecodeCaches, nn.Linear):
         rows = x.numel() // x.shape[-1]
         previous_rows, self._last_rows = self._last_rows, rows
         weight = self.weight
-        onednn = onednn_products()  # an AMD CPU with AVX-512: oneDNN's products, its reordered weight
+        # an AMD CPU with AVX-512: oneDNN's products (on a plain float32 weight), its reordered weight
+        onednn = onednn_products() and type(weight) in (Tensor, nn.Parameter) and weight.dtype == torch.float32
         key = (rows, derived_key(weight), onednn)
         if key != self._packed_key:
             if rows != previous_rows or rows < 2:
