@@ -983,3 +983,26 @@ def test_an_int8_one_row_weight_only_package_on_avx2_takes_the_one_row_blocking(
     (package,) = (tmp_path / "aot").glob("*.pt2")
     assert "micro_gemm_kernel<1, 64" in _package_code(package)
 
+
+
+def test_the_step_tensors_are_named_as_the_models_own_walks_name_them():
+    """aot._step_tensors walks the modules once: the same names and tensor objects, in the same order,
+    as named_parameters / named_buffers (remove_duplicate=False: a tied weight under each of its
+    names) and derived_tensors (after a step cache is made: the head's transposed copy, cross-attention's
+    query rows); an int8 model's weights are found by _int8_products as attributes."""
+    for model in (attnlab.create_model("transformer_tiny", vocab_size=50).eval(), attnlab.create_model("lm_tiny").eval()):
+        if hasattr(model, "new_step_cache"):
+            memory, mask = model.encode(torch.randint(3, 50, (2, 5)))
+            model.new_step_cache(memory, rows_per_source=2, capacity=8, fixed_shape=True)
+        else:
+            model.new_cache(2, 8, fixed_shape=True)
+        expected = ([(f"model.{name}", t) for name, t in model.named_parameters(remove_duplicate=False)]
+                    + [(f"model.{name}", t) for name, t in model.named_buffers(remove_duplicate=False)])
+        own = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
+        derived = [t for t in aot.derived_tensors(model) if id(t) not in own]
+        assert derived, "no derived tensor to check"
+        expected += [(f"derived_{i}", t) for i, t in enumerate(derived)]
+        assert [(name, id(t)) for name, t in aot._step_tensors(model)] == [(name, id(t)) for name, t in expected]
+        assert aot._int8_products(model, aot.Layout("causal", batch=1)) is None
+    model.quantize("int8")
+    assert aot._int8_products(model, aot.Layout("causal", batch=2)) == "weight-only"

@@ -249,12 +249,14 @@ def log_softmax_fused(logits: Tensor) -> Tensor:
     return shifted - torch.log(exp_polynomial(shifted).sum(dim=-1, keepdim=True))
 
 
-def derived_tensors(model) -> list[Tensor]:
+def derived_tensors(model, own: set[int] | None = None) -> list[Tensor]:
     """The tensors a decode step reads that are neither parameters nor buffers: what the step
     plans gathered (cross-attention's query rows, detached slices) and the head's transposed
     copy, in module order (the same order for the same structure). The model makes them
-    current first: ``new_cache`` / ``new_static_cache`` renew them by their staleness rule."""
-    own = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
+    current first: ``new_cache`` / ``new_static_cache`` renew them by their staleness rule.
+    ``own``: the ids of the model's parameters and buffers, where the caller has them."""
+    if own is None:
+        own = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
     found: list[Tensor] = []
     seen: set[int] = set()
 
@@ -270,9 +272,10 @@ def derived_tensors(model) -> list[Tensor]:
             visit(value.step_tensors())
 
     for module in model.modules():
-        for name in getattr(module, "_decode_caches", ()):
-            if name != "_packed":  # Linear's MKL-packed weight: the step path does not read it
-                visit(getattr(module, name, None))
+        # (the names are the class's; the values an instance's own attributes, unset: None)
+        for name in getattr(type(module), "_decode_caches", ()):
+            if name != "_packed":  # Linear's packed weight: the step path does not read it
+                visit(vars(module).get(name))
     return found
 
 
@@ -289,10 +292,17 @@ def _step_tensors(model, derived: list[Tensor] | None = None) -> list[tuple[str,
     """Every tensor a package reads, under the name the exported module gives it: the model's
     parameters and buffers (``model.<name>``, the tensor objects themselves) and the step's
     derived tensors (``derived_<i>``: the head's transposed copy, a LoRA layer's merged weight).
-    A folded package holds exactly these."""
-    return ([(f"model.{name}", t) for name, t in model.named_parameters(remove_duplicate=False)]
-            + [(f"model.{name}", t) for name, t in model.named_buffers(remove_duplicate=False)]
-            + [(f"derived_{i}", t) for i, t in enumerate(derived_tensors(model) if derived is None else derived)])
+    A folded package holds exactly these (named as ``named_parameters`` / ``named_buffers`` with
+    ``remove_duplicate=False`` name them, from one walk of the modules: an ``aot_step`` of a small
+    translation model took 0.82 ms, most of it walking its 99 modules six times)."""
+    parameters, buffers = [], []
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        dot = f"model.{prefix}." if prefix else "model."
+        parameters += [(dot + name, t) for name, t in module._parameters.items() if t is not None]
+        buffers += [(dot + name, t) for name, t in module._buffers.items() if t is not None]
+    if derived is None:
+        derived = derived_tensors(model, own={id(t) for _, t in parameters} | {id(t) for _, t in buffers})
+    return parameters + buffers + [(f"derived_{i}", t) for i, t in enumerate(derived)]
 
 
 def weights_snapshot(model, tensors: list[tuple[str, Tensor]] | None = None) -> tuple:
@@ -940,8 +950,8 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
         raise ValueError("an ahead-of-time compiled step needs a fixed-shape cache (fixed_shape=True)")
     weight = next(model.parameters())
     layout = _layout_of(model, kind, cache.positions.shape[0], beam, cache)
-    derived = derived_tensors(model)
-    tensors = _step_tensors(model, derived)
+    tensors = _step_tensors(model)
+    derived = [t for name, t in tensors if name.startswith("derived_")]
     folded = folds_weights(weight.device)
     structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded, _int8_products(model, layout))
     key = package_key(structure)
@@ -1017,7 +1027,12 @@ def _int8_products(model, layout: Layout) -> str | None:
     GEMM even in the cache. So the 3-layer, d-256 LM (4.4 MB of int8 weights) decodes 1.35x
     faster in integers, and the 6-layer, d-512 one (23 MB) 2x slower. Measured on one CPU (AMD
     EPYC, 32 MB L3): the quarter is that machine's margin, not a law."""
-    weights = {id(m.weight): m.weight for m in model.modules() if own_product(getattr(m, "weight", None))}
+    weights = {}
+    for module in model.modules():  # a module's weight: an attribute of its own, else a parameter
+        weight = vars(module).get("weight")
+        weight = module._parameters.get("weight") if weight is None else weight
+        if own_product(weight):
+            weights[id(weight)] = weight
     if not weights:
         return None
     size = sum(w.values.numel() for w in weights.values())
