@@ -117,3 +117,26 @@ def test_generate_restores_training_mode():
     first = generate(model, [[1, 2]], max_new_tokens=5, greedy=True)
     assert model.training
     assert generate(model, [[1, 2]], max_new_tokens=5, greedy=True) == first  # no dropout while generating
+
+
+def test_generation_through_onednn_products_gives_the_same_tokens(monkeypatch):
+    """Where linear.onednn_products() (an AMD CPU with AVX-512; forced here on any CPU), generate runs
+    inside packed_inference: a batch's steps multiply through oneDNN (skinny_linear) and give the tokens
+    of the plain products, greedy and seeded."""
+    import attnlab.linear as linear
+
+    if not (linear._ONEDNN and linear._MKL_PACKED):
+        pytest.skip("torch without oneDNN or MKL: packed_inference is off")
+    model = attnlab.create_model("lm_tiny").eval()
+    with torch.no_grad():
+        model.decoder.head.weight.mul_(4.0)  # decisive logits: no near-ties for float rounding to flip
+    prompts = [[5, 6], [1, 2, 3, 4, 5, 6, 7, 8], [9, 9, 40]]
+    plain = generate(model, prompts, max_new_tokens=12, greedy=True)
+    sampled = generate(model, prompts, max_new_tokens=12, top_k=3, seed=4)
+    calls = []
+    product = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(1) or product(*a))
+    monkeypatch.setattr(linear, "_amd_avx512", lambda: True)
+    assert generate(model, prompts, max_new_tokens=12, greedy=True) == plain
+    assert calls, "the oneDNN road was not taken"
+    assert generate(model, prompts, max_new_tokens=12, top_k=3, seed=4) == sampled
