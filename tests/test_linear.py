@@ -50,7 +50,7 @@ def test_plain_path_outside_the_block_or_with_gradients():
 
 @needs_mkl
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_greedy_and_beam_search_same_with_and_without_packing(use_cache):
+def test_greedy_and_beam_search_same_with_and_without_packing(use_cache, monkeypatch):
     """The searches' fast kernels (cached: the step path's oneDNN products of a few rows,
     attnlab.linear.skinny_linear; without the cache: Linear's MKL packed GEMM where a row count
     repeats) give the plain kernels' hypotheses."""
@@ -58,6 +58,7 @@ def test_greedy_and_beam_search_same_with_and_without_packing(use_cache):
     import attnlab.linear as linear
     from attnlab.generation import beam_search, greedy_search
 
+    monkeypatch.setattr(linear, "ONEDNN_MIN_WORK", 0)  # the tiny model's products to oneDNN on any CPU
     model = attnlab.create_model("transformer_tiny", vocab_size=40).eval()
     with torch.no_grad():
         model.src_embed.weight.mul_(8.0)  # decisive logits: no near-ties for rounding to flip
@@ -94,6 +95,7 @@ def test_beam_search_of_a_large_batch_multiplies_its_rows_through_onednn(monkeyp
     import attnlab.linear as linear
     from attnlab.generation import beam_search
 
+    monkeypatch.setattr(linear, "ONEDNN_MIN_WORK", 0)  # the tiny model's products to oneDNN on any CPU
     model = attnlab.create_model("transformer_tiny", vocab_size=40).eval()
     with torch.no_grad():
         model.src_embed.weight.mul_(8.0)  # decisive logits: no near-ties for rounding to flip
@@ -123,6 +125,7 @@ def test_beam_search_reorders_each_weight_once_not_every_step(monkeypatch):
     import attnlab.linear as linear
     from attnlab.generation import beam_search
 
+    monkeypatch.setattr(linear, "ONEDNN_MIN_WORK", 0)  # the tiny model's products to oneDNN on any CPU
     model = attnlab.create_model("transformer_tiny", vocab_size=40).eval()
     src = torch.randint(3, 40, (2, 7))
     reorder = torch.ops.mkldnn._reorder_linear_weight
@@ -317,6 +320,7 @@ def test_onednn_products_equal_f_linear(monkeypatch, shape):
     import attnlab.linear as linear
 
     monkeypatch.setattr(linear, "_amd_avx512", lambda: True)
+    monkeypatch.setattr(linear, "ONEDNN_MIN_WORK", 0)  # these small products too
     layer = Linear(37, 53)
     x = torch.randn(*shape)
     calls = []
@@ -338,6 +342,7 @@ def test_plain_product_is_f_linear_outside_inference_and_for_one_row(monkeypatch
     import attnlab.linear as linear
 
     monkeypatch.setattr(linear, "_amd_avx512", lambda: True)
+    monkeypatch.setattr(linear, "ONEDNN_MIN_WORK", 0)  # only the conditions below keep F.linear
     weight, bias = torch.randn(8, 6), torch.randn(8)
     x = torch.randn(5, 6)
     calls = []
@@ -361,3 +366,30 @@ def test_cpu_vendor_reads_proc_cpuinfo(tmp_path):
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\n")
     assert cpu_vendor(str(info)) == "AuthenticAMD"
     assert cpu_vendor(str(tmp_path / "missing")) == ""
+
+
+@pytest.mark.skipif(not (_MKL_PACKED and _ONEDNN), reason="torch without MKL or oneDNN: packed_inference is off")
+def test_small_products_stay_with_mkl_where_onednn_products(monkeypatch):
+    """oneDNN's call costs ~10 µs before any arithmetic: where linear.onednn_products(), a product of fewer
+    than ONEDNN_MIN_WORK multiply-adds stays F.linear's (plain_product, Linear's packed road, skinny_linear);
+    one of more goes to oneDNN."""
+    import attnlab.linear as linear
+
+    monkeypatch.setattr(linear, "_amd_avx512", lambda: True)
+    calls = []
+    product = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(1) or product(*a))
+    small, large = Linear(32, 96), Linear(256, 768)
+    with torch.no_grad(), packed_inference():
+        for _ in range(3):
+            small(torch.randn(8, 32))
+        linear.skinny_linear(torch.randn(8, 32), small.weight, small.bias)
+        linear.plain_product(torch.randn(300, 32), small.weight)  # 0.92 M: under 1 << 20, over 1 << 19
+        assert len(calls) == (1 if linear.ONEDNN_MIN_WORK <= 300 * 32 * 96 else 0)
+        calls.clear()
+        x = torch.randn(8, 256)
+        for _ in range(3):
+            out = large(x)
+        linear.skinny_linear(x, large.weight, large.bias)
+    assert len(calls) == 4 and small._packed_key[2] is False and large._packed_key[2] is True
+    torch.testing.assert_close(out, F.linear(x, large.weight, large.bias), rtol=1e-5, atol=1e-5)

@@ -118,8 +118,21 @@ def onednn_products() -> bool:
     (``mkl_blas_def_sgemm_kernel_0_zen`` under ``perf``) and oneDNN its AVX-512 ones: on an AMD EPYC
     (Zen 5), one thread, a product of 14 to 1,056 rows took 1.4-2.3x as long through MKL as through
     oneDNN on the plain weight, and MKL's packed weight gained nothing (docs/benchmarks.md). Elsewhere
-    (Intel's CPUs, AVX2 ones) MKL as before: not measured."""
+    (Intel's CPUs, AVX2 ones) MKL as before: not measured. There, only products of at least
+    :data:`ONEDNN_MIN_WORK` multiply-adds (:func:`onednn_worth`)."""
     return _ONEDNN and _amd_avx512()
+
+
+ONEDNN_MIN_WORK = 1 << 19
+"""Where :func:`onednn_products`, the fewest multiply-adds (rows x in x out) a product takes to oneDNN: a call
+costs ~10 µs there before any arithmetic, where MKL's smallest take 3-5 µs (one thread, AMD EPYC Zen 5:
+8 x 32 -> 96 in 2.9 µs through MKL, 11.2 through oneDNN's reordered weight; 8 x 256 -> 768 in 46.6 against 29.2;
+the two met near half a million; docs/benchmarks.md)."""
+
+
+def onednn_worth(x: Tensor, weight: Tensor) -> bool:
+    """Whether ``x @ weight.T`` is work enough for oneDNN where :func:`onednn_products` (else MKL's)."""
+    return x.numel() * weight.shape[0] >= ONEDNN_MIN_WORK
 
 
 @functools.cache
@@ -132,7 +145,8 @@ def plain_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     CPU with two rows or more where :func:`onednn_products`, oneDNN's product on the weight as it is
     (no copy), else ``F.linear``. Equal to ``F.linear`` up to float32 summation order."""
     if not getattr(_state, "enabled", False) or not onednn_products() or x.numel() < 2 * x.shape[-1] \
-            or type(weight) not in (Tensor, nn.Parameter) or weight.dtype != torch.float32 \
+            or not onednn_worth(x, weight) or type(weight) not in (Tensor, nn.Parameter) \
+            or weight.dtype != torch.float32 \
             or x.dtype != torch.float32 or x.device.type != "cpu" or not weight.is_contiguous() \
             or not x.is_contiguous() or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
@@ -165,14 +179,16 @@ def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     GEMM (transformer_base's decoder + its 32,000-row head; docs/benchmarks.md); at 128 rows
     (batch 32 x beam 4) oneDNN was 10-35 % faster per product on the AVX512 host of issue 40.
     Where :func:`onednn_products` (MKL's AVX2 kernels on an AMD CPU with AVX-512), any number of
-    rows from 2. One row (MKL's matrix-vector product is faster) and everything else:
-    ``F.linear``. Results equal ``F.linear``'s up to float32 summation order."""
+    rows from 2, for a product of :data:`ONEDNN_MIN_WORK` multiply-adds or more. One row (MKL's
+    matrix-vector product is faster) and everything else: ``F.linear``. Results equal ``F.linear``'s up
+    to float32 summation order."""
     own = own_product(weight)
     if own is not None:  # an int8 weight (attnlab.quantize) brings its own product
         return own(x, weight, bias)
     rows = x.numel() // x.shape[-1]
     if not onednn_rows(rows) or type(weight) not in (Tensor, nn.Parameter) or weight.dtype != torch.float32 \
-            or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+            or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled() \
+            or (onednn_products() and not onednn_worth(x, weight)):
         return F.linear(x, weight, bias)
     key = (derived_key(weight), weight.shape, weight.stride())
     cached = ONEDNN_COPIES.get(weight)
@@ -215,7 +231,8 @@ class Linear(DecodeCaches, nn.Linear):
         previous_rows, self._last_rows = self._last_rows, rows
         weight = self.weight
         # an AMD CPU with AVX-512: oneDNN's products (on a plain float32 weight), its reordered weight
-        onednn = onednn_products() and type(weight) in (Tensor, nn.Parameter) and weight.dtype == torch.float32
+        onednn = onednn_products() and type(weight) in (Tensor, nn.Parameter) and weight.dtype == torch.float32 \
+            and onednn_worth(x, weight)
         key = (rows, derived_key(weight), onednn)
         if key != self._packed_key:
             if rows != previous_rows or rows < 2:
