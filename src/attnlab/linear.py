@@ -126,7 +126,7 @@ def onednn_products() -> bool:
 ONEDNN_MIN_WORK = 1 << 19
 """Where :func:`onednn_products`, the fewest multiply-adds (rows x in x out) a product takes to oneDNN: a call
 costs ~10 µs there before any arithmetic, where MKL's smallest take 3-5 µs (one thread, AMD EPYC Zen 5:
-8 x 32 -> 96 in 2.9 µs through MKL, 11.2 through oneDNN's reordered weight; 8 x 256 -> 768 in 46.6 against 29.2;
+8 x 32 -> 96 in 3.0 µs through MKL, 11.8 through oneDNN's reordered weight; 8 x 256 -> 768 in 49.9 against 31.3;
 the two met near half a million; docs/benchmarks.md)."""
 
 
@@ -145,10 +145,9 @@ def plain_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     CPU with two rows or more where :func:`onednn_products`, oneDNN's product on the weight as it is
     (no copy), else ``F.linear``. Equal to ``F.linear`` up to float32 summation order."""
     if not getattr(_state, "enabled", False) or not onednn_products() or x.numel() < 2 * x.shape[-1] \
-            or not onednn_worth(x, weight) or type(weight) not in (Tensor, nn.Parameter) \
-            or weight.dtype != torch.float32 \
-            or x.dtype != torch.float32 or x.device.type != "cpu" or not weight.is_contiguous() \
-            or not x.is_contiguous() or torch.is_grad_enabled():
+            or type(weight) not in (Tensor, nn.Parameter) or not onednn_worth(x, weight) \
+            or weight.dtype != torch.float32 or x.dtype != torch.float32 or x.device.type != "cpu" \
+            or not weight.is_contiguous() or not x.is_contiguous() or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
