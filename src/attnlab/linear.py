@@ -140,14 +140,20 @@ def _amd_avx512() -> bool:
     return torch.backends.cpu.get_cpu_capability() == "AVX512" and cpu_vendor() == "AuthenticAMD"
 
 
+def _plain_float32(x: Tensor, weight: Tensor) -> bool:
+    """What oneDNN's products take here: a plain float32 weight tensor, float32 inputs on the CPU,
+    no autograd."""
+    return type(weight) in (Tensor, nn.Parameter) and weight.dtype == torch.float32 and x.dtype == torch.float32 \
+        and x.device.type == "cpu" and not torch.is_grad_enabled()
+
+
 def plain_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)`` for inference: inside :func:`packed_inference`, for float32 on the
     CPU with two rows or more where :func:`onednn_products`, oneDNN's product on the weight as it is
     (no copy), else ``F.linear``. Equal to ``F.linear`` up to float32 summation order."""
     if not getattr(_state, "enabled", False) or not onednn_products() or x.numel() < 2 * x.shape[-1] \
-            or type(weight) not in (Tensor, nn.Parameter) or not onednn_worth(x, weight) \
-            or weight.dtype != torch.float32 or x.dtype != torch.float32 or x.device.type != "cpu" \
-            or not weight.is_contiguous() or not x.is_contiguous() or torch.is_grad_enabled():
+            or not _plain_float32(x, weight) or not onednn_worth(x, weight) \
+            or not weight.is_contiguous() or not x.is_contiguous():
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
@@ -185,9 +191,7 @@ def skinny_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     if own is not None:  # an int8 weight (attnlab.quantize) brings its own product
         return own(x, weight, bias)
     rows = x.numel() // x.shape[-1]
-    if not onednn_rows(rows) or type(weight) not in (Tensor, nn.Parameter) or weight.dtype != torch.float32 \
-            or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled() \
-            or (onednn_products() and not onednn_worth(x, weight)):
+    if not onednn_rows(rows) or not _plain_float32(x, weight) or (onednn_products() and not onednn_worth(x, weight)):
         return F.linear(x, weight, bias)
     key = (derived_key(weight), weight.shape, weight.stride())
     cached = ONEDNN_COPIES.get(weight)
@@ -230,8 +234,7 @@ class Linear(DecodeCaches, nn.Linear):
         previous_rows, self._last_rows = self._last_rows, rows
         weight = self.weight
         # an AMD CPU with AVX-512: oneDNN's products (on a plain float32 weight), its reordered weight
-        onednn = onednn_products() and type(weight) in (Tensor, nn.Parameter) and weight.dtype == torch.float32 \
-            and onednn_worth(x, weight)
+        onednn = onednn_products() and _plain_float32(x, weight) and onednn_worth(x, weight)
         key = (rows, derived_key(weight), onednn)
         if key != self._packed_key:
             if rows != previous_rows or rows < 2:

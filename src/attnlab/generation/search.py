@@ -361,11 +361,12 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         # The rows the survivors extend, in this step's rows (row·k + their hypothesis).
         picked = [(row * k + beam, value, token) for row, chosen in zip(keep, survivors)
                   for value, beam, token in chosen]
+        origin_list = [origin for origin, _, _ in picked]
         if len(keep) == len(active):  # no source left the batch: no row selection
-            order = _stay_order([origin for origin, _, _ in picked], k)
+            order = _stay_order(origin_list, k)
             if order is not None:  # survivors placed in their parents' rows where they can
                 picked = [picked[i] for i in order]
-        origin_list = [origin for origin, _, _ in picked]
+                origin_list = [origin_list[i] for i in order]
         origin = torch.tensor(origin_list, device=device)
         step_input = torch.tensor([token for _, _, token in picked], device=device).view(-1, 1)
         beam_log_probs = torch.tensor([value for _, value, _ in picked], dtype=top_log_probs.dtype,
