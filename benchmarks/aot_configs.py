@@ -3,7 +3,7 @@ inductor's C++ GEMM templates and ATen/oneDNN, the faster kept) against the C++ 
 (``FEW_ROWS_CONFIGS``, what beam search's packages of at most 16 rows use: there oneDNN's per-call
 set-up was a fifth of a 4-row step). Does one row gain as 4 did?
 
-    taskset -c 0 python benchmarks/aot_configs.py [--blocking] [--int8] [--sizes small medium] [--repeats 7]
+    taskset -c 0 python benchmarks/aot_configs.py [--blocking | --screen] [--int8] [--sizes small medium] [--repeats 7]
 
 GPT-2-shaped models of ``cpu_engines.SIZES`` (random weights, one thread), 16-token prompt, the
 size's new tokens, greedy through ``generate(compile="aot")``; each package built once into its own
@@ -12,6 +12,9 @@ checked against the eager step's in every run. ``--blocking``: both packages ``F
 built with and without ``aot.ONE_ROW_BLOCKING`` and ``ONE_ROW_INT8_BLOCKING`` (what an AVX2 CPU's
 one-row products gain from them); ``--int8``: the models quantised (``model.quantize("int8")``; tokens
 checked against the first package's: weight-only products round their inputs to bfloat16).
+``--screen``: both packages ``FOLDED_CONFIGS``, the greedy one with its head screened in int8
+(``attnlab.head_screen``, what ``generate(greedy=True, compile="aot")`` builds) against the plain
+step's logits and their argmax (the screen off: ``head_screen.MIN_VOCABULARY`` above the vocabulary).
 
 ``--search``: a many-row search package built two ways, ``FOLDED_CONFIGS`` (oneDNN's prepacked
 products and the C++ templates, timed against each other, the faster kept) against
@@ -41,11 +44,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 import cpu_engines  # noqa: E402
 from common import interleaved_medians  # noqa: E402
 
+from attnlab import head_screen  # noqa: E402
 from attnlab.generation import aot, generate  # noqa: E402
 from attnlab.interop import from_hf_gpt2  # noqa: E402
 
 
-def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False) -> None:
+def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False, screen: bool = False) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -64,30 +68,42 @@ def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False
     build = aot._BUILD
     base = tempfile.mkdtemp(prefix="attnlab-aot-configs-")
     runs = {}
-    ways = [("with the one-row blockings", folded, build), ("without", folded, build.replace(aot._ONE_ROW, ""))] if blocking \
-        else [("CPP,ATEN (FOLDED_CONFIGS)", folded, build), ("CPP only (FEW_ROWS_CONFIGS)", aot.FEW_ROWS_CONFIGS, build)]
+    screened = head_screen.MIN_VOCABULARY
+    whole = 1 << 62  # no head is screened
+    if blocking:
+        ways = [("with the one-row blockings", folded, build, screened),
+                ("without", folded, build.replace(aot._ONE_ROW, ""), screened)]
+    elif screen:
+        ways = [("head screened in int8", folded, build, screened), ("whole head", folded, build, whole)]
+    else:
+        ways = [("CPP,ATEN (FOLDED_CONFIGS)", folded, build, screened),
+                ("CPP only (FEW_ROWS_CONFIGS)", aot.FEW_ROWS_CONFIGS, build, screened)]
     try:
-        for name, configs, script in ways:
+        for name, configs, script, least in ways:
             os.environ["ATTNLAB_CACHE"] = directory = f"{base}/{len(runs)}"
             aot.FOLDED_CONFIGS.clear()
             aot.FOLDED_CONFIGS.update(configs)  # what a batch-1 LM package is built with
             aot._BUILD = script
+            head_screen.MIN_VOCABULARY = least
             model = made()
             started = time.perf_counter()
             generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
             print(f"{size}: {name} built in {time.perf_counter() - started:.0f} s", flush=True)
-            runs[name] = (model, directory)
+            runs[name] = (model, directory, least)
     finally:
         aot.FOLDED_CONFIGS.clear()
         aot.FOLDED_CONFIGS.update(folded)
         aot._BUILD = build
+        head_screen.MIN_VOCABULARY = screened
     times = {name: [] for name in runs}
     for _ in range(repeats):
-        for name, (model, directory) in runs.items():
+        for name, (model, directory, least) in runs.items():
             os.environ["ATTNLAB_CACHE"] = directory
+            head_screen.MIN_VOCABULARY = least
             started = time.perf_counter()
             tokens = generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
             times[name].append((time.perf_counter() - started) / new_tokens * 1e3)
+            head_screen.MIN_VOCABULARY = screened
             eager = tokens if eager is None else eager
             assert tokens == eager, f"{name}: tokens differ from the eager step's (int8: the first package's)"
     print(f"{size}{' int8' if int8 else ''} ({new_tokens} tokens, medians of {repeats}): " + ", ".join(
@@ -167,6 +183,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--blocking", action="store_true", help="greedy packages built with and without "
                         "aot.ONE_ROW_BLOCKING (one-row float32 products on an AVX2 CPU), instead of the two configs")
+    parser.add_argument("--screen", action="store_true", help="greedy packages with the head screened in int8 "
+                        "(attnlab.head_screen) and without, instead of the two configs")
     parser.add_argument("--int8", action="store_true", help="the models quantised (model.quantize('int8'))")
     parser.add_argument("--search", action="store_true", help="the many-row search package: FOLDED_CONFIGS against "
                         "MANY_ROWS_AVX2_CONFIGS (and CTranslate2), instead of the greedy sizes")
@@ -178,7 +196,7 @@ def main() -> None:
         run_search(args.shape, args.repeats)
         return
     for size in args.sizes:
-        run_size(size, args.repeats, args.blocking, args.int8)
+        run_size(size, args.repeats, args.blocking, args.int8, args.screen)
 
 
 if __name__ == "__main__":

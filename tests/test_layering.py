@@ -18,7 +18,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 LAYERS = [
-    {"linear", "files", "limits", "quantize", "families"},  # families: the registry (attnlab/families/__init__.py) only
+    # families: the registry (attnlab/families/__init__.py) only
+    {"linear", "files", "limits", "quantize", "head_screen", "families"},
     {"attention"},
     {"layers"},
     {"models"},

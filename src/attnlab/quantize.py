@@ -203,6 +203,49 @@ def _kernels_available() -> bool:
         and bool(torch.backends.quantized.supported_engines)
 
 
+def input_codes(rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``rows`` (float32) quantised together to 8 bits as the eager int8 kernel quantises its
+    inputs (full range): ``(codes, zero, scale)`` with ``rows ≈ (codes + 128 - zero) · scale``;
+    ``codes`` float32 in [-128, 127] (shifted to signed by 128), ``zero`` a float64 scalar tensor
+    in [0, 255], ``scale`` a float32 scalar tensor. One scale and zero point for all rows, chosen as
+    torch's ``ChooseQuantizationParams`` chooses them (a scale below :data:`SMALL_SCALE` raised to
+    it, the range widened alike). Traceable: an exported step computes it in its own loops."""
+    low = rows.amin().clamp(max=0.0)
+    high = rows.amax().clamp(min=0.0)
+    exact = (high.to(torch.float64) - low.to(torch.float64)) / 255.0
+    single = exact.to(torch.float32)
+    scale = torch.where((single == 0) | torch.isinf(1.0 / single), 0.1, exact)
+    small = scale < SMALL_SCALE
+    widened = torch.where(high == 0, -SMALL_SCALE * 255.0, low * (SMALL_SCALE / scale.to(torch.float32)))
+    low = torch.where(small, widened, low)
+    scale = torch.where(small, SMALL_SCALE, scale)
+    zero = torch.round(-low.to(torch.float64) / scale).clamp(0, 255)
+    scale = scale.to(torch.float32)
+    codes = (torch.round(rows * (1.0 / scale)) + zero.to(torch.float32)).clamp(0, 255) - 128
+    return codes, zero, scale
+
+
+def code_product(codes: Tensor, zero: Tensor, scale: Tensor, values: Tensor, scales: Tensor,
+                 row_sums: Tensor) -> Tensor:
+    """The float32 products of :func:`input_codes`' ``(codes, zero, scale)`` with int8 ``values``
+    ``(out, in)`` whose rows scale by ``scales`` and sum to ``row_sums``: 32-bit integer sums
+    (``torch._int_mm``, exact where :func:`integer_sums_exact`), the zero point's shift taken back
+    with the rows' sums, then scaled. ``(rows, out)``."""
+    sums = torch._int_mm(codes.to(torch.int8), values.t())
+    sums = sums - (zero.to(torch.int32) - 128) * row_sums
+    return sums.to(torch.float32) * (scale * scales.to(torch.float32))
+
+
+def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-row int8 codes of a ``(out, in)`` weight: ``(values, scales)``, scale = max |w| / 127
+    over the row rounded up to the nearest bfloat16 (float64), ``values`` int8 (the largest code is then
+    126.5-127)."""
+    weight = weight.detach().to(torch.float32)
+    scales = bf16_ceil((weight.abs().amax(dim=1).to(torch.float64) / 127.0).clamp_min(1e-12))
+    values = torch.round(weight.to(torch.float64) / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    return values, scales
+
+
 class Int8Weight:
     """A ``(out, in)`` weight as int8 with one float scale per output row, prepacked for
     ``torch.ops.quantized.linear_dynamic``. Answers ``F.linear(x, weight, bias)`` and row
@@ -233,10 +276,7 @@ class Int8Weight:
         """Symmetric per-row quantisation: scale = max |w| / 127 over the row, rounded up to
         the nearest bfloat16 (so a folded package's bf16 product multiplies by the very same
         scale; the largest code is then 126.5-127)."""
-        weight = weight.detach().to(torch.float32)
-        scales = bf16_ceil((weight.abs().amax(dim=1).to(torch.float64) / 127.0).clamp_min(1e-12))
-        values = torch.round(weight.to(torch.float64) / scales[:, None]).clamp_(-127, 127).to(torch.int8)
-        return cls(values, scales)
+        return cls(*quantize_rows(weight))
 
     def step_tensors(self) -> tuple[Tensor, Tensor, Tensor]:
         """The tensors :meth:`folded_product` and :meth:`integer_product` read (the int8 values,
@@ -299,21 +339,8 @@ class Int8Weight:
         full-range inputs (:func:`full_range_inputs`; elsewhere it would differ from it) and
         ``torch._int_mm`` sums exactly (:func:`integer_sums_exact`)."""
         rows = x.reshape(-1, x.shape[-1])
-        low = rows.amin().clamp(max=0.0)
-        high = rows.amax().clamp(min=0.0)
-        exact = (high.to(torch.float64) - low.to(torch.float64)) / 255.0
-        single = exact.to(torch.float32)
-        scale = torch.where((single == 0) | torch.isinf(1.0 / single), 0.1, exact)
-        small = scale < SMALL_SCALE
-        widened = torch.where(high == 0, -SMALL_SCALE * 255.0, low * (SMALL_SCALE / scale.to(torch.float32)))
-        low = torch.where(small, widened, low)
-        scale = torch.where(small, SMALL_SCALE, scale)
-        zero = torch.round(-low.to(torch.float64) / scale).clamp(0, 255)
-        scale = scale.to(torch.float32)
-        codes = (torch.round(rows * (1.0 / scale)) + zero.to(torch.float32)).clamp(0, 255) - 128
-        sums = torch._int_mm(codes.to(torch.int8), self.values.t())
-        sums = sums - (zero.to(torch.int32) - 128) * self.row_sums
-        out = sums.to(torch.float32) * (scale * self.scales_bf16.to(torch.float32))
+        codes, zero, scale = input_codes(rows)
+        out = code_product(codes, zero, scale, self.values, self.scales_bf16, self.row_sums)
         out = out.view(x.shape[:-1] + out.shape[-1:])
         return out if bias is None else out + bias
 

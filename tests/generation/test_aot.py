@@ -5,8 +5,9 @@ change is seen (weights outside: read by the next step, the head's derived copy 
 folded, on the CPU: the package rebuilt for the new values, never run with others), and the
 package cache refuses what it must not run or replace. One folded package is built for the
 fast tests and shared by the module (about 30-60 s on a 2-core machine), plus one rebuild, one
-package with the weights outside and one whose $CXX has no shared libstdc++ (built by another
-compiler); the other families' packages are under the slow mark."""
+package with the weights outside, one whose $CXX has no shared libstdc++ (built by another
+compiler) and a greedy one with its head screened in int8; the other families' packages are under
+the slow mark."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ import torch
 
 import attnlab
 from attnlab.attention import StaticKVCache
-from attnlab.generation import beam_search, generate
-from attnlab.generation import aot
+from attnlab import head_screen
+from attnlab.generation import aot, beam_search, generate, sampling
 from attnlab.generation.compiled import unavailable_reason
+from attnlab.quantize import integer_sums_exact
 
 needs_compiler = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 # Fused kernels add in another order than the eager ones: float32 rounding, on any CPU.
@@ -472,6 +474,66 @@ def test_the_compile_verb_finds_the_built_package(cache_dir, tmp_path, monkeypat
     attnlab.create_model("vit_tiny_patch4_28").save_pretrained(tmp_path / "vit")
     assert main(["compile", "--model", str(tmp_path / "vit")]) == 2
     assert "no step-by-step decoding" in capsys.readouterr().err
+
+
+def _screened_lm():
+    """A head of 1,500 rows (screened, attnlab.head_screen) whose rows 1000-1499 are equal: where they
+    are the best, 500 rows tie and the screen is never sure."""
+    torch.manual_seed(0)
+    model = attnlab.create_model("lm_tiny", vocab_size=1500, d_model=32, num_heads=4, d_ff=48, num_layers=2,
+                                 max_positions=64).eval()
+    with torch.no_grad():
+        model.decoder.head.weight[1000:] = model.decoder.head.weight[1000]
+    return model
+
+
+@needs_compiler
+@pytest.mark.skipif(not integer_sums_exact(), reason="torch._int_mm does not sum exactly here: no head screen")
+def test_a_greedy_package_screens_its_head_and_gives_the_eager_tokens(tmp_path, monkeypatch, capsys):
+    """Greedy, one row, a head it screens: the package returns the next tokens (layout.greedy), and where
+    its screen is not sure (the 500 equal rows at the top) the whole product picks the first of them."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    model = _screened_lm()
+    sure_steps = []
+
+    def resolve(tokens, sure, hidden, logits_of):
+        sure_steps.append(bool(sure.all()))
+        return head_screen.resolve(tokens, sure, hidden, logits_of)
+
+    monkeypatch.setattr(sampling, "resolve", resolve)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
+        tied = generate(model, [[3, 1200]], max_new_tokens=30, greedy=True, compile="aot")
+    assert tied == generate(model, [[3, 1200]], max_new_tokens=30, greedy=True) == [[1000] * 30]
+    assert sure_steps == [False] * 29
+    sure_steps.clear()
+    assert generate(model, [[1300, 9, 11]], max_new_tokens=30, greedy=True, compile="aot") == \
+        generate(model, [[1300, 9, 11]], max_new_tokens=30, greedy=True)
+    assert sure_steps == [True] * 29
+    step = aot.aot_step(model, "causal", model.new_cache(1, 40, fixed_shape=True), greedy=True)
+    assert step.layout.greedy and len(list((tmp_path / "aot").glob("*.pt2"))) == 1
+    from attnlab.cli.main import main
+
+    calls = _no_build(monkeypatch)  # `attnlab compile --greedy` finds that package (the sampling one is another)
+    model.save_pretrained(tmp_path / "model")
+    assert main(["compile", "--model", str(tmp_path / "model"), "--greedy"]) == 0
+    assert f"{step.path} (greedy causal step, batch 1" in capsys.readouterr().out and calls == []
+
+
+def test_only_a_one_row_folded_step_whose_greedy_step_is_its_steps_screens_its_head():
+    from attnlab.models.lm import DecoderLM
+    from attnlab.models.music import MusicTransformer
+
+    class Masked(DecoderLM):  # a subclass that changes step: its greedy step would not be its step's
+        def step(self, tokens, cache):
+            return super().step(tokens, cache)
+
+    model = _screened_lm()
+    assert aot.screens_head(model, 1, folded=True)
+    assert not aot.screens_head(model, 2, folded=True) and not aot.screens_head(model, 1, folded=False)
+    assert aot.screens_head(MusicTransformer.__new__(MusicTransformer), 1, folded=True)
+    assert not aot.screens_head(Masked.__new__(Masked), 1, folded=True)
+    assert not aot.screens_head(attnlab.create_model("vit_tiny_patch4_28"), 1, folded=True)
 
 
 # -- the other families (each builds its own package: slow) ------------------------------------

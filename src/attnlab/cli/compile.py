@@ -1,6 +1,7 @@
 """``attnlab compile --model DIR``: build the model's decode step ahead of time (AOTInductor).
 
     attnlab compile --model runs/shakespeare/model             # then: attnlab generate ... --compile aot
+    attnlab compile --model runs/shakespeare/model --greedy    # generate ... --greedy --compile aot
     attnlab compile --model runs/m30k/model --beam 4 --batch 32 # translate ... --compile aot
     attnlab compile --model runs/caption-scenes/model          # caption ... --compile aot (beam 3)
     attnlab compile --model runs/shakespeare/model --quantize int8  # generate ... --quantize int8 --compile aot
@@ -29,6 +30,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--beam", type=bounded_int(1, 64), metavar="K",
                         help="translation models and captioners: the beam size (any batch and length; default: "
                              "what their decoding verb uses, 4 for translation, 3 for a captioner)")
+    parser.add_argument("--greedy", action="store_true",
+                        help="language models and music: the package `generate --greedy` loads (at batch 1 with a "
+                             "head of 1,024 or more tokens it picks the next token itself, its head screened in "
+                             "int8: another package than sampling's)")
     add_quantize_argument(parser)
     add_runtime_arguments(parser)
 
@@ -54,10 +59,12 @@ def run(args) -> int:
     with torch.inference_mode():
         cache = example_cache(model, kind, args.batch, beam)
         try:
-            step = aot_step(model, kind, cache, beam=beam if kind == "search" else None)
+            step = aot_step(model, kind, cache, beam=beam if kind == "search" else None,
+                            greedy=args.greedy and kind == "causal")
         except AotUnavailable as error:
             raise ValueError(f"--model {args.model}: the step cannot be compiled ahead of time: {error}") from None
-    print(f"{step.path} ({kind} step, {'beam ' + str(beam) if kind == 'search' else 'batch ' + str(args.batch)}"
+    print(f"{step.path} ({'greedy ' if step.layout.greedy else ''}{kind} step, "
+          f"{'beam ' + str(beam) if kind == 'search' else 'batch ' + str(args.batch)}"
           f"; ready in {time.perf_counter() - start:.1f} s; cache: {cache_directory()})")
     return 0
 

@@ -126,7 +126,7 @@ loader, so none is reused. 3: built with grad off, so inductor freezes the folde
 one-query self-attention exported as sums inductor fuses (``attention.core._one_query``). 4: a
 search package returns log-probabilities (:func:`log_softmax_fused`), not logits. (A beam search's
 package returns candidates since 2026-12-06: its structure's layout has ``candidates``, a new key, so
-no other package is rebuilt.)"""
+no other package is rebuilt; so has a greedy package with its head screened, ``greedy``, since.)"""
 OUTSIDE_CONFIGS = {"aot_inductor.package_constants_in_so": False}
 FOLDED_CONFIGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 FEW_ROWS_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "CPP"}
@@ -177,7 +177,9 @@ class Layout:
     package for at most this many rows (:data:`FEW_ROWS`, built with :data:`FEW_ROWS_CONFIGS`),
     None for any number; ``candidates``: a beam search's package (``beam`` > 1) takes the beams'
     scores too and returns each source's ``candidates`` (2·beam) best continuations
-    (:func:`~attnlab.generation.candidates.search_candidates`) instead of the log-probabilities."""
+    (:func:`~attnlab.generation.candidates.search_candidates`) instead of the log-probabilities.
+    ``greedy``: a causal step for greedy decoding, its head screened in int8 (the model's
+    ``greedy_step``, :mod:`attnlab.head_screen`): it returns ``(next_tokens, sure, hidden)``."""
 
     kind: str
     batch: int | None = None
@@ -185,6 +187,7 @@ class Layout:
     capacity: int | None = None
     max_rows: int | None = None
     candidates: int | None = None
+    greedy: bool = False
 
 
 class _StepModule(nn.Module):
@@ -195,15 +198,18 @@ class _StepModule(nn.Module):
     tensor objects the step reads), so the package names every tensor it reads."""
 
     def __init__(self, model, layout: Layout, derived: list[Tensor], num_layers: int, conditioning: bool,
-                 cross_attention: bool):
+                 cross_attention: bool, screen: tuple[Tensor, ...] = ()):
         super().__init__()
         self.model = model
         for i, tensor in enumerate(derived):
             self.register_buffer(f"derived_{i}", tensor, persistent=False)
+        for i, tensor in enumerate(screen):  # a greedy step's head screen (attnlab.head_screen)
+            self.register_buffer(f"screen_{i}", tensor, persistent=False)
         self.layout = layout
         self.shape = dict(num_layers=num_layers, conditioning=conditioning, cross_attention=cross_attention)
         # The step's own code without its @torch.inference_mode() wrapper (export traces it).
-        self._step = inspect.unwrap(type(model).decode_step if layout.kind == "search" else type(model).step)
+        step = "decode_step" if layout.kind == "search" else "greedy_step" if layout.greedy else "step"
+        self._step = inspect.unwrap(getattr(type(model), step))
 
     def forward(self, tokens: Tensor, state: list[Tensor], memory_mask: Tensor | None = None,
                 beam_scores: Tensor | None = None):
@@ -274,7 +280,9 @@ def derived_tensors(model, own: set[int] | None = None) -> list[Tensor]:
     for module in model.modules():
         # (the names are the class's; the values an instance's own attributes, unset: None)
         for name in getattr(type(module), "_decode_caches", ()):
-            if name != "_packed":  # Linear's packed weight: the step path does not read it
+            # Linear's packed weight: the step path does not read it; the head's screen: only a
+            # greedy step does, which names it apart (screen_<i>, aot_step)
+            if name not in ("_packed", "_greedy_screen"):
                 visit(vars(module).get(name))
     return found
 
@@ -348,10 +356,12 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
 
 
 def _layout_key(layout: Layout) -> dict:
-    """The layout as the structure has it: without ``candidates`` where it is None, so that packages
-    built before that field (which return what they returned) keep their keys; a beam search's
-    package, which returns candidates since, has a new one."""
-    return {name: value for name, value in layout.__dict__.items() if not (name == "candidates" and value is None)}
+    """The layout as the structure has it: without ``candidates`` where it is None and ``greedy``
+    where it is False, so that packages built before those fields (which return what they
+    returned) keep their keys; a beam search's package, which returns candidates since, and a
+    greedy one have new ones."""
+    return {name: value for name, value in layout.__dict__.items()
+            if not (name == "candidates" and value is None) and not (name == "greedy" and not value)}
 
 
 def _many_row_products(layout: Layout, folded: bool, int8: str | None, capability: str) -> str | None:
@@ -889,8 +899,9 @@ class AotStep:
                 inputs.append(beam_scores.contiguous())
         outputs = self._run(inputs)
         cache.count_replayed(1)
-        # a beam search's package: (scores, beams, tokens); else the logits (a search's: log-probabilities)
-        return tuple(outputs) if self.layout.candidates else outputs[0]
+        # a beam search's package: (scores, beams, tokens); a greedy one's (next_tokens, sure, hidden);
+        # else the logits (a search's: log-probabilities)
+        return tuple(outputs) if self.layout.candidates or self.layout.greedy else outputs[0]
 
 
 def _named_tensors(model) -> dict[str, Tensor]:
@@ -925,14 +936,14 @@ def aot_capacity(model, needed: int) -> int:
     return _compiled.bucket_capacity(needed, getattr(model.config, "max_positions", None))
 
 
-def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache) -> Layout:
+def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache, greedy: bool = False) -> Layout:
     fixed = kind == "image" or not dynamic_capacity(model)
     if kind == "search":  # the rows vary (sources leave the batch), except a single row
         few = 1 < batch <= FEW_ROWS  # batch: the rows, so the beam fits too
         return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
                       capacity=cache.capacity if fixed else None, max_rows=FEW_ROWS if few else None,
                       candidates=2 * beam if (beam or 1) > 1 else None)
-    return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None)
+    return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None, greedy=greedy)
 
 
 def _stack(model):
@@ -941,18 +952,24 @@ def _stack(model):
 
 
 def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
-             memory_mask: Tensor | None = None, quiet: bool = False) -> AotStep:
+             memory_mask: Tensor | None = None, quiet: bool = False, greedy: bool = False) -> AotStep:
     """The package for ``model``'s step in ``kind`` ("causal", "image", "search") shaped like
     ``cache`` (a fixed-shape cache the caller made; for "search", ``beam`` rows per source):
     loaded from the cache directory, or built there first. Bound to the model's current
-    tensors. Raises :class:`AotUnavailable` (with the reason) when it cannot be had."""
+    tensors. Raises :class:`AotUnavailable` (with the reason) when it cannot be had.
+    ``greedy``: the caller decodes greedily, so a causal step may return the next tokens with its head
+    screened (:func:`screens_head`; the package's ``layout.greedy`` says whether it does)."""
     if not cache.fixed_shape:
         raise ValueError("an ahead-of-time compiled step needs a fixed-shape cache (fixed_shape=True)")
     weight = next(model.parameters())
-    layout = _layout_of(model, kind, cache.positions.shape[0], beam, cache)
+    folded = folds_weights(weight.device)
+    batch = cache.positions.shape[0]
+    screen = model.greedy_screen() if greedy and kind == "causal" and screens_head(model, batch, folded) else None
+    layout = _layout_of(model, kind, batch, beam, cache, greedy=screen is not None)
     tensors = _step_tensors(model)
     derived = [t for name, t in tensors if name.startswith("derived_")]
-    folded = folds_weights(weight.device)
+    screen_tensors = () if screen is None else screen.step_tensors()
+    tensors += [(f"screen_{i}", t) for i, t in enumerate(screen_tensors)]
     structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded, _int8_products(model, layout))
     key = package_key(structure)
     kept = _STEPS.setdefault(model, {})
@@ -965,7 +982,7 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
     if step is None:
         try:
             step = kept[key] = _load_or_build(model, layout, cache, memory_mask, derived, tensors, structure, key,
-                                              quiet, snapshot)
+                                              quiet, snapshot, screen_tensors)
         except AotUnavailable as error:
             kept[key] = error
             raise
@@ -973,8 +990,19 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
     return step
 
 
+def screens_head(model, batch: int, folded: bool) -> bool:
+    """Whether a greedy package of ``model`` for ``batch`` rows screens its head in int8: one row,
+    the weights folded in (the screen is a derived copy the package holds), and a model whose
+    ``greedy_step`` is its ``step``'s (both defined by one class: a subclass that changes ``step``
+    decodes through it) with a head it screens (``greedy_screen()``, checked by the caller)."""
+    kind = type(model)
+    greedy_step, step = getattr(kind, "greedy_step", None), getattr(kind, "step", None)
+    return batch == 1 and folded and greedy_step is not None and step is not None \
+        and greedy_step.__qualname__.rsplit(".", 1)[0] == step.__qualname__.rsplit(".", 1)[0]
+
+
 def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structure, key, quiet,
-                   snapshot=None) -> AotStep:
+                   snapshot=None, screen=()) -> AotStep:
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
     int8 = structure.get("int8_products")
@@ -993,7 +1021,7 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
                 print(f"attnlab: rebuilding {paths.package.name}: {why}", file=sys.stderr, flush=True)
             stack = _stack(model)
             module = _StepModule(model, layout, derived, len(stack.layers), cache.conditioning is not None,
-                                 stack.has_cross_attention)
+                                 stack.has_cross_attention, screen)
             example, shapes = _example_inputs(model, layout, cache, memory_mask)
             _remove_leftovers(paths)
             _build(module, example, shapes, structure, paths, quiet=quiet, weights=weights,
@@ -1042,10 +1070,10 @@ def _int8_products(model, layout: Layout) -> str | None:
 
 
 def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, memory_mask: Tensor | None = None,
-            quiet: bool = False) -> AotStep | None:
+            quiet: bool = False, greedy: bool = False) -> AotStep | None:
     """:func:`aot_step`, or None after one warning saying why decoding runs eagerly."""
     try:
-        return aot_step(model, kind, cache, beam=beam, memory_mask=memory_mask, quiet=quiet)
+        return aot_step(model, kind, cache, beam=beam, memory_mask=memory_mask, quiet=quiet, greedy=greedy)
     except AotUnavailable as error:
         _warn_once(model, str(error))
         return None

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from attnlab.generation.aot import aot_capacity, use_aot
 from attnlab.generation.compiled import bucket_capacity, check_compile, compiled_step, use_compiled
+from attnlab.head_screen import resolve
 from attnlab.linear import onednn_products, packed_inference
 
 TokenCallback = Callable[[int, int], None]
@@ -213,7 +214,7 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     if compile == "aot":
         # One package for every capacity where the pattern allows (a dynamic size), else per bucket.
         cache = model.new_cache(batch, aot_capacity(model, capacity), fixed_shape=True)
-        aot = use_aot(model, "causal", cache)
+        aot = use_aot(model, "causal", cache, greedy=greedy and not sliding_window)
         if aot is None:
             cache = model.new_cache(batch, capacity)
         else:
@@ -228,9 +229,12 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     # Without stops or streaming, tokens stay on the device until the end (no per-step sync).
     produced = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
     longest_row = ids.shape[1]  # tokens in the longest row = position of its next token
+    # A greedy package with its head screened returns the next tokens, not logits (attnlab.head_screen)
+    screened = aot is not None and aot.layout.greedy
+    chosen = None
     for step in range(max_new_tokens):
-        tokens = choose_next(logits, greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
-                             generator=generator)  # (B,)
+        tokens = chosen if chosen is not None else choose_next(logits, greedy=greedy, temperature=temperature,
+                                                               top_k=top_k, top_p=top_p, generator=generator)  # (B,)
         produced.select(1, step).copy_(tokens)
         if watch or sliding_window:
             for row, token in enumerate(tokens.tolist()):
@@ -257,7 +261,10 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
             logits = model.prefill(ids, cache, mask)
             longest_row = ids.shape[1]
             continue
-        logits = decode_step(tokens, cache)  # the new token sits at position longest_row
+        if screened:
+            chosen = resolve(*decode_step(tokens, cache), model.step_logits)
+        else:
+            logits = decode_step(tokens, cache)  # the new token sits at position longest_row
         longest_row += 1
     if not (watch or sliding_window):
         outputs = produced.tolist()

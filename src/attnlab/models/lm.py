@@ -194,6 +194,21 @@ class DecoderLM(AttnlabModel):
         caller keeps ``cache.length < cache.capacity``. Eval mode (no dropout)."""
         return self.decoder.step(tokens, cache)
 
+    @torch.inference_mode()
+    def greedy_step(self, tokens: Tensor, cache: StaticKVCache) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`step` for greedy decoding, its head screened in int8: ``(next_tokens, sure, hidden)``
+        (:meth:`TokenDecoder.greedy_step`; what a greedy package computes, generation/aot.py)."""
+        return self.decoder.greedy_step(tokens, cache)
+
+    def greedy_screen(self):
+        """The head's int8 screen :meth:`greedy_step` reads, made current (None: not screened;
+        :meth:`TokenDecoder.greedy_screen`)."""
+        return self.decoder.greedy_screen()
+
+    def step_logits(self, hidden: Tensor) -> Tensor:
+        """The logits of :meth:`greedy_step`'s ``hidden`` rows (where its screen was not sure)."""
+        return self.decoder.step_logits(hidden)
+
 
 # -- presets ---------------------------------------------------------------------------
 @register_preset

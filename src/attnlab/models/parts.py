@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab import head_screen
 from attnlab.attention.cache import StackCache, StaticKVCache
 from attnlab.attention.core import capturing
 from attnlab.attention.masks import key_padding_mask
@@ -27,6 +28,7 @@ from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
 from attnlab.linear import DecodeCaches, Linear, derived_key, linear_rows, onednn_rows, skinny_linear
 from attnlab.models.base import StackConfig
+from attnlab.quantize import integer_sums_exact
 
 
 def build_stack(config: StackConfig, num_layers: int, pattern, *, cross_attention: bool, final_norm: bool,
@@ -221,10 +223,18 @@ class TokenDecoder(DecodeCaches, _Embedder):
         sits at ``cache.positions`` (advanced here), its keys and values go into the cache.
         The caller keeps the cache within its capacity and the positions within the table.
         """
+        return self.step_logits(self.step_hidden(tokens, cache, memory_mask))
+
+    def step_hidden(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None) -> Tensor:
+        """:meth:`step` up to the head: the last layer's output ``(B, d_model)`` for the new tokens."""
         positions = cache.positions
         x = self.embed_tokens(tokens.unsqueeze(1), positions.unsqueeze(1), checked=False)  # (B, 1, d_model)
         hidden = self.stack.step(x, cache, memory_mask)
         cache.step_positions()
+        return hidden.squeeze(1)
+
+    def step_logits(self, hidden: Tensor) -> Tensor:
+        """The head of :meth:`step`: ``(B, d_model)`` -> logits ``(B, V)`` (``suppress_ids`` at -inf)."""
         bias = self.head.bias
         # A few rows (beam search) go to oneDNN (attnlab.linear.skinny_linear); one row, or many,
         # multiply the transposed copy. Compiled (attnlab.generation.compiled), the copy made by
@@ -235,16 +245,48 @@ class TokenDecoder(DecodeCaches, _Embedder):
         else:
             head = self._step_head_copy if torch.compiler.is_compiling() else self._step_head()
         if head is None:
-            logits = skinny_linear(hidden.squeeze(1), self.head.weight, bias)  # (B, V)
+            logits = skinny_linear(hidden, self.head.weight, bias)  # (B, V)
         elif bias is None:
-            logits = torch.mm(hidden.squeeze(1), head)
+            logits = torch.mm(hidden, head)
         else:
-            logits = torch.addmm(bias, hidden.squeeze(1), head)
+            logits = torch.addmm(bias, hidden, head)
         return logits if self.suppress_ids is None else logits.index_fill_(-1, self.suppress_ids, float("-inf"))
+
+    def greedy_step(self, tokens: Tensor, cache: StaticKVCache) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`step` for greedy decoding with the head screened in int8 (:mod:`attnlab.head_screen`):
+        ``(next_tokens, sure, hidden)``, ``next_tokens`` the logits' argmax where ``sure``, else to be
+        resolved from ``hidden`` by :meth:`step_logits` (:func:`attnlab.head_screen.resolve`). Eagerly it
+        makes the screen current (:meth:`greedy_screen`; a head it does not screen: the whole product,
+        every row sure); exported, it reads the screen as the caller made it."""
+        hidden = self.step_hidden(tokens, cache)
+        screen = self._greedy_screen if torch.compiler.is_compiling() else self.greedy_screen()
+        if screen is None:
+            return self.step_logits(hidden).argmax(dim=-1), torch.ones_like(tokens, dtype=torch.bool), hidden
+        head = self.head
+        next_tokens, sure = head_screen.screened_argmax(hidden, head.weight, head.bias, screen, self.suppress_ids)
+        return next_tokens, sure, hidden
+
+    def greedy_screen(self) -> head_screen.HeadScreen | None:
+        """The head's int8 screen for :meth:`greedy_step`, made on first use and again whenever the
+        head's weight or bias changes (their version counters); None where the head is not screened:
+        not a float32 CPU weight of at least :data:`~attnlab.head_screen.MIN_VOCABULARY` rows, or a CPU
+        whose ``torch._int_mm`` does not sum exactly (:func:`attnlab.quantize.integer_sums_exact`)."""
+        weight, bias = self.head.weight, self.head.bias
+        if not (isinstance(weight, nn.Parameter) and weight.device.type == "cpu" and weight.dtype == torch.float32
+                and weight.shape[0] >= head_screen.MIN_VOCABULARY and integer_sums_exact()):
+            self._greedy_screen = self._greedy_screen_key = None
+            return None
+        key = (derived_key(weight), None if bias is None else derived_key(bias))
+        if self._greedy_screen_key != key:
+            self._greedy_screen = head_screen.HeadScreen(weight, bias)
+            self._greedy_screen_key = key
+        return self._greedy_screen
 
     _step_head_copy = None
     _step_head_key = None
-    _decode_caches = ("_step_head_copy", "_step_head_key")
+    _greedy_screen = None
+    _greedy_screen_key = None
+    _decode_caches = ("_step_head_copy", "_step_head_key", "_greedy_screen", "_greedy_screen_key")
 
     def _step_head(self) -> Tensor | None:
         """On the CPU, the head's weight transposed to ``(d_model, V)`` and contiguous, for the
