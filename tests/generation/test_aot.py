@@ -490,28 +490,48 @@ def _screened_lm():
 @needs_compiler
 @pytest.mark.skipif(not integer_sums_exact(), reason="torch._int_mm does not sum exactly here: no head screen")
 def test_a_greedy_package_screens_its_head_and_gives_the_eager_tokens(tmp_path, monkeypatch, capsys):
-    """Greedy, one row, a head it screens: the package returns the next tokens (layout.greedy), and where
-    its screen is not sure (the 500 equal rows at the top) the whole product picks the first of them."""
+    """Greedy, one row, a head it screens: the package returns (next_tokens, sure, hidden) (layout.greedy);
+    its tokens are the eager ones, sure or resolved from its hidden state by the whole product, at every
+    position teacher-forced (so a near-tie cannot make the two runs feed different tokens) and through
+    generate; where the 500 equal rows are the best it is never sure (the first of them is the token)."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     model = _screened_lm()
-    sure_steps = []
+    steps = []
 
     def resolve(tokens, sure, hidden, logits_of):
-        sure_steps.append(bool(sure.all()))
-        return head_screen.resolve(tokens, sure, hidden, logits_of)
+        resolved = head_screen.resolve(tokens, sure, hidden, logits_of)
+        steps.append((bool(sure.all()), int(resolved[0])))
+        return resolved
 
     monkeypatch.setattr(sampling, "resolve", resolve)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
-        tied = generate(model, [[3, 1200]], max_new_tokens=30, greedy=True, compile="aot")
-    assert tied == generate(model, [[3, 1200]], max_new_tokens=30, greedy=True) == [[1000] * 30]
-    assert sure_steps == [False] * 29
-    sure_steps.clear()
-    assert generate(model, [[1300, 9, 11]], max_new_tokens=30, greedy=True, compile="aot") == \
-        generate(model, [[1300, 9, 11]], max_new_tokens=30, greedy=True)
-    assert sure_steps == [True] * 29
-    step = aot.aot_step(model, "causal", model.new_cache(1, 40, fixed_shape=True), greedy=True)
+        for prompt in ([3, 1200], [1300, 9, 11]):
+            assert generate(model, [prompt], max_new_tokens=30, greedy=True, compile="aot") == \
+                generate(model, [prompt], max_new_tokens=30, greedy=True)
+    assert len(steps) == 58 and any(sure for sure, _ in steps)
+    assert all(not sure for sure, token in steps if token >= 1000)  # 500 rows tie: never sure
+    ids = torch.randint(1, 1500, (1, 36), generator=torch.Generator().manual_seed(3))
+    ids[0, 20:28] = torch.arange(1000, 1008)
+    fixed_cache, eager_cache = model.new_cache(1, 36, fixed_shape=True), model.new_cache(1, 36)
+    step = aot.aot_step(model, "causal", fixed_cache, greedy=True)
     assert step.layout.greedy and len(list((tmp_path / "aot").glob("*.pt2"))) == 1
+    sure_count = 0
+    with torch.inference_mode():
+        model.prefill(ids[:, :4], fixed_cache)
+        model.prefill(ids[:, :4], eager_cache)
+        for t in range(4, 36):
+            tokens, sure, hidden = step(ids[:, t], fixed_cache)
+            logits = model.step(ids[:, t], eager_cache)
+            torch.testing.assert_close(model.step_logits(hidden), logits, **TOLERANCE)
+            best = logits.argmax(dim=-1)
+            unsure = torch.zeros_like(sure)
+            assert head_screen.resolve(tokens, unsure, hidden, model.step_logits).tolist() == best.tolist()
+            top2 = logits.topk(2, dim=-1).values[0]
+            if bool(sure[0]) and float(top2[0] - top2[1]) > 1e-4:  # no float32 near-tie: the eager argmax
+                assert tokens.tolist() == best.tolist()
+                sure_count += 1
+    assert sure_count >= 8
     from attnlab.cli.main import main
 
     calls = _no_build(monkeypatch)  # `attnlab compile --greedy` finds that package (the sampling one is another)
