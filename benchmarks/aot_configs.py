@@ -96,16 +96,18 @@ def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False
         aot._BUILD = build
         head_screen.MIN_VOCABULARY = screened
     times = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, (model, directory, least) in runs.items():
-            os.environ["ATTNLAB_CACHE"] = directory
-            head_screen.MIN_VOCABULARY = least
-            started = time.perf_counter()
-            tokens = generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
-            times[name].append((time.perf_counter() - started) / new_tokens * 1e3)
-            head_screen.MIN_VOCABULARY = screened
-            eager = tokens if eager is None else eager
-            assert tokens == eager, f"{name}: tokens differ from the eager step's (int8: the first package's)"
+    try:
+        for _ in range(repeats):
+            for name, (model, directory, least) in runs.items():
+                os.environ["ATTNLAB_CACHE"] = directory
+                head_screen.MIN_VOCABULARY = least
+                started = time.perf_counter()
+                tokens = generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
+                times[name].append((time.perf_counter() - started) / new_tokens * 1e3)
+                eager = tokens if eager is None else eager
+                assert tokens == eager, f"{name}: tokens differ from the eager step's (int8: the first package's)"
+    finally:
+        head_screen.MIN_VOCABULARY = screened
     print(f"{size}{' int8' if int8 else ''} ({new_tokens} tokens, medians of {repeats}): " + ", ".join(
         f"{name} {statistics.median(v):.3f} ms/token" for name, v in times.items()), flush=True)
 

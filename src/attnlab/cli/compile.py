@@ -59,8 +59,7 @@ def run(args) -> int:
     with torch.inference_mode():
         cache = example_cache(model, kind, args.batch, beam)
         try:
-            step = aot_step(model, kind, cache, beam=beam if kind == "search" else None,
-                            greedy=args.greedy and kind == "causal")
+            step = aot_step(model, kind, cache, beam=beam if kind == "search" else None, greedy=args.greedy)
         except AotUnavailable as error:
             raise ValueError(f"--model {args.model}: the step cannot be compiled ahead of time: {error}") from None
     print(f"{step.path} ({'greedy ' if step.layout.greedy else ''}{kind} step, "
