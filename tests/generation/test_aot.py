@@ -152,6 +152,55 @@ def test_folded_weights_a_package_never_runs_other_weights_than_the_models(copie
     assert tokens == generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True) and len(calls) == 1
 
 
+def _loaded_step(model):
+    """A fixed-shape cache after a three-token prompt and ``model``'s package (loaded from disk: a new model)."""
+    cache = model.new_cache(1, 24, fixed_shape=True)
+    with torch.inference_mode():
+        model.prefill(torch.tensor([[3, 4, 5]]), cache)
+    return cache, aot.aot_step(model, "causal", cache)
+
+
+def test_a_folded_packages_weights_are_re_homed_on_cache_lines_and_give_the_loaders_logits(cache_dir):
+    """AOTInductor copies a folded package's weights into one malloc'd block, each 16 bytes past a
+    cache line; the package is loaded by a runner of its own whose weights are copies on 64-byte
+    boundaries (aot._aligned_runner), and it computes what the package loader's copy does."""
+    _, package = cache_dir
+    cache, step = _loaded_step(lm())
+    assert type(step._loader).__name__ == "AOTIModelContainerRunnerCpu" and len(step._aligned) > 10
+    assert all(t.data_ptr() % aot.ALIGNMENT == 0 for t in step._aligned.values() if t.numel())
+    names = step._loader.get_constant_names_to_original_fqns()
+    assert len(set(names.values())) == len(names)  # every constant under a name of its own (_UNIQUE_NAMES)
+    loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", False, 1, -1)
+    inputs = [torch.tensor([6]), *cache.step_tensors()]  # each run writes its own copy of the cache
+    with torch.inference_mode():
+        ours, theirs = step._run([t.clone() for t in inputs]), loader.run([t.clone() for t in inputs])
+    torch.testing.assert_close(ours, theirs, **TOLERANCE)
+
+
+def test_a_package_with_two_constants_under_one_name_is_run_by_the_package_loader(cache_dir, monkeypatch):
+    """As a package of format 4 had them (inductor's "constant45" and "constant45_0"): the runner cannot
+    read both back, so the package loader runs it, weights where AOTInductor put them."""
+    real = torch._C._aoti.AOTIModelContainerRunnerCpu
+
+    class SharedNames:
+        def __init__(self, *args):
+            self.runner = real(*args)
+
+        def get_constant_names_to_original_fqns(self):
+            names = self.runner.get_constant_names_to_original_fqns()
+            first, second = sorted(names)[:2]
+            return {**names, second: names[first]}
+
+        def __getattr__(self, name):
+            return getattr(self.runner, name)
+
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelContainerRunnerCpu", SharedNames)
+    model = lm()
+    _, step = _loaded_step(model)
+    assert type(step._loader).__name__ == "AOTIModelPackageLoader" and step._aligned == {}
+    _teacher_forced(model, None, torch.randint(1, 23, (1, 20)), prompt=3)
+
+
 def test_an_unknown_weights_setting_is_named_and_decoding_runs_eagerly(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     monkeypatch.setenv("ATTNLAB_AOT_WEIGHTS", "inside")
