@@ -177,10 +177,15 @@ def test_a_folded_packages_weights_are_re_homed_on_cache_lines_and_give_the_load
     torch.testing.assert_close(ours, theirs, **TOLERANCE)
 
 
-def test_a_package_with_two_constants_under_one_name_is_run_by_the_package_loader(cache_dir, monkeypatch):
-    """As a package of format 4 had them (inductor's "constant45" and "constant45_0"): the runner cannot
-    read both back, so the package loader runs it, weights where AOTInductor put them."""
+@pytest.mark.parametrize("trouble", ["shared names", "no runner"])
+def test_a_package_whose_weights_cannot_be_re_homed_is_run_by_the_package_loader(cache_dir, monkeypatch, trouble):
+    """Two constants under one name, as a package of format 4 had them (inductor's "constant45" and
+    "constant45_0"), so the runner cannot read both back; or a runner that cannot be made: the package
+    loader runs the package, its weights where AOTInductor put them."""
     real = torch._C._aoti.AOTIModelContainerRunnerCpu
+
+    def no_runner(*args):
+        raise RuntimeError("test: no runner here")
 
     class SharedNames:
         def __init__(self, *args):
@@ -194,7 +199,8 @@ def test_a_package_with_two_constants_under_one_name_is_run_by_the_package_loade
         def __getattr__(self, name):
             return getattr(self.runner, name)
 
-    monkeypatch.setattr(torch._C._aoti, "AOTIModelContainerRunnerCpu", SharedNames)
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelContainerRunnerCpu",
+                        SharedNames if trouble == "shared names" else no_runner)
     model = lm()
     _, step = _loaded_step(model)
     assert type(step._loader).__name__ == "AOTIModelPackageLoader" and step._aligned == {}

@@ -976,7 +976,7 @@ def _aligned_runner(path: Path):
         runner.swap_constant_buffer()
         runner.free_inactive_constant_buffer()  # the runner's own copy
         return runner, copies
-    except (OSError, RuntimeError, zipfile.BadZipFile):
+    except (AttributeError, OSError, RuntimeError, ValueError, zipfile.BadZipFile):  # (a torch without the runner)
         return None
 
 
