@@ -865,9 +865,11 @@ class AotStep:
         self.weights = weights  # folded: the weights_snapshot of the model it was loaded for
         # A folded package's weights re-homed on 64-byte boundaries (_aligned_runner), else the loader's
         aligned = _aligned_runner(path) if weights is not None else None
-        self._aligned: dict[str, Tensor] = aligned[1] if aligned else {}
-        self._loader = aligned[0] if aligned else torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1,
-                                                                                         -1)
+        if aligned is not None:
+            self._loader, self._aligned = aligned
+        else:
+            self._loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+            self._aligned: dict[str, Tensor] = {}
         self._names = names
         if weights is None:
             expected = set(self._loader.get_constant_fqns())
