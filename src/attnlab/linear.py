@@ -41,7 +41,13 @@ OPTIMIZER_WRITES = WeakIdKeyDictionary()
 """Parameter -> how many ``torch.optim`` optimizer steps have updated it (this process)."""
 
 
+OPTIMIZER_STEPS = [0]
+"""How many ``torch.optim`` optimizer steps this process has taken, of any optimizer (one count): while it
+is unchanged, no :data:`OPTIMIZER_WRITES` count has moved."""
+
+
 def _count_optimizer_writes(optimizer, args, kwargs) -> None:
+    OPTIMIZER_STEPS[0] += 1
     for group in optimizer.param_groups:
         for parameter in group["params"]:
             OPTIMIZER_WRITES[parameter] = OPTIMIZER_WRITES.get(parameter, 0) + 1

@@ -160,6 +160,51 @@ def _loaded_step(model):
     return cache, aot.aot_step(model, "causal", cache)
 
 
+def test_a_folded_packages_look_up_is_kept_while_nothing_it_depends_on_changes(cache_dir, monkeypatch):
+    """aot_step's answer for a folded package is kept with the state of the model it was given for
+    (aot._lookup_state): asked again, the same step without the full look-up; after each change that
+    could give another package (a weight written in place, a module replaced, an optimizer's step, a
+    layer removed, another config) the full look-up runs again and its answer holds: the same weights
+    under new tensors load the package from disk, another structure is a build."""
+    calls = _no_build(monkeypatch)
+    full = []
+    step_tensors = aot._step_tensors
+    monkeypatch.setattr(aot, "_step_tensors", lambda *args, **kwargs: full.append(1) or step_tensors(*args, **kwargs))
+    model = lm()
+    cache, step = _loaded_step(model)
+    assert len(full) == 1
+    assert aot.aot_step(model, "causal", cache) is step and aot.aot_step(model, "causal", cache) is step
+    assert len(full) == 1 and calls == []
+
+    def looked_up_again() -> bool:
+        nonlocal cache, step
+        before, previous = len(full), step
+        cache, step = _loaded_step(model)  # a new cache renews the step plans, as decoding does
+        assert aot.aot_step(model, "causal", cache) is step  # kept again
+        return len(full) == before + 1 and step is not previous
+
+    with torch.no_grad():
+        model.decoder.stack.layers[1].ffn.linear2.weight.mul_(1.0)  # its version moves, not its values
+    assert looked_up_again()
+    model.decoder.stack.layers[0].ffn = copy.deepcopy(model.decoder.stack.layers[0].ffn)
+    assert looked_up_again()
+    torch.optim.SGD(model.parameters(), lr=0.0).step()  # fused optimizers move no version counter
+    assert looked_up_again()
+    eager = lm()
+    eager_cache = eager.new_cache(1, 24)
+    with torch.inference_mode():
+        eager.prefill(torch.tensor([[3, 4, 5]]), eager_cache)
+        torch.testing.assert_close(step(torch.tensor([6]), cache), eager.step(torch.tensor([6]), eager_cache),
+                                   **TOLERANCE)
+    assert calls == []  # the same values throughout: the package on disk
+    for change in (lambda: model.__setattr__("config", model.config.replace(layer_norm_eps=1e-3)),
+                   lambda: model.decoder.stack.layers.__delitem__(1)):
+        change()
+        with pytest.raises(aot.AotUnavailable, match="test: no build here"):
+            aot.aot_step(model, "causal", model.new_cache(1, 24, fixed_shape=True))
+    assert len(calls) == 2
+
+
 def test_a_folded_packages_weights_are_re_homed_on_cache_lines_and_give_the_loaders_logits(cache_dir):
     """AOTInductor copies a folded package's weights into one malloc'd block, each 16 bytes past a
     cache line; the package is loaded by a runner of its own whose weights are copies on 64-byte
@@ -556,6 +601,58 @@ def test_the_compile_verb_finds_the_built_package(cache_dir, tmp_path, monkeypat
     attnlab.create_model("vit_tiny_patch4_28").save_pretrained(tmp_path / "vit")
     assert main(["compile", "--model", str(tmp_path / "vit")]) == 2
     assert "no step-by-step decoding" in capsys.readouterr().err
+
+
+@needs_compiler
+def test_one_source_is_encoded_through_a_package_as_the_eager_encoder_encodes_it(tmp_path, monkeypatch, capsys):
+    """A search of one source without padding under compile="aot" encodes it through a package of its own
+    (aot.aot_encode; `attnlab compile --model DIR`, batch 1, builds it with the step's): the memory, mask
+    and cross-attention keys and values are the eager encoder's within float rounding at every source
+    length (one package for them all), and beam and greedy search through both packages give the eager
+    hypotheses. A padded source, one of one token, two sources, a model in training mode or with int8
+    weights encode eagerly; ids out of range are the eager encoder's error."""
+    from attnlab.cli.main import main
+    from attnlab.generation import greedy_search, search
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny", vocab_size=24).eval()
+    model.save_pretrained(tmp_path / "model")
+    assert main(["compile", "--model", str(tmp_path / "model")]) == 0
+    out = capsys.readouterr().out
+    assert "(search step, beam 4" in out and "(encoder, one source)" in out
+    calls = _no_build(monkeypatch)  # both packages loaded from here on
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for length in (2, 9, 17):
+            src = torch.randint(4, 24, (1, length))
+            memory, mask, keys_values = aot.aot_encode(model, src)
+            eager_memory, eager_mask = model.encode(src)
+            torch.testing.assert_close(memory, eager_memory, **TOLERANCE)
+            assert torch.equal(mask, eager_mask)
+            for got, expected in zip(keys_values, model.decoder.memory_keys_values(eager_memory), strict=True):
+                torch.testing.assert_close(got, expected, **TOLERANCE)
+        options = dict(max_len_a=0, max_len_b=12)
+        sources = (torch.randint(4, 24, (1, 11)), torch.randint(4, 24, (1, 4)))
+        for src in sources:
+            compiled = beam_search(model, src, beam_size=4, nbest=2, compile="aot", **options)
+            eager = beam_search(model, src, beam_size=4, nbest=2, **options)
+            assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
+        monkeypatch.setattr(search, "use_aot", lambda *args, **kwargs: None)  # greedy's steps eager (no package)
+        for src in sources:
+            assert [h.tokens for h in greedy_search(model, src, compile="aot", **options)] == \
+                [h.tokens for h in greedy_search(model, src, **options)]
+    assert calls == []
+    src = torch.randint(4, 24, (1, 6))
+    padded = src.clone()
+    padded[0, 4:] = model.config.pad_id
+    assert aot.aot_encode(model, padded) is None and aot.aot_encode(model, src[:, :1]) is None
+    assert aot.aot_encode(model, src.expand(2, -1)) is None
+    assert aot.aot_encode(model.train(), src) is None and aot.aot_encode(model.eval(), src) is not None
+    assert aot.aot_encode(copy.deepcopy(model).quantize("int8"), src) is None
+    with pytest.raises(ValueError, match="src_ids"):
+        aot.aot_encode(model, torch.full((1, 5), 24))
+    assert calls == []
 
 
 def _screened_lm():

@@ -3,6 +3,7 @@
     attnlab compile --model runs/shakespeare/model             # then: attnlab generate ... --compile aot
     attnlab compile --model runs/shakespeare/model --greedy    # generate ... --greedy --compile aot
     attnlab compile --model runs/m30k/model --beam 4 --batch 32 # translate ... --compile aot
+    attnlab compile --model runs/m30k/model                    # one source at a time: its encoder's package too
     attnlab compile --model runs/caption-scenes/model          # caption ... --compile aot (beam 3)
     attnlab compile --model runs/shakespeare/model --quantize int8  # generate ... --quantize int8 --compile aot
 
@@ -44,7 +45,7 @@ def run(args) -> int:
     import torch
 
     from attnlab.cli.options import apply_quantize, resolve_device
-    from attnlab.generation.aot import AotUnavailable, aot_step, cache_directory
+    from attnlab.generation.aot import AotUnavailable, aot_step, cache_directory, encoder_package
     from attnlab.generation.compiled import unavailable_reason
     from attnlab.models.registry import load_model
 
@@ -62,9 +63,15 @@ def run(args) -> int:
             step = aot_step(model, kind, cache, beam=beam if kind == "search" else None, greedy=args.greedy)
         except AotUnavailable as error:
             raise ValueError(f"--model {args.model}: the step cannot be compiled ahead of time: {error}") from None
+        try:  # one source (--batch 1): a search encodes it through a package too (a translation model's)
+            encoder = encoder_package(model) if kind == "search" and args.batch == 1 else None
+        except AotUnavailable as error:
+            raise ValueError(f"--model {args.model}: the encoder cannot be compiled ahead of time: {error}") from None
     print(f"{step.path} ({'greedy ' if step.layout.greedy else ''}{kind} step, "
           f"{'beam ' + str(beam) if kind == 'search' else 'batch ' + str(args.batch)}"
           f"; ready in {time.perf_counter() - start:.1f} s; cache: {cache_directory()})")
+    if encoder is not None:
+        print(f"{encoder.path} (encoder, one source)")
     return 0
 
 

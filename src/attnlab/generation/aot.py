@@ -109,14 +109,16 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.attention.cache import StaticKVCache
+from attnlab.attention.masks import key_padding_mask
 from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
 from attnlab.generation.candidates import CHUNK, beam_and_token, search_candidates
-from attnlab.linear import derived_key, own_product, packed_inference, products_for_folding
+from attnlab.linear import OPTIMIZER_STEPS, derived_key, own_product, packed_inference, products_for_folding
 from attnlab.quantize import full_range_inputs, integer_products, integer_sums_exact, last_level_cache_bytes
 
-__all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_step", "cache_directory", "dynamic_capacity",
-           "candidates_fused", "exp_polynomial", "log_softmax_fused", "package_key", "use_aot"]
+__all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_encode", "aot_step", "cache_directory",
+           "dynamic_capacity", "candidates_fused", "encoder_package", "exp_polynomial", "log_softmax_fused",
+           "package_key", "use_aot"]
 
 FORMAT = 5
 """Bumped whenever what a package takes or returns changes, or packages built before could be
@@ -183,7 +185,8 @@ class Layout:
     scores too and returns each source's ``candidates`` (2·beam) best continuations
     (:func:`~attnlab.generation.candidates.search_candidates`) instead of the log-probabilities.
     ``greedy``: a causal step for greedy decoding, its head screened in int8 (the model's
-    ``greedy_step``, :mod:`attnlab.head_screen`): it returns ``(next_tokens, sure, hidden)``."""
+    ``greedy_step``, :mod:`attnlab.head_screen`): it returns ``(next_tokens, sure, hidden)``.
+    "encode" (``batch`` 1): not a step but a search's encoding of one source (:func:`aot_encode`)."""
 
     kind: str
     batch: int | None = None
@@ -224,6 +227,23 @@ class _StepModule(nn.Module):
                 return candidates_fused(logits, beam_scores, self.layout.beam, self.layout.candidates)
             return log_softmax_fused(logits)
         return self._step(self.model, tokens, cache)
+
+
+class _EncodeModule(nn.Module):
+    """The exported module of an "encode" package: the Transformer's encoder over one source without
+    padding (its stack unmasked, as a mask of real tokens alone leaves it) and, for each of its decoder's
+    cross-attention layers, the keys and values of that memory (``decoder.memory_keys_values``: what a
+    search's cache holds). ``model`` is a submodule (its tensors named ``model.<name>``, as a step's)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: Tensor) -> list[Tensor]:
+        encoder = self.model.encoder
+        x = encoder.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), checked=False)
+        memory = encoder.stack(x)[0]
+        return [memory, *self.model.decoder.memory_keys_values(memory)]
 
 
 _EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
@@ -544,16 +564,17 @@ def _build_lock(paths: _Paths):
         os.close(fd)  # drops the lock; the empty lock file stays (deleting it would race a waiter)
 
 
-def _build(module: _StepModule, example, dynamic_shapes, structure: dict, paths: _Paths, *, quiet: bool,
-           weights: str | None = None, few_rows: bool = False, int8: str | None = None) -> None:
+def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _Paths, *, quiet: bool,
+           weights: str | None = None, few_rows: bool = False, int8: str | None = None,
+           what: str = "the decode step") -> None:
     reason = _compiled.unavailable_reason()
     if reason is not None:
         raise AotUnavailable(reason)
     compiler = package_compiler(quiet=quiet)
     start = time.perf_counter()
     if not quiet:
-        what = "model structure and set of weights" if weights is not None else "model structure"
-        print(f"attnlab: compiling the decode step ahead of time (AOTInductor; about 25-140 s, once per {what}) "
+        once = "model structure and set of weights" if weights is not None else "model structure"
+        print(f"attnlab: compiling {what} ahead of time (AOTInductor; about 25-140 s, once per {once}) "
               f"into {paths.package}", file=sys.stderr, flush=True)
     workspace = paths.directory / f".{paths.package.stem}.tmp-{os.getpid()}"
     workspace.mkdir()
@@ -908,6 +929,10 @@ class AotStep:
             return rows == 1
         return MIN_CAPACITY <= rows <= (self.layout.max_rows or rows)
 
+    def run(self, inputs: list[Tensor]) -> list[Tensor]:
+        """The package's outputs for ``inputs`` as it takes them (an "encode" package: ``[ids]``)."""
+        return self._run(inputs)
+
     def __call__(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None = None,
                  beam_scores: Tensor | None = None):
         # The runner reads the tokens (and the mask) as laid out contiguously: a column of a
@@ -1067,11 +1092,35 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
     batch = cache.positions.shape[0]
     screen = model.greedy_screen() if greedy and kind == "causal" and screens_head(model, batch, folded) else None
     layout = _layout_of(model, kind, batch, beam, cache, greedy=screen is not None)
-    tensors = _step_tensors(model)
-    derived = [t for name, t in tensors if name.startswith("derived_")]
     screen_tensors = () if screen is None else screen.step_tensors()
+
+    def exported(derived: list[Tensor]):
+        stack = _stack(model)
+        module = _StepModule(model, layout, derived, len(stack.layers), cache.conditioning is not None,
+                             stack.has_cross_attention, screen_tensors)
+        return (module, *_example_inputs(model, layout, cache, memory_mask))
+
+    return _package(model, layout, weight, folded, exported, quiet, screen_tensors)
+
+
+def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quiet: bool,
+             screen_tensors: tuple[Tensor, ...] = ()) -> AotStep | None:
+    """The package of ``layout`` for ``model`` (:func:`aot_step`, :func:`aot_encode`): kept, loaded or built
+    (``exported(derived)``: the module to export, its example inputs and their dynamic shapes); None for
+    an int8 model's "encode" layout."""
+    # A folded package asked for again with nothing changed: the answer kept (see _lookup_state)
+    looked = _lookup_state(model) if folded and not screen_tensors else None
+    answers = _LOOKUPS.get(model) if looked is not None else None
+    if answers is not None and layout in answers and answers[layout][0] == looked[0]:
+        return answers[layout][2]
+    # (an encoder reads no derived tensor: its package's key and weights do not depend on the steps' plans)
+    tensors = _step_tensors(model, [] if layout.kind == "encode" else None)
+    derived = [t for name, t in tensors if name.startswith("derived_")]
     tensors += [(f"screen_{i}", t) for i, t in enumerate(screen_tensors)]
-    structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded, _int8_products(model, layout))
+    int8 = _int8_products(model, layout)
+    if int8 and layout.kind == "encode":
+        return None  # an int8 model's encoder: eagerly (aot_encode)
+    structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded, int8)
     key = package_key(structure)
     kept = _STEPS.setdefault(model, {})
     step = kept.get(key)
@@ -1082,13 +1131,89 @@ def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
         step = None  # a weight was written or replaced since: the package holds the old values
     if step is None:
         try:
-            step = kept[key] = _load_or_build(model, layout, cache, memory_mask, derived, tensors, structure, key,
-                                              quiet, snapshot, screen_tensors)
+            step = kept[key] = _load_or_build(model, layout, lambda: exported(derived), tensors, structure, key,
+                                              quiet, snapshot)
         except AotUnavailable as error:
             kept[key] = error
             raise
     step.bind(model)
+    if looked is not None:  # kept with the model's state as this look-up began
+        answers = _LOOKUPS.setdefault(model, {})
+        if len(answers) >= MAX_LOOKUPS and layout not in answers:
+            answers.clear()
+        answers[layout] = (*looked, step)
     return step
+
+
+_LOOKUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+"""model -> {layout: (state, held, step)}: :func:`aot_step`'s answer for a folded package (no greedy screen),
+with the :func:`_lookup_state` of the model it was given for. While that state is the same, so is the answer."""
+MAX_LOOKUPS = 8  # layouts kept per model
+
+
+def _lookup_state(model) -> tuple[list, list] | None:
+    """Everything :func:`aot_step`'s answer for a folded package depends on, from one walk of
+    ``model``'s modules, and the objects it names (held beside it, so that no id in it is reused
+    while it is kept): the config, every module and the names of its parameters, buffers and
+    children, each parameter and buffer with its shape and :func:`~attnlab.linear.derived_key`, and
+    each derived tensor a step reads (:func:`derived_tensors`) as :func:`weights_snapshot` keys it.
+    So after a weight written in place, replaced or moved, a module added, removed or replaced, or
+    another config, the full look-up runs again. None for a model with int8 weights (their packages
+    depend on this CPU's probes, :func:`_int8_products`: always the full look-up).
+
+    The full look-up (the names of every tensor, the structure's hash, the weights' snapshot) took
+    ~1.0 ms of a beam search's ~4.7 ms a sentence outside its steps (multi30k shape, one source,
+    AMD EPYC Zen 5); this walk, a fraction of that (docs/benchmarks.md)."""
+    # (a parameter's derived_key, less the count of optimizer steps that wrote it: the count of all of
+    # them stands for those, OPTIMIZER_STEPS)
+    state: list = [model.config, OPTIMIZER_STEPS[0]]
+    held: list = []
+    add, hold, stack = state.append, held.append, [model]
+    while stack:
+        module = stack.pop()
+        if module is None:
+            continue
+        own = vars(module)
+        parameters, buffers, children = own["_parameters"], own["_buffers"], own["_modules"]
+        add((id(module), tuple(parameters), tuple(buffers), tuple(children)))
+        hold(module)
+        for group in (parameters, buffers):
+            for t in group.values():
+                if t is not None:
+                    add((id(t), t.shape, t.data_ptr(), t._version, t.dtype, t.device))
+                    hold(t)
+        weight = own.get("weight")
+        if weight is not None and own_product(weight) is not None:
+            return None
+        names = _DERIVED_NAMES.get(type(module))
+        if names is None:  # as derived_tensors reads them
+            names = _DERIVED_NAMES[type(module)] = tuple(name for name in getattr(type(module), "_decode_caches", ())
+                                                         if name not in ("_packed", "_greedy_screen"))
+        for name in names:
+            _derived_state(own.get(name), state)
+        stack.extend(children.values())
+    return state, held
+
+
+_DERIVED_NAMES: dict[type, tuple[str, ...]] = {}  # a module class -> the attributes _lookup_state reads
+
+
+def _derived_state(value, state: list) -> None:
+    """The keys of the tensors in ``value`` (a step plan, a derived copy) as :func:`weights_snapshot`
+    keys them (with their shapes), appended to ``state``."""
+    if isinstance(value, Tensor):
+        state.append((value.shape, value.data_ptr(), value.dtype, value.device) if value.is_inference()
+                     else (value.shape, value.data_ptr(), value._version, value.dtype, value.device))
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _derived_state(item, state)
+    elif not isinstance(value, _NO_TENSORS) and callable(getattr(value, "step_tensors", None)):
+        _derived_state(value.step_tensors(), state)
+
+
+_NO_TENSORS = (type(None), bool, int, float, str, torch.Size, nn.Module)
+"""What a step plan holds that :func:`_derived_state` passes over: no tensors of its own to read (a module's
+are its parameters and buffers, and its own plan, each read where the walk meets it)."""
 
 
 def screens_head(model, batch: int, folded: bool) -> bool:
@@ -1102,8 +1227,7 @@ def screens_head(model, batch: int, folded: bool) -> bool:
         and greedy_step.__qualname__.rsplit(".", 1)[0] == step.__qualname__.rsplit(".", 1)[0]
 
 
-def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structure, key, quiet,
-                   snapshot=None, screen=()) -> AotStep:
+def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snapshot=None) -> AotStep:
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
     int8 = structure.get("int8_products")
@@ -1120,13 +1244,11 @@ def _load_or_build(model, layout, cache, memory_mask, derived, tensors, structur
         if why is not None:
             if manifest is not None and not quiet:
                 print(f"attnlab: rebuilding {paths.package.name}: {why}", file=sys.stderr, flush=True)
-            stack = _stack(model)
-            module = _StepModule(model, layout, derived, len(stack.layers), cache.conditioning is not None,
-                                 stack.has_cross_attention, screen)
-            example, shapes = _example_inputs(model, layout, cache, memory_mask)
+            module, example, shapes = exported()
             _remove_leftovers(paths)
             _build(module, example, shapes, structure, paths, quiet=quiet, weights=weights,
-                   few_rows=layout.max_rows is not None, int8=int8)
+                   few_rows=layout.max_rows is not None, int8=int8,
+                   what="the encoder" if layout.kind == "encode" else "the decode step")
         if _load_check_needed():
             _check_loads(paths)
         try:
@@ -1170,6 +1292,89 @@ def _int8_products(model, layout: Layout) -> str | None:
     return "integer" if integer else "weight-only"
 
 
+def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, Tensor, list[Tensor]] | None:
+    """A search's encoding of one source through a package (:func:`encoder_package`): ``model.encode(src_ids)``'s
+    memory and mask, and each cross-attention layer's keys and values of that memory (``(1, S, 2·d_model)``
+    each: what ``new_step_cache(..., memory_keys_values=...)`` takes); the memory equal to the eager
+    encoder's up to float rounding. None where the caller encodes eagerly: not one row of ids, a source with
+    padding or of one token, no C++ compiler (the step's look-up says so), where :func:`encoder_package`
+    gives none, or where the package cannot be had (then one warning per reason). Ids out of range or a
+    source longer than the positions allow: the eager encoder's ValueError.
+
+    Why: one multi30k-shaped source's encoder and cross-attention products ran eagerly as ~60 operator
+    calls, ~2 ms of a ~24 ms beam search (oneDNN packing each weight again for each source length); through
+    the package the search took 0.97-0.98x the time (docs/benchmarks.md)."""
+    from attnlab.models.base import check_token_ids
+
+    if src_ids.dim() != 2 or src_ids.shape[0] != 1 or src_ids.shape[1] < MIN_CAPACITY or not _encodes_tokens(model) \
+            or _compiled.unavailable_reason() is not None:
+        return None
+    encoder = model.encoder
+    check_token_ids(src_ids, model.config.vocab_size, "src_ids")
+    memory_mask = key_padding_mask(src_ids, encoder.pad_id)
+    if not bool(memory_mask.all()):
+        return None
+    if encoder.positions is not None:
+        encoder.positions.ensure_length(src_ids.shape[1])  # as the eager encoder does (a ValueError past the table)
+    try:
+        package = encoder_package(model, quiet=quiet)
+    except AotUnavailable as error:
+        _warn_once(model, f"the encoder: {error}", "encoding")
+        return None
+    if package is None:
+        return None
+    outputs = package.run([src_ids.contiguous()])
+    return outputs[0], memory_mask, outputs[1:]
+
+
+def _encodes_tokens(model) -> bool:
+    """Whether ``model.encode`` is the Transformer's own (its encoder over token ids, after their check)."""
+    from attnlab.models.transformer import Transformer
+
+    return getattr(type(model), "encode", None) is Transformer.encode
+
+
+def encoder_package(model, *, quiet: bool = False) -> AotStep | None:
+    """The package of a Transformer's encoder for one source of any length its positions cover as they are
+    (layout "encode", :class:`_EncodeModule`: the memory, then each cross-attention layer's keys and values),
+    kept, loaded or built like a step's; None where none applies: not the Transformer's own ``encode``, a
+    model in training mode (its encoder's dropout), weights not folded (another device,
+    ``$ATTNLAB_AOT_WEIGHTS``: the step's look-up names a bad value), int8 weights, positions without a
+    table. Raises :class:`AotUnavailable` when it cannot be had. Built by the FOLDED_CONFIGS' tuning
+    among inductor's templates and oneDNN: one multi30k-shaped source's call took 0.93-1.04 ms (1.24-1.36
+    after 64 MB of other reads) against 1.38-1.45 (1.79-1.82) with the few-rows templates alone."""
+    if not _encodes_tokens(model) or model.training:
+        return None
+    encoder = model.encoder
+    limit = _source_limit(encoder)
+    weight = next(model.parameters())
+    try:
+        folded = folds_weights(weight.device)
+    except AotUnavailable:
+        return None
+    if limit is None or limit < MIN_CAPACITY or not folded:
+        return None
+
+    def exported(derived: list[Tensor]):
+        example = torch.full((1, min(8, limit)), encoder.pad_id + 1 if encoder.pad_id + 1 < model.config.vocab_size
+                             else 0, dtype=torch.long, device=weight.device)
+        shape = {1: torch.export.Dim("source_length", min=MIN_CAPACITY, max=limit)}
+        return _EncodeModule(model), (example,), (shape,)
+
+    return _package(model, Layout("encode", batch=1), weight, True, exported, quiet)
+
+
+def _source_limit(encoder) -> int | None:
+    """The longest source ``encoder``'s positions cover as they are (its table's rows), ``1 << 20``
+    without positions, None for positions without a table."""
+    positions = encoder.positions
+    if positions is None:
+        return 1 << 20
+    table = getattr(positions, "table", None)
+    table = getattr(positions, "weight", None) if table is None else table
+    return table.shape[0] if isinstance(table, Tensor) else None
+
+
 def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, memory_mask: Tensor | None = None,
             quiet: bool = False, greedy: bool = False) -> AotStep | None:
     """:func:`aot_step`, or None after one warning saying why decoding runs eagerly."""
@@ -1183,8 +1388,8 @@ def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, 
 _WARNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _warn_once(model, reason: str) -> None:
+def _warn_once(model, reason: str, doing: str = "decoding") -> None:
     said = _WARNED.setdefault(model, set())
     if reason not in said:
         said.add(reason)
-        warnings.warn(f"compile='aot': {reason}; decoding eagerly", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"compile='aot': {reason}; {doing} eagerly", RuntimeWarning, stacklevel=4)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
                                           max_lengths)
-from attnlab.generation.aot import aot_capacity, dynamic_capacity, use_aot
+from attnlab.generation.aot import aot_capacity, aot_encode, dynamic_capacity, use_aot
 from attnlab.generation.candidates import search_candidates, top_candidates
 from attnlab.generation.compiled import check_compile
 from attnlab.linear import packed_inference
@@ -49,7 +49,8 @@ class _Decoder:
     """
 
     def __init__(self, model, memory: Tensor, memory_mask: Tensor | None, capacity: int, use_cache: bool,
-                 rows_per_source: int = 1, compile: bool | str = False) -> None:
+                 rows_per_source: int = 1, compile: bool | str = False,
+                 memory_keys_values: list[Tensor] | None = None) -> None:
         self.model = model
         self.rows_per_source = rows_per_source
         self.most_rows = memory.shape[0] * rows_per_source  # decoder rows at the start (fewer later)
@@ -67,8 +68,10 @@ class _Decoder:
             if self.aot:
                 capacity = aot_capacity(model, capacity)
             start_rows = rows_per_source if self.aot else 1
+            # (the cross-attention keys and values an encoder package gave, where it did: _encode)
+            keys_values = {} if memory_keys_values is None else {"memory_keys_values": memory_keys_values}
             self.cache = model.new_step_cache(memory, rows_per_source=start_rows, capacity=capacity,
-                                              fixed_shape=self.aot)
+                                              fixed_shape=self.aot, **keys_values)
             # A package with a dynamic capacity attends its whole buffer: the cache grows by
             # CAPACITY_STEP positions as the hypotheses do (made at full size first, so the
             # model readies its positions for all of them).
@@ -222,6 +225,17 @@ def _check_search_compile(compile, use_cache: bool) -> None:
         raise ValueError("compile='aot' compiles the cached step: use_cache=False cannot go with it")
 
 
+def _encode(model, src_ids: Tensor, compile: bool | str) -> tuple[Tensor, Tensor | None, list[Tensor] | None]:
+    """``model.encode(src_ids)``, and the cross-attention keys and values where an encoder package gave
+    them (``compile="aot"``, one source: :func:`~attnlab.generation.aot.aot_encode`), else None."""
+    if compile == "aot" and src_ids.dim() == 2 and src_ids.shape[0] == 1:
+        encoded = aot_encode(model, src_ids)
+        if encoded is not None:
+            return encoded
+    memory, memory_mask = model.encode(src_ids)
+    return memory, memory_mask, None
+
+
 @torch.no_grad()
 @packed_inference()
 def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: float = 50,
@@ -234,9 +248,10 @@ def greedy_search(model, src_ids: Tensor, *, max_len_a: float = 1.0, max_len_b: 
     _check_search_compile(compile, use_cache)
     config = model.config
     batch = src_ids.shape[0]
-    memory, memory_mask = model.encode(src_ids)
+    memory, memory_mask, keys_values = _encode(model, src_ids, compile)
     limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
-    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, compile=compile)
+    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, compile=compile,
+                       memory_keys_values=keys_values)
     step_input = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=memory.device)
     tokens = [[] for _ in range(batch)]
     log_probs = [0.0] * batch
@@ -297,11 +312,12 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     check_beam_arguments(src_ids, beam_size, nbest, max_len_a, max_len_b, alpha)
     config = model.config
     batch, k = src_ids.shape[0], beam_size
-    memory, memory_mask = model.encode(src_ids)
+    memory, memory_mask, keys_values = _encode(model, src_ids, compile)
     device = memory.device
     limits = max_lengths(model, memory, memory_mask, max_len_a, max_len_b)
     # Every hypothesis row b·k + j belongs to source b.
-    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, rows_per_source=k, compile=compile)
+    decoder = _Decoder(model, memory, memory_mask, max(limits) + 1, use_cache, rows_per_source=k, compile=compile,
+                       memory_keys_values=keys_values)
 
     active = list(range(batch))  # original index of each source still in the batch
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]

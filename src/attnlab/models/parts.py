@@ -180,22 +180,32 @@ class TokenDecoder(DecodeCaches, _Embedder):
         return self.stack.new_static_cache(batch, capacity, fixed_shape=fixed_shape)
 
     def new_search_cache(self, memory: Tensor, rows_per_source: int, capacity: int, *,
-                         fixed_shape: bool = False) -> StaticKVCache:
+                         fixed_shape: bool = False, memory_keys_values: list[Tensor] | None = None) -> StaticKVCache:
         """A preallocated cache for decoding ``rows_per_source`` consecutive rows per source
         of ``memory`` ``(B, S, d_model)`` (beam search: the ``k`` hypotheses of a source) with
         :meth:`step`, for up to ``capacity`` positions. Every cross-attention layer's keys
         and values are computed here, once per source, and kept one row per source: the
         step's cross-attention reads a source's row for all of its decoder rows (so
         :meth:`step` then takes a ``memory_mask`` with one row per source too). ``fixed_shape``:
-        see :class:`StaticKVCache` (an ahead-of-time compiled search step, generation/aot.py)."""
+        see :class:`StaticKVCache` (an ahead-of-time compiled search step, generation/aot.py).
+        ``memory_keys_values``: :meth:`memory_keys_values` of ``memory`` where the caller has them (an
+        encoder package, :func:`~attnlab.generation.aot.aot_encode`)."""
         cache = self.new_cache(memory.shape[0] * rows_per_source, capacity, fixed_shape=fixed_shape)
-        for layer, layer_cache in zip(self.stack.layers, cache.layers):
-            attention = layer.cross_attn
-            d = attention.d_model
-            kv = linear_rows(attention.qkv_proj, memory, d, 3 * d)  # (B, S, 2·d)
-            k, v = attention._split_heads(kv, 2).unbind(0)  # (B, H, S, D) each
+        if memory_keys_values is None:
+            memory_keys_values = self.memory_keys_values(memory)
+        for layer, layer_cache, kv in zip(self.stack.layers, cache.layers, memory_keys_values):
+            k, v = layer.cross_attn._split_heads(kv, 2).unbind(0)  # (B, H, S, D) each
             layer_cache.cross_attn.set(k, v)
         return cache
+
+    def memory_keys_values(self, memory: Tensor) -> list[Tensor]:
+        """Each cross-attention layer's keys and values of ``memory`` ``(B, S, d_model)``: one product
+        ``(B, S, 2·d_model)`` each (the key and value rows of its joint projection), in layer order."""
+        products = []
+        for layer in self.stack.layers:
+            d = layer.cross_attn.d_model
+            products.append(linear_rows(layer.cross_attn.qkv_proj, memory, d, 3 * d))
+        return products
 
     def new_growing_cache(self, capacity: int = 64) -> StackCache:
         """A cache that grows and can drop or reorder rows (search)."""

@@ -205,13 +205,16 @@ class Transformer(AttnlabModel):
         return self.decoder.new_growing_cache(capacity)
 
     def new_step_cache(self, memory: Tensor, *, rows_per_source: int = 1, capacity: int = 64,
-                       fixed_shape: bool = False) -> StaticKVCache:
+                       fixed_shape: bool = False, memory_keys_values: list[Tensor] | None = None) -> StaticKVCache:
         """A preallocated cache for :meth:`decode_step` over ``rows_per_source`` consecutive
         rows per source of the encoded ``memory`` (the search's fast path), with the
         cross-attention keys and values already computed from it, one row per source.
         ``cache.reorder`` moves decoder rows (any number per source, e.g. one before beam
-        search expands to k); ``cache.reorder_memory`` keeps sources."""
-        return self.decoder.new_search_cache(memory, rows_per_source, capacity, fixed_shape=fixed_shape)
+        search expands to k); ``cache.reorder_memory`` keeps sources. ``memory_keys_values``: the
+        cross-attention layers' keys and values of ``memory`` where the caller has them
+        (``decoder.memory_keys_values``; an encoder package, :func:`~attnlab.generation.aot.aot_encode`)."""
+        return self.decoder.new_search_cache(memory, rows_per_source, capacity, fixed_shape=fixed_shape,
+                                             memory_keys_values=memory_keys_values)
 
     def decode_step(self, tokens: Tensor, cache: StaticKVCache, memory_mask: Tensor | None) -> Tensor:
         """One token per row ``(R,)`` -> next-token logits ``(R, V)`` (suppressed ids -inf):
