@@ -88,6 +88,7 @@ class _Decoder:
             self.memory, self.memory_mask = memory, memory_mask
             self.cache = model.new_cache(capacity=capacity) if use_cache else None
         self.prefix = None if use_cache else memory.new_empty(memory.shape[0], 0, dtype=torch.long)
+        self.device = memory.device
         self.scratch = None  # the log-probabilities' buffer, reused: a fresh (R, V) tensor a step was page-faulted in
 
     def _step_path(self, step_input: Tensor):
@@ -147,21 +148,25 @@ class _Decoder:
             self.scratch = logits.new_empty(max(rows, self.most_rows) * vocab)
         return torch.log_softmax(logits, dim=-1, out=self.scratch[:rows * vocab].view(rows, vocab))
 
-    def reorder(self, origin: Tensor, origin_list: list[int] | None = None) -> None:
+    def reorder(self, origin: Tensor | None, origin_list: list[int] | None = None) -> None:
         """Row i continues the hypothesis that was row ``origin[i]`` (``origin_list``: the same
-        on the host, when the caller has it). On the step path, where as many rows go on, only
-        the rows that extend another row's hypothesis are copied: none at about half of beam
-        search's steps at one source; with the survivors placed by :func:`_stay_order`, 524 rows
-        over one search of 32 multi30k-shaped sources, against 1,115 in score order."""
+        on the host, when the caller has it; then ``origin`` may be None, made here where it is
+        needed). On the step path, where as many rows go on, only the rows that extend another
+        row's hypothesis are copied: none at about half of beam search's steps at one source; with
+        the survivors placed by :func:`_stay_order`, 524 rows over one search of 32 multi30k-shaped
+        sources, against 1,115 in score order."""
         if self.fast and self.expanded and origin_list is not None and len(origin_list) == \
                 self.cache.positions.shape[0]:
             moved = [row for row, came_from in enumerate(origin_list) if came_from != row]
             if not moved:
                 return
             if 2 * len(moved) < len(origin_list):  # a gather and a scatter of those rows, not a copy of all
-                rows = torch.tensor(moved, device=origin.device)
-                self.cache.move_rows(rows, origin.index_select(0, rows))
+                device = self.cache.positions.device
+                self.cache.move_rows(torch.tensor(moved, device=device),
+                                     torch.tensor([origin_list[row] for row in moved], device=device))
                 return
+        if origin is None:
+            origin = torch.tensor(origin_list, device=self.device)
         if self.cache is None:
             self.prefix = self.prefix[origin]
         elif not self.expanded:  # the cache has one row per source so far
@@ -383,7 +388,6 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
             if order is not None:  # survivors placed in their parents' rows where they can
                 picked = [picked[i] for i in order]
                 origin_list = [origin_list[i] for i in order]
-        origin = torch.tensor(origin_list, device=device)
         step_input = torch.tensor([token for _, _, token in picked], device=device).view(-1, 1)
         beam_log_probs = torch.tensor([value for _, value, _ in picked], dtype=top_log_probs.dtype,
                                       device=device).view(-1, k)
@@ -392,7 +396,7 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
         # Survivors' self-attention keys/values come from the rows they extend (one copy,
         # compacting the batch too; only the rows that moved when none left); memory rows of one
         # source are equal, so the memory is only touched when whole sources leave the batch.
-        decoder.reorder(origin, origins[-1])
+        decoder.reorder(None, origin_list)  # (the rows' origins as a tensor only where it copies all)
         if len(keep) < len(active):
             decoder.keep_sources(torch.tensor(keep, device=device))
             active = [active[row] for row in keep]
