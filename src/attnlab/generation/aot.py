@@ -1306,8 +1306,7 @@ def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, 
     the package the search took 0.97-0.98x the time (docs/benchmarks.md)."""
     from attnlab.models.base import check_token_ids
 
-    if src_ids.dim() != 2 or src_ids.shape[0] != 1 or src_ids.shape[1] < MIN_CAPACITY or not _encodes_tokens(model) \
-            or _compiled.unavailable_reason() is not None:
+    if src_ids.dim() != 2 or src_ids.shape[0] != 1 or src_ids.shape[1] < MIN_CAPACITY or not _encodes_tokens(model):
         return None
     encoder = model.encoder
     check_token_ids(src_ids, model.config.vocab_size, "src_ids")
@@ -1319,7 +1318,8 @@ def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, 
     try:
         package = encoder_package(model, quiet=quiet)
     except AotUnavailable as error:
-        _warn_once(model, f"the encoder: {error}", "encoding")
+        if _compiled.unavailable_reason() is None:  # (no compiler: the step's look-up says so, once)
+            _warn_once(model, f"the encoder: {error}", "encoding")
         return None
     if package is None:
         return None
