@@ -279,6 +279,28 @@ def test_a_package_whose_weights_cannot_be_re_homed_is_run_by_the_package_loader
     _teacher_forced(model, None, torch.randint(1, 23, (1, 20)), prompt=3)
 
 
+def test_a_package_with_weights_in_onednns_layout_is_not_opened_by_a_runner_of_its_own(cache_dir, tmp_path,
+                                                                                        monkeypatch):
+    """A package whose source names a constant in oneDNN's layout (a many-row search's, an encoder's) is
+    left to the package loader before its library is opened for re-homing: opened by both, its weights
+    sat in memory twice (transformer_base's encoder package: RSS +446 against +299 MiB)."""
+    import zipfile
+
+    _, package = cache_dir
+    marked = tmp_path / package.name
+    with zipfile.ZipFile(package) as source, zipfile.ZipFile(marked, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename.endswith(".wrapper.cpp"):
+                data += b"\n// constants_info_[0].layout = static_cast<int32_t>(cached_torch_layout__mkldnn);\n"
+            target.writestr(info, data)
+    opened = []
+    real = torch._C._aoti.AOTIModelContainerRunnerCpu
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelContainerRunnerCpu", lambda *args: opened.append(args) or real(*args))
+    assert aot._aligned_runner(marked) is None and opened == []
+    assert aot._aligned_runner(package) is not None and len(opened) == 1
+
+
 def test_an_unknown_weights_setting_is_named_and_decoding_runs_eagerly(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     monkeypatch.setenv("ATTNLAB_AOT_WEIGHTS", "inside")
