@@ -956,8 +956,8 @@ class AotStep:
 
 
 ALIGNMENT = 64
-_PACKED_LAYOUT = b"cached_torch_layout__mkldnn"  # in a package's wrapper.cpp: a constant in oneDNN's own layout
 """Bytes a re-homed weight starts on: a cache line, one AVX-512 vector."""
+_PACKED_LAYOUT = b"cached_torch_layout__mkldnn"  # in a package's wrapper.cpp: a constant in oneDNN's own layout
 
 
 def _aligned_runner(path: Path):
@@ -1117,6 +1117,8 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     an int8 model's "encode" layout."""
     # A folded package asked for again with nothing changed: the answer kept (see _lookup_state)
     looked = _lookup_state(model) if folded and not screen_tensors else None
+    if looked is None and layout.kind == "encode":
+        return None  # int8 weights (_lookup_state): an int8 model's encoder runs eagerly, as below
     answers = _LOOKUPS.get(model) if looked is not None else None
     if answers is not None and layout in answers and answers[layout][0] == looked[0]:
         return answers[layout][2]
