@@ -1119,9 +1119,9 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     looked = _lookup_state(model) if folded and not screen_tensors else None
     if looked is None and layout.kind == "encode":
         return None  # int8 weights (_lookup_state): an int8 model's encoder runs eagerly, as below
-    answers = _LOOKUPS.get(model) if looked is not None else None
-    if answers is not None and layout in answers and answers[layout][0] == looked[0]:
-        return answers[layout][2]
+    answer = _LOOKUPS.get(model, {}).get(layout) if looked is not None else None
+    if answer is not None and answer[0] == looked[0]:  # (one read: another thread may clear the dict)
+        return answer[2]
     # (an encoder reads no derived tensor: its package's key and weights do not depend on the steps' plans)
     tensors = _step_tensors(model, [] if layout.kind == "encode" else None)
     derived = [t for name, t in tensors if name.startswith("derived_")]
