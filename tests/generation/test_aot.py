@@ -630,8 +630,8 @@ def test_one_source_is_encoded_through_a_package_as_the_eager_encoder_encodes_it
     """A search of one source without padding under compile="aot" encodes it through a package of its own
     (aot.aot_encode; `attnlab compile --model DIR`, batch 1, builds it with the step's): the memory, mask
     and cross-attention keys and values are the eager encoder's within float rounding at every source
-    length (one package for them all), and beam and greedy search through both packages give the eager
-    hypotheses. A padded source, one of one token, two sources, a model in training mode or with int8
+    length (one package for them all), and beam search through both packages and greedy search through the
+    encoder's give the eager hypotheses. A padded source, one of one token, two sources, a model in training mode or with int8
     weights encode eagerly; ids out of range are the eager encoder's error."""
     from attnlab.cli.main import main
     from attnlab.generation import greedy_search, search
