@@ -289,26 +289,44 @@ def derived_tensors(model, own: set[int] | None = None) -> list[Tensor]:
         own = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
     found: list[Tensor] = []
     seen: set[int] = set()
-
-    def visit(value) -> None:
-        if isinstance(value, Tensor):
-            if id(value) not in own and id(value) not in seen:
-                seen.add(id(value))
-                found.append(value)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                visit(item)
-        elif callable(getattr(value, "step_tensors", None)):  # an int8 weight (attnlab.quantize)
-            visit(value.step_tensors())
-
     for module in model.modules():
         # (the names are the class's; the values an instance's own attributes, unset: None)
-        for name in getattr(type(module), "_decode_caches", ()):
-            # Linear's packed weight: the step path does not read it; the head's screen: only a
-            # greedy step does, which names it apart (screen_<i>, aot_step)
-            if name not in ("_packed", "_greedy_screen"):
-                visit(vars(module).get(name))
+        for name in _derived_names(type(module)):
+            for t in _plan_tensors(vars(module).get(name)):
+                if id(t) not in own and id(t) not in seen:
+                    seen.add(id(t))
+                    found.append(t)
     return found
+
+
+_DERIVED_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _derived_names(kind: type) -> tuple[str, ...]:
+    """The attributes of a module class that hold what a decode step derives (its ``_decode_caches``),
+    less Linear's packed weight (the step path does not read it) and the head's screen (only a greedy
+    step does, which names it apart: screen_<i>, aot_step); kept per class."""
+    names = _DERIVED_NAMES.get(kind)
+    if names is None:
+        names = _DERIVED_NAMES[kind] = tuple(name for name in getattr(kind, "_decode_caches", ())
+                                             if name not in ("_packed", "_greedy_screen"))
+    return names
+
+
+def _plan_tensors(value):
+    """The tensors in ``value`` (a step plan, a derived copy, an int8 weight's ``step_tensors``), in order."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _plan_tensors(item)
+    elif not isinstance(value, _NO_TENSORS) and callable(getattr(value, "step_tensors", None)):
+        yield from _plan_tensors(value.step_tensors())
+
+
+_NO_TENSORS = (type(None), bool, int, float, str, torch.Size, nn.Module)
+"""What a step plan holds that :func:`_plan_tensors` passes over: no tensors of its own (a module's are
+its parameters and buffers, and its own plan, each read where a walk of the modules meets it)."""
 
 
 def folds_weights(device: torch.device) -> bool:
@@ -1118,7 +1136,7 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     # A folded package asked for again with nothing changed: the answer kept (see _lookup_state)
     looked = _lookup_state(model) if folded and not screen_tensors else None
     if looked is None and layout.kind == "encode":
-        return None  # int8 weights (_lookup_state): an int8 model's encoder runs eagerly, as below
+        return None  # int8 weights (_lookup_state): an int8 model's encoder runs eagerly
     answer = _LOOKUPS.get(model, {}).get(layout) if looked is not None else None
     if answer is not None and answer[0] == looked[0]:  # (one read: another thread may clear the dict)
         return answer[2]
@@ -1126,10 +1144,7 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     tensors = _step_tensors(model, [] if layout.kind == "encode" else None)
     derived = [t for name, t in tensors if name.startswith("derived_")]
     tensors += [(f"screen_{i}", t) for i, t in enumerate(screen_tensors)]
-    int8 = _int8_products(model, layout)
-    if int8 and layout.kind == "encode":
-        return None  # an int8 model's encoder: eagerly (aot_encode)
-    structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded, int8)
+    structure = _structure(model, layout, weight.device, weight.dtype, tensors, folded, _int8_products(model, layout))
     key = package_key(structure)
     kept = _STEPS.setdefault(model, {})
     step = kept.get(key)
@@ -1194,35 +1209,12 @@ def _lookup_state(model) -> tuple[list, list] | None:
         weight = own.get("weight")
         if weight is not None and own_product(weight) is not None:
             return None
-        names = _DERIVED_NAMES.get(type(module))
-        if names is None:  # as derived_tensors reads them
-            names = _DERIVED_NAMES[type(module)] = tuple(name for name in getattr(type(module), "_decode_caches", ())
-                                                         if name not in ("_packed", "_greedy_screen"))
-        for name in names:
-            _derived_state(own.get(name), state)
+        for name in _derived_names(type(module)):  # the derived tensors, as weights_snapshot keys them
+            for t in _plan_tensors(own.get(name)):
+                add((t.shape, t.data_ptr(), t.dtype, t.device) if t.is_inference()
+                    else (t.shape, t.data_ptr(), t._version, t.dtype, t.device))
         stack.extend(children.values())
     return state, held
-
-
-_DERIVED_NAMES: dict[type, tuple[str, ...]] = {}  # a module class -> the attributes _lookup_state reads
-
-
-def _derived_state(value, state: list) -> None:
-    """The keys of the tensors in ``value`` (a step plan, a derived copy) as :func:`weights_snapshot`
-    keys them (with their shapes), appended to ``state``."""
-    if isinstance(value, Tensor):
-        state.append((value.shape, value.data_ptr(), value.dtype, value.device) if value.is_inference()
-                     else (value.shape, value.data_ptr(), value._version, value.dtype, value.device))
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            _derived_state(item, state)
-    elif not isinstance(value, _NO_TENSORS) and callable(getattr(value, "step_tensors", None)):
-        _derived_state(value.step_tensors(), state)
-
-
-_NO_TENSORS = (type(None), bool, int, float, str, torch.Size, nn.Module)
-"""What a step plan holds that :func:`_derived_state` passes over: no tensors of its own to read (a module's
-are its parameters and buffers, and its own plan, each read where the walk meets it)."""
 
 
 def screens_head(model, batch: int, folded: bool) -> bool:

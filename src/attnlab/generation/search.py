@@ -233,7 +233,7 @@ def _check_search_compile(compile, use_cache: bool) -> None:
 def _encode(model, src_ids: Tensor, compile: bool | str) -> tuple[Tensor, Tensor | None, list[Tensor] | None]:
     """``model.encode(src_ids)``, and the cross-attention keys and values where an encoder package gave
     them (``compile="aot"``, one source: :func:`~attnlab.generation.aot.aot_encode`), else None."""
-    if compile == "aot" and src_ids.dim() == 2 and src_ids.shape[0] == 1:
+    if compile == "aot":
         encoded = aot_encode(model, src_ids)
         if encoded is not None:
             return encoded
