@@ -270,7 +270,7 @@ def linear_rows(module: nn.Module, x: Tensor, start: int, stop: int) -> Tensor:
 def step_weights(module: nn.Module) -> tuple[Tensor, Tensor | None]:
     """The ``(weight, bias)`` a decode step gathers from a linear ``module``: its own, or, where
     it has ``merged_weights()`` (a LoRA layer not yet merged), the weight it effectively
-    multiplies by, computed when the step plan is made (every new decode cache)."""
+    multiplies by, gathered when the step plan is made (every new decode cache)."""
     own = getattr(module, "merged_weights", None)
     return own() if own is not None else (module.weight, module.bias)
 

@@ -6,6 +6,7 @@ checkpoint + resume bit-identical), adapters saved apart, and the bad inputs."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 
 import pytest
@@ -13,8 +14,8 @@ import torch
 
 import attnlab
 from attnlab.cli.options import add_lora_arguments, lora_config_from_args
-from attnlab.generation import beam_search, generate
-from attnlab.linear import Linear
+from attnlab.generation import aot, beam_search, generate
+from attnlab.linear import Linear, derived_key
 from attnlab.training import ListBatchSource, TrainConfig, Trainer
 from attnlab.training.losses import lm_loss
 from attnlab.training.lora import (LoraConfig, LoraLinear, apply_lora, has_lora, load_lora, lora_state_dict,
@@ -197,6 +198,50 @@ def test_an_unmerged_model_decodes_as_the_merged_one():
     merged = beam_search(merge_lora(translation), source, beam_size=3, max_len_b=10)
     for a, b, c in zip(cached, uncached, merged):
         assert a[0].tokens == b[0].tokens == c[0].tokens
+
+
+def test_a_decode_steps_merged_weight_is_one_tensor_whose_key_moves_at_every_new_value():
+    """merged_weights() is kept per layer while W, A, B and scale are unchanged (no merge per new decode
+    cache), and written again in place after any change: the same storage, its version moved, so its
+    derived_key (which an ahead-of-time package's weights snapshot holds) never comes back, and the
+    step decodes with the new values."""
+    lm = _lm().eval()
+    apply_lora(lm, LoraConfig(rank=4, alpha=8.0, targets=("attention", "ffn")))
+    _randomise_adapters(lm)
+    layer = lm.decoder.stack.layers[1].ffn.linear1
+    lm.new_cache(1, 16)
+    merged = lm.decoder.stack.layers[1]._step_plan[6][0]  # the FFN's first weight, as the step multiplies it
+    keys, snapshots = [derived_key(merged)], [aot.weights_snapshot(lm)]
+    lm.new_cache(1, 16)
+    assert layer.merged_weights()[0] is merged and derived_key(merged) == keys[0]
+    assert aot.weights_snapshot(lm) == snapshots[0]
+
+    def scale():
+        for module in lm.modules():
+            if isinstance(module, LoraLinear):
+                module.scale *= -1.5
+
+    def adapter_in_place():
+        with torch.no_grad():
+            layer.lora_B.mul_(0.5)
+
+    def optimizer_step():  # torch.optim's step: counted (linear.OPTIMIZER_WRITES), not by version counters
+        layer.lora_A.grad = torch.ones_like(layer.lora_A)
+        torch.optim.SGD([layer.lora_A], lr=0.1).step()
+        layer.lora_A.grad = None
+
+    for change in (scale, adapter_in_place, optimizer_step, scale):
+        change()
+        lm.new_cache(1, 16)
+        assert layer.merged_weights()[0] is merged  # written again in place
+        assert derived_key(merged) not in keys and aot.weights_snapshot(lm) not in snapshots
+        keys.append(derived_key(merged))
+        snapshots.append(aot.weights_snapshot(lm))
+        reference = layer.weight.double() + layer.scale * layer.lora_B.double() @ layer.lora_A.double()
+        torch.testing.assert_close(merged.double(), reference, rtol=1e-5, atol=1e-5)
+    prompts = [[1, 2, 3], [7, 8]]
+    assert generate(lm, prompts, max_new_tokens=10, greedy=True) == \
+        generate(merge_lora(copy.deepcopy(lm)), prompts, max_new_tokens=10, greedy=True)
 
 
 def _pattern_batches(count, seed):

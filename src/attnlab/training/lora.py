@@ -18,7 +18,7 @@ linears of every :class:`~attnlab.layers.feedforward.FeedForward`. The adapted l
 its base weight and bias as its own ``weight`` / ``bias`` (so a checkpoint of a LoRA run holds
 the base names plus ``lora_A`` / ``lora_B``); the cross-attention row slices of the joint
 projection go through ``forward_rows``, and a decode step of a model not yet merged multiplies
-``merged_weights()`` (computed when the step plan is made: every new decode cache), both
+``merged_weights()`` (one tensor per layer, written again when the adapter changed), both
 found by :mod:`attnlab.linear`'s ``linear_rows`` / ``step_weights``.
 
 Adapters apart (``--lora-keep``): :func:`save_lora` writes ``lora.safetensors`` (the adapters
@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from attnlab.attention.multihead import MultiHeadAttention
 from attnlab.files import atomic_write, atomic_write_json, read_json_object
 from attnlab.layers.feedforward import FeedForward
-from attnlab.linear import Linear
+from attnlab.linear import Linear, derived_key
 
 __all__ = ["LORA_TARGETS", "LoraConfig", "LoraLinear", "LoraReport", "apply_lora", "merge_lora", "lora_state_dict",
            "save_lora", "load_lora", "has_lora", "lora_record", "read_lora_record", "LORA_WEIGHTS_FILE",
@@ -158,9 +158,24 @@ class LoraLinear(Linear):
     def merged_weights(self) -> tuple[Tensor, Tensor | None]:
         """``(W + scale · B A, bias)``, detached: what a decode step multiplies by. A normal
         tensor even when asked inside ``torch.inference_mode`` (generation), since the step
-        paths key their derived copies on its version counter."""
+        paths key their derived copies on its version counter
+        (:func:`~attnlab.linear.derived_key`).
+
+        One tensor per layer, kept while W, A, B (their derived keys) and ``scale`` are unchanged,
+        and then written again in place: its version counter moves at every new value, so a key of
+        it never comes back (a new tensor per value could land on a freed one's storage, version 0:
+        the key of values long gone, and an ahead-of-time package holding those would run them)."""
+        inputs = (derived_key(self.weight), derived_key(self.lora_A), derived_key(self.lora_B), self.scale)
+        kept = self.__dict__.get("_merged")
+        if kept is not None and kept[0] == inputs:
+            return kept[1], self.bias
         with torch.inference_mode(False), torch.no_grad():
-            return self.weight.detach() + self.delta_weight(), self.bias
+            merged = self.weight.detach() + self.delta_weight()
+            if kept is not None and (kept[1].shape, kept[1].dtype, kept[1].device) == \
+                    (merged.shape, merged.dtype, merged.device):
+                merged = kept[1].copy_(merged)
+        self._merged = (inputs, merged)
+        return merged, self.bias
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, rank={self.rank}, alpha={self.alpha:g}, dropout={self.lora_dropout:g}"
