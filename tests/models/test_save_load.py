@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import struct
 from pathlib import Path
 
@@ -174,6 +175,20 @@ def test_missing_files_are_value_errors_naming_them(saved, tmp_path):
     (directory / "config.json").unlink()
     with pytest.raises(ValueError, match="config.json"):
         attnlab.load_model(directory)
+
+
+def test_a_file_given_for_its_model_directory_is_told_which_directory_to_give(saved, tmp_path, capsys):
+    _, directory = saved
+    for name in ("config.json", "model.safetensors"):
+        with pytest.raises(ValueError, match=re.escape(f"{directory / name}: a file, not a model directory; ")) \
+                as error:
+            attnlab.load_model(directory / name)
+        assert str(error.value).endswith(f"give the directory ({directory})")
+    from attnlab.cli.main import main  # a verb: one line naming the file, exit 2
+    assert main(["compile", "--model", str(directory / "config.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{directory / 'config.json'}: a file, not a model directory" in err
+    assert "Traceback" not in err and "config.json/config.json" not in err
 
 
 def test_weights_of_another_shape_are_a_value_error(saved, tmp_path):

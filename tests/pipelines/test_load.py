@@ -51,7 +51,7 @@ def test_bad_directories_are_named_with_the_known_families(tmp_path, text_to_ima
     _one_line_error(tmp_path / "missing", str(tmp_path / "missing"), "no such model directory", "decoder_lm", "vit")
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
-    _one_line_error(a_file, str(a_file), "no such model directory")
+    _one_line_error(a_file, str(a_file), "a file, not a model directory", f"give the directory ({tmp_path})")
     empty = tmp_path / "empty"
     empty.mkdir()
     _one_line_error(empty, str(empty), "config.json", "image_transformer", "HuggingFace BERT")

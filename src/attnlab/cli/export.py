@@ -29,10 +29,10 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnlab.files import atomic_directory, check_output_directory, refuse_replacing_inputs
+    from attnlab.models.registry import require_model_directory
 
     source, out = Path(args.model), Path(args.out)
-    if not source.is_dir():
-        raise ValueError(f"--model {source}: no such model directory")
+    require_model_directory(source, "--model")
     refuse_replacing_inputs(out, [source], flag="-o", verb="exporting")
     check_output_directory(out, force=args.force, flag="-o")
 

@@ -80,6 +80,20 @@ def create_model(name: str, **overrides) -> AttnlabModel:
     return model_class_for(config)(config)
 
 
+def require_model_directory(directory: str | os.PathLike, flag: str | None = None, known: str = "") -> Path:
+    """``directory`` as a Path where it is a directory, else ValueError naming it (after ``flag``): the one
+    check of every verb and loader given a model directory. A file given for its directory (``config.json``
+    or the weights) is told which directory to give; ``known``: what follows "no such model directory"."""
+    path = Path(directory)
+    if path.is_dir():
+        return path
+    name = f"{flag} {path}" if flag else str(path)
+    if path.is_file():
+        raise ValueError(f"{name}: a file, not a model directory; a saved model directory holds {CONFIG_NAME} and "
+                         f"the weights: give the directory ({path.parent})")
+    raise ValueError(f"{name}: no such model directory{known}")
+
+
 def load_config(directory: str | os.PathLike) -> ModelConfig:
     """Read ``config.json`` of a saved model directory."""
     _ensure_registered()
@@ -87,6 +101,8 @@ def load_config(directory: str | os.PathLike) -> ModelConfig:
         # A run killed while replacing this directory leaves it under a hidden name: put it back.
         for message in recover_directory(directory):
             print(f"attnlab: {message}", file=sys.stderr, flush=True)
+    if Path(directory).is_file():
+        require_model_directory(directory)
     path = Path(directory) / CONFIG_NAME
     if not path.is_file():
         raise ValueError(f"{path}: no such file; a saved attnlab model directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")

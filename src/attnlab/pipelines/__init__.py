@@ -14,7 +14,6 @@ family's, an OPUS-MT MarianMT directory the translation family's).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from attnlab.pipelines.base import Pipeline, known_pipelines
 from attnlab.pipelines.images import to_pil
@@ -27,14 +26,12 @@ def load(directory: str | os.PathLike, *, device: str = "cpu") -> Pipeline:
     the ``family`` of its ``config.json``, or a HuggingFace directory a family reads).
     ValueError naming the directory and the known families for anything else."""
     from attnlab.families import family_for_directory
-    from attnlab.models.registry import load_config
+    from attnlab.models.registry import load_config, require_model_directory
 
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"directory: expected a path, got {type(directory).__name__}")
-    path = Path(directory)
     known = ", ".join(known_pipelines()) + " (and HuggingFace BERT, GPT-2 and MarianMT, and timm ViT directories)"
-    if not path.is_dir():
-        raise ValueError(f"{path}: no such model directory; attnlab.load knows the families {known}")
+    path = require_model_directory(directory, known=f"; attnlab.load knows the families {known}")
     family = family_for_directory(path)
     if family is None:
         try:

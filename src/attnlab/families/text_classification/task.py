@@ -61,11 +61,9 @@ def load_text_classifier(directory, *, device: str = "cpu", flag: str = "--model
     naming ``flag`` for a directory of another family (saying which verb uses it)."""
     from attnlab.families import family_for_directory, used_with
     from attnlab.interop.hf_bert import load_wordpiece
-    from attnlab.models.registry import load_model
+    from attnlab.models.registry import load_model, require_model_directory
 
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ValueError(f"{flag} {directory}: no such model directory")
+    directory = require_model_directory(directory, flag)
     family = family_for_directory(directory)
     if family is None or family.config_family != "bert_classifier":
         what = f"a {family.title} ({family.config_family!r})" if family is not None else "no attnlab model"

@@ -43,7 +43,7 @@ def run(args) -> int:
     from attnlab.families.text_to_image.train import report
     from attnlab.data.scenes import load_scenes
     from attnlab.files import atomic_write_json, check_output_file
-    from attnlab.models.registry import load_model
+    from attnlab.models.registry import load_model, require_model_directory
     from attnlab.models.scene_attributes import SceneAttributeClassifier
     from attnlab.families.text_to_image.task import evaluate_text_to_image, imagine, load_text_to_image, save_grid
 
@@ -57,8 +57,8 @@ def run(args) -> int:
     if not args.classifier and not classifier_dir.is_dir():
         raise ValueError(f"no attribute reader at {classifier_dir} (where train text-to-image writes it); "
                          "pass --classifier DIR")
-    if args.classifier and not classifier_dir.is_dir():
-        raise ValueError(f"--classifier {classifier_dir}: no such model directory")
+    if args.classifier:
+        require_model_directory(classifier_dir, "--classifier")
     classifier = load_model(classifier_dir, device=device)
     if not isinstance(classifier, SceneAttributeClassifier):
         raise ValueError(f"--classifier {classifier_dir}: holds a {classifier.config.family} model, "

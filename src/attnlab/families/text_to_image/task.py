@@ -497,12 +497,11 @@ def load_text_to_image(directory: str | Path, device: str = "cpu", *, flag: str 
 def check_given_part(directory: str | None, flag: str, family: str, what: str) -> None:
     """Before anything is trained: a model directory given by ``flag`` holds a ``family``
     model for 32x32 RGB scenes (its config.json is read; nothing is loaded)."""
-    from attnlab.models.registry import load_config
+    from attnlab.models.registry import load_config, require_model_directory
 
     if directory is None:
         return
-    if not Path(directory).is_dir():
-        raise ValueError(f"{flag} {directory}: no such model directory")
+    require_model_directory(directory, flag)
     config = load_config(directory)
     if config.family != family:
         raise ValueError(f"{flag} {directory}: holds a {config.family} model, not {what}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -158,11 +157,9 @@ def load_source(directory: str | os.PathLike, *, device: str = "cpu") -> Attenti
     names an explorer loader (attnlab.families), the other libraries' directories a family
     recognises (HuggingFace BERT, GPT-2, MarianMT, timm ViT) included."""
     from attnlab.families import families, family_for_directory
-    from attnlab.models.registry import load_config
+    from attnlab.models.registry import load_config, require_model_directory
 
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ValueError(f"{directory}: no such model directory")
+    directory = require_model_directory(directory)
     family = family_for_directory(directory)
     shown = [f.title for f in families() if f.explore]
     if family is None:
