@@ -365,3 +365,55 @@ def test_static_cache_row_moves_resizes_and_shrinking_reorders_keep_every_rows_k
     move([1, 3], [0, 2])
     reorder([3, 2, 1])
     check()
+
+
+def test_a_released_caches_memory_serves_the_next_caches_as_zeros_never_as_its_old_values(monkeypatch):
+    """A search gives its cache's memory back at its end (StaticKVCache.release): the next cache of a
+    size it fits (its keys and values, reorder's second buffers, a resize's new buffer) is made in that
+    memory, with the zeros a fixed-shape step reads masked, not the old values (NaN here: NaN * 0 = NaN);
+    another dtype, memory more than 4x the size asked, or past CACHE_POOL_BYTES is not kept for it."""
+    from attnlab.attention import StaticKVCache
+    from attnlab.attention import cache as caches
+
+    caches.release_cache_memory()
+    cache = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True)
+    cache.reorder(torch.tensor([2, 0, 1]))  # reorder's second buffers, with room for the whole capacity
+    memory = {t.untyped_storage().data_ptr() for t in cache.kv + cache._spares}
+    assert len(memory) == 4
+    for t in cache.kv + cache._spares:
+        t.fill_(float("nan"))
+    cache.release()
+    assert cache.kv == [] and cache.layers == []  # not usable after it
+
+    again = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True)
+    again.reorder(torch.tensor([1, 1, 0]))
+    assert {t.untyped_storage().data_ptr() for t in again.kv + again._spares} == memory
+    assert all(bool((kv == 0).all()) for kv in again.kv)  # the prefix copied is empty: all zeros
+    assert all(bool((spare == 0).all()) for spare in again._spares)
+    again.release()
+
+    other = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True, dtype=torch.float64)  # another dtype
+    small = StaticKVCache(1, 1, 1, 8, 4, fixed_shape=True)  # 64 elements: the 384 kept are > 4x
+    assert not {t.untyped_storage().data_ptr() for t in other.kv + small.kv} & memory
+    big = StaticKVCache(2, 3, 2, 12, 4, fixed_shape=True)
+    for kv in big.kv:
+        kv.fill_(float("nan"))
+    bigger = {kv.untyped_storage().data_ptr() for kv in big.kv}
+    big.release()
+    grown = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True)
+    assert {kv.untyped_storage().data_ptr() for kv in grown.kv} <= memory  # the smallest memory that fits
+    grown.length = 8
+    for kv in grown.kv:
+        kv.normal_()
+    written = [kv.clone() for kv in grown.kv]
+    grown.resize(12)  # past its memory's room (8 positions): a new buffer, in the larger memory given back
+    assert {kv.untyped_storage().data_ptr() for kv in grown.kv} == bigger
+    assert all(torch.equal(kv[:, :, :, :8], w) and bool((kv[:, :, :, 8:] == 0).all()) for kv, w in zip(grown.kv, written))
+    grown.release()
+
+    caches.release_cache_memory()
+    monkeypatch.setattr(caches, "CACHE_POOL_BYTES", 2 * 3 * 2 * 8 * 4 * 4)  # one layer's keys and values
+    StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True).release()
+    assert len(caches._POOL.free) == 1
+    caches.release_cache_memory()
+    assert caches._POOL.free == []

@@ -15,9 +15,76 @@ no host sync and could be captured as a CUDA graph.
 from __future__ import annotations
 
 import math
+import threading
 
 from torch import Tensor
 import torch
+
+
+class _BufferPool:
+    """The memory of static caches a search gave back (:meth:`StaticKVCache.release`), handed to the
+    next caches on the CPU: a large fresh buffer's first writes page-fault its memory in, which cost
+    more than writing it (a beam search over 32 multi30k-shaped sources zero-filled ~80 MB of new
+    cache memory, ~5 % of its time: docs/benchmarks.md). Flat buffers, at most :data:`CACHE_POOL_BYTES`
+    in all; :func:`release_cache_memory` frees them. Thread-safe: a buffer is one cache's at a time."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free: list[Tensor] = []
+
+    def take(self, count: int, dtype: torch.dtype, device) -> Tensor | None:
+        """A contiguous flat buffer of ``count`` elements at the start of a given-back one's memory
+        (its whole memory stays the room :func:`relaid_in_place` may grow into), or None. Its values
+        are what the last cache left: the caller writes what it needs."""
+        if torch.device(device if device is not None else torch.get_default_device()).type != "cpu" or count <= 0:
+            return None
+        with self.lock:
+            fits = [i for i, t in enumerate(self.free) if t.dtype == dtype and count <= t.numel() <= 4 * count]
+            if not fits:
+                return None
+            buffer = self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
+        return buffer.narrow(0, 0, count)
+
+    def give(self, buffers: list[Tensor]) -> None:
+        with self.lock:
+            held = {t.data_ptr() for t in self.free}
+            for buffer in buffers:
+                if buffer.device.type == "cpu" and buffer.untyped_storage().data_ptr() not in held:
+                    held.add(buffer.untyped_storage().data_ptr())
+                    room = buffer.untyped_storage().nbytes() // buffer.element_size()
+                    self.free.append(buffer.as_strided((room,), (1,), 0))
+            self.free.sort(key=lambda t: t.numel(), reverse=True)  # the largest kept first
+            total = 0
+            for i, t in enumerate(self.free):
+                total += t.numel() * t.element_size()
+                if total > CACHE_POOL_BYTES:
+                    del self.free[i:]
+                    break
+
+    def clear(self) -> None:
+        with self.lock:
+            self.free.clear()
+
+
+CACHE_POOL_BYTES = 1 << 30
+"""The most memory given-back caches keep for the next ones (:class:`_BufferPool`), in bytes."""
+_POOL = _BufferPool()
+
+
+def release_cache_memory() -> None:
+    """Free the cache memory searches gave back for their next caches (held until then, at most
+    :data:`CACHE_POOL_BYTES`)."""
+    _POOL.clear()
+
+
+def _pooled(shape: tuple[int, ...], dtype: torch.dtype, device, zeros: bool) -> Tensor:
+    """A contiguous ``shape`` tensor in given-back memory where there is some (zeros if asked), else a new one."""
+    buffer = _POOL.take(math.prod(shape), dtype, device)
+    if buffer is None:
+        return (torch.zeros if zeros else torch.empty)(shape, dtype=dtype, device=device)
+    if zeros:
+        buffer.zero_()
+    return buffer.view(shape)
 
 
 class KVCache:
@@ -172,7 +239,7 @@ class StaticKVCache:
         self.capacity = capacity
         self.fixed_shape = fixed_shape
         # Zeros, not empty: a fixed-shape step reads unwritten slots (masked, but NaN * 0 = NaN).
-        self.kv = [torch.zeros(2, batch, num_heads, capacity, head_dim, dtype=dtype, device=device)
+        self.kv = [_pooled((2, batch, num_heads, capacity, head_dim), dtype, device, zeros=True)
                    for _ in range(num_layers)]
         self.length = 0
         self.write_index = torch.zeros(1, dtype=torch.long, device=device)
@@ -338,7 +405,7 @@ class StaticKVCache:
             # room for the cache's whole capacity (shape[3] grows up to it): resize then grows a
             # cache reordered into it in place (relaid_in_place)
             room = count // shape[3] * max(self.room, shape[3]) if shape[3] else count
-            spare = spares[i] = kv.new_zeros(room) if self.fixed_shape else kv.new_empty(room)
+            spare = spares[i] = _pooled((room,), kv.dtype, kv.device, zeros=self.fixed_shape)
         return spare.view(-1).narrow(0, 0, count).view(shape)
 
     def resize(self, capacity: int) -> None:
@@ -355,7 +422,7 @@ class StaticKVCache:
             new = relaid_in_place(old, capacity, self.length)
             if new is None:  # no room in its memory: a new buffer
                 self.room = max(self.room, capacity)
-                new = old.new_empty((*old.shape[:3], capacity, old.shape[4]))
+                new = _pooled((*old.shape[:3], capacity, old.shape[4]), old.dtype, old.device, zeros=False)
                 new.narrow(3, 0, self.length).copy_(old.narrow(3, 0, self.length))
                 new.narrow(3, self.length, capacity - self.length).zero_()
                 if spares[i] is None or spares[i].numel() < old.numel():
@@ -368,6 +435,14 @@ class StaticKVCache:
             mask.narrow(3, 0, kept).copy_(self.key_mask.narrow(3, 0, kept))
             self.key_mask = mask
         self.capacity = capacity
+
+    def release(self) -> None:
+        """Give the keys' and values' memory (and reorder's second buffers) to the next caches made
+        on the CPU (:class:`_BufferPool`): for the owner of a cache it will not use again (a search,
+        at its end). The cache cannot be used after it."""
+        buffers = [t for t in self.kv + (self._spares or []) if t is not None]
+        self.kv, self._spares, self.layers = [], None, []
+        _POOL.give(buffers)
 
     def move_rows(self, rows: Tensor, origin: Tensor) -> None:
         """Rows ``rows`` take the keys, values, position and key mask of rows ``origin`` (the
