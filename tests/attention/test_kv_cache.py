@@ -411,6 +411,20 @@ def test_a_released_caches_memory_serves_the_next_caches_as_zeros_never_as_its_o
     assert all(torch.equal(kv[:, :, :, :8], w) and bool((kv[:, :, :, 8:] == 0).all()) for kv, w in zip(grown.kv, written))
     grown.release()
 
+    # reorder's second buffer is a view of the positions it had, in memory with room for all: a later
+    # move of rows gathers in that room (no new buffer), and one too small goes back for other caches
+    roomy = StaticKVCache(1, 4, 2, 8, 4, fixed_shape=True)
+    roomy.resize(2)
+    roomy.length = 2
+    roomy.reorder(torch.tensor([3, 2, 1, 0]))
+    spare = roomy._spares[0].untyped_storage().data_ptr()
+    roomy.resize(8)
+    roomy.move_rows(torch.tensor([0, 1, 2]), torch.tensor([3, 3, 3]))
+    assert roomy._spares[0].untyped_storage().data_ptr() == spare
+    small = roomy._spares[0]
+    roomy.reorder(torch.tensor([0, 1, 2, 3, 0, 1, 2, 3]))  # twice the rows: a new second buffer
+    assert roomy._spares[0] is not small and any(t.untyped_storage().data_ptr() == spare for t in caches._POOL.free)
+
     caches.release_cache_memory()
     monkeypatch.setattr(caches, "CACHE_POOL_BYTES", 2 * 3 * 2 * 8 * 4 * 4)  # one layer's keys and values
     StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True).release()

@@ -408,3 +408,31 @@ def test_stay_order_keeps_as_many_survivors_as_can_be_in_their_parents_rows():
             placed = [origin[i] for i in order[s * k:(s + 1) * k]]
             stay = sum(placed[j] == s * k + j for j in range(k))
             assert stay == len(set(origin[s * k:(s + 1) * k]))  # one per parent with a child: the most
+
+
+def test_a_search_gives_its_cache_memory_back_and_the_next_search_is_made_in_it(monkeypatch):
+    """Each search's static cache is released at its end (_Decoder.close): the next search of the same
+    shapes takes every buffer it asks for from that memory (no fresh pages to fault in) and finds the
+    same hypotheses."""
+    from attnlab.attention import cache as caches
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny").eval()
+    src = torch.randint(4, 60, (5, 9))
+    src[1, 6:] = 0
+    take, asked = caches._BufferPool.take, []
+
+    def counted(pool, *args):
+        buffer = take(pool, *args)
+        asked.append(buffer is not None)
+        return buffer
+
+    monkeypatch.setattr(caches._BufferPool, "take", counted)
+    caches.release_cache_memory()
+    for search in (functools.partial(beam_search, beam_size=4), greedy_search):
+        first = search(model, src, max_len_a=0, max_len_b=30)
+        asked.clear()
+        again = search(model, src, max_len_a=0, max_len_b=30)
+        assert asked and all(asked)
+        assert [repr(h) for h in again] == [repr(h) for h in first]
+    caches.release_cache_memory()

@@ -33,17 +33,15 @@ class _BufferPool:
         self.free: list[Tensor] = []
 
     def take(self, count: int, dtype: torch.dtype, device) -> Tensor | None:
-        """A contiguous flat buffer of ``count`` elements at the start of a given-back one's memory
-        (its whole memory stays the room :func:`relaid_in_place` may grow into), or None. Its values
-        are what the last cache left: the caller writes what it needs."""
+        """A given-back buffer's whole memory, flat, of at least ``count`` elements (and at most 4x), or
+        None. Its values are what the last cache left: the caller writes what it needs."""
         if torch.device(device if device is not None else torch.get_default_device()).type != "cpu" or count <= 0:
             return None
         with self.lock:
             fits = [i for i, t in enumerate(self.free) if t.dtype == dtype and count <= t.numel() <= 4 * count]
             if not fits:
                 return None
-            buffer = self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
-        return buffer.narrow(0, 0, count)
+            return self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
 
     def give(self, buffers: list[Tensor]) -> None:
         with self.lock:
@@ -78,13 +76,17 @@ def release_cache_memory() -> None:
 
 
 def _pooled(shape: tuple[int, ...], dtype: torch.dtype, device, zeros: bool) -> Tensor:
-    """A contiguous ``shape`` tensor in given-back memory where there is some (zeros if asked), else a new one."""
-    buffer = _POOL.take(math.prod(shape), dtype, device)
+    """A contiguous ``shape`` tensor at the start of given-back memory where there is some, else a new one;
+    ``zeros``: all of its memory zeros, as a new one's (a fixed-shape cache's memory holds zeros or keys and
+    values, never what another cache left: :meth:`StaticKVCache._spare` and :func:`relaid_in_place` use
+    the room past the tensor)."""
+    count = math.prod(shape)
+    buffer = _POOL.take(count, dtype, device)
     if buffer is None:
         return (torch.zeros if zeros else torch.empty)(shape, dtype=dtype, device=device)
     if zeros:
         buffer.zero_()
-    return buffer.view(shape)
+    return buffer.narrow(0, 0, count).view(shape)
 
 
 class KVCache:
@@ -401,12 +403,16 @@ class StaticKVCache:
         zeros for a fixed-shape cache."""
         spares = self._spare_buffers()
         spare, count = spares[i], math.prod(shape)
-        if spare is None or spare.numel() < count:
+        # (its memory's room, not its own size: the buffer a reorder left is a view of the positions
+        # it had then, in memory made for the whole capacity)
+        if spare is None or spare.untyped_storage().nbytes() // spare.element_size() < count:
+            if spare is not None:
+                _POOL.give([spare])  # too small: for other caches
             # room for the cache's whole capacity (shape[3] grows up to it): resize then grows a
             # cache reordered into it in place (relaid_in_place)
             room = count // shape[3] * max(self.room, shape[3]) if shape[3] else count
             spare = spares[i] = _pooled((room,), kv.dtype, kv.device, zeros=self.fixed_shape)
-        return spare.view(-1).narrow(0, 0, count).view(shape)
+        return spare.as_strided((count,), (1,), 0).view(shape)
 
     def resize(self, capacity: int) -> None:
         """Room for ``capacity`` positions, keeping the ``length`` written (new buffers; the
@@ -422,11 +428,18 @@ class StaticKVCache:
             new = relaid_in_place(old, capacity, self.length)
             if new is None:  # no room in its memory: a new buffer
                 self.room = max(self.room, capacity)
-                new = _pooled((*old.shape[:3], capacity, old.shape[4]), old.dtype, old.device, zeros=False)
+                new = _pooled((*old.shape[:3], capacity, old.shape[4]), old.dtype, old.device,
+                              zeros=self.fixed_shape)
                 new.narrow(3, 0, self.length).copy_(old.narrow(3, 0, self.length))
-                new.narrow(3, self.length, capacity - self.length).zero_()
-                if spares[i] is None or spares[i].numel() < old.numel():
+                if not self.fixed_shape:
+                    new.narrow(3, self.length, capacity - self.length).zero_()
+                room = old.untyped_storage().nbytes()
+                if spares[i] is None or spares[i].untyped_storage().nbytes() < room:
+                    if spares[i] is not None:
+                        _POOL.give([spares[i]])
                     spares[i] = old  # its memory serves move_rows's gathers (finite: keys, values, zeros)
+                else:
+                    _POOL.give([old])
             layer.self_attn.kv = new
         self.kv = [layer.self_attn.kv for layer in self.layers]
         if self.key_mask is not None:
