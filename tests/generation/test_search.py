@@ -436,3 +436,35 @@ def test_a_search_gives_its_cache_memory_back_and_the_next_search_is_made_in_it(
         assert asked and all(asked)
         assert [repr(h) for h in again] == [repr(h) for h in first]
     caches.release_cache_memory()
+
+
+def test_searches_in_threads_at_once_take_their_caches_memory_each_for_itself():
+    """The pool hands a given-back buffer to one cache at a time: searches running in four threads at once
+    (each giving back and taking memory as it goes) find what each finds alone."""
+    import threading
+
+    from attnlab.attention import cache as caches
+
+    torch.manual_seed(0)
+    model = attnlab.create_model("transformer_tiny").eval()
+    sources = [torch.randint(4, 60, (3, 5 + i), generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    alone = [[h[0].tokens for h in beam_search(model, src, beam_size=4, max_len_a=0, max_len_b=25)] for src in sources]
+    caches.release_cache_memory()
+    found, errors = [[] for _ in sources], []
+
+    def run(i):
+        try:
+            for _ in range(6):
+                found[i].append([h[0].tokens for h in beam_search(model, sources[i], beam_size=4, max_len_a=0,
+                                                                  max_len_b=25)])
+        except Exception as error:  # (reported below: an exception in a thread does not fail the test)
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(sources))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert all(runs == [expected] * 6 for runs, expected in zip(found, alone))
+    caches.release_cache_memory()
