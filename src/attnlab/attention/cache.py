@@ -47,10 +47,10 @@ class _BufferPool:
         with self.lock:
             held = {t.data_ptr() for t in self.free}
             for buffer in buffers:
-                if buffer.device.type == "cpu" and buffer.untyped_storage().data_ptr() not in held:
-                    held.add(buffer.untyped_storage().data_ptr())
-                    room = buffer.untyped_storage().nbytes() // buffer.element_size()
-                    self.free.append(buffer.as_strided((room,), (1,), 0))
+                memory = _memory(buffer)
+                if buffer.device.type == "cpu" and memory.data_ptr() not in held:
+                    held.add(memory.data_ptr())
+                    self.free.append(memory)
             self.free.sort(key=lambda t: t.numel(), reverse=True)  # the largest kept first
             total = 0
             for i, t in enumerate(self.free):
@@ -73,6 +73,12 @@ def release_cache_memory() -> None:
     """Free the cache memory searches gave back for their next caches (held until then, at most
     :data:`CACHE_POOL_BYTES`)."""
     _POOL.clear()
+
+
+def _memory(buffer: Tensor) -> Tensor:
+    """All of ``buffer``'s memory (its storage), flat, from the start: the room a cache may use past the
+    buffer's own view (:class:`_BufferPool`, :meth:`StaticKVCache._spare`, :func:`relaid_in_place`)."""
+    return buffer.as_strided((buffer.untyped_storage().nbytes() // buffer.element_size(),), (1,), 0)
 
 
 def _pooled(shape: tuple[int, ...], dtype: torch.dtype, device, zeros: bool) -> Tensor:
@@ -405,14 +411,14 @@ class StaticKVCache:
         spare, count = spares[i], math.prod(shape)
         # (its memory's room, not its own size: the buffer a reorder left is a view of the positions
         # it had then, in memory made for the whole capacity)
-        if spare is None or spare.untyped_storage().nbytes() // spare.element_size() < count:
+        if spare is None or _memory(spare).numel() < count:
             if spare is not None:
                 _POOL.give([spare])  # too small: for other caches
             # room for the cache's whole capacity (shape[3] grows up to it): resize then grows a
             # cache reordered into it in place (relaid_in_place)
             room = count // shape[3] * max(self.room, shape[3]) if shape[3] else count
             spare = spares[i] = _pooled((room,), kv.dtype, kv.device, zeros=self.fixed_shape)
-        return spare.as_strided((count,), (1,), 0).view(shape)
+        return _memory(spare).narrow(0, 0, count).view(shape)
 
     def resize(self, capacity: int) -> None:
         """Room for ``capacity`` positions, keeping the ``length`` written (new buffers; the
@@ -433,8 +439,7 @@ class StaticKVCache:
                 new.narrow(3, 0, self.length).copy_(old.narrow(3, 0, self.length))
                 if not self.fixed_shape:
                     new.narrow(3, self.length, capacity - self.length).zero_()
-                room = old.untyped_storage().nbytes()
-                if spares[i] is None or spares[i].untyped_storage().nbytes() < room:
+                if spares[i] is None or _memory(spares[i]).numel() < _memory(old).numel():
                     if spares[i] is not None:
                         _POOL.give([spares[i]])
                     spares[i] = old  # its memory serves move_rows's gathers (finite: keys, values, zeros)
@@ -488,11 +493,10 @@ def relaid_in_place(buffer: Tensor, capacity: int, length: int) -> Tensor | None
     no block not yet moved lies, the few lowest (whose old and new places overlap) through a copy."""
     *lead, old, depth = buffer.shape
     blocks = math.prod(lead)
-    room = buffer.untyped_storage().nbytes() // buffer.element_size()
-    if not buffer.is_contiguous() or buffer.storage_offset() != 0 or blocks * capacity * depth > room \
+    memory = _memory(buffer)
+    if not buffer.is_contiguous() or buffer.storage_offset() != 0 or blocks * capacity * depth > memory.numel() \
             or (capacity < old and length > 0):
         return None
-    memory = buffer.as_strided((room,), (1,), 0)
     before = memory.narrow(0, 0, blocks * old * depth).view(blocks, old, depth)
     after = memory.narrow(0, 0, blocks * capacity * depth).view(blocks, capacity, depth)
     if capacity > old and length > 0:  # block 0 stays where it is

@@ -287,11 +287,9 @@ def _format_of(directory: Path) -> str:
 
 def _check_init_location(directory: str, out: Path) -> None:
     """--init names a directory, outside --out (which the run writes), with --out not inside it."""
-    path, flag = Path(directory), f"--init {directory}"
-    if not path.exists():
-        raise ValueError(f"{flag}: no such directory")
-    if not path.is_dir():
-        raise ValueError(f"{flag}: not a directory (give the model directory, e.g. OUT/model)")
+    from attnlab.models.registry import require_model_directory
+
+    path, flag = require_model_directory(directory, "--init"), f"--init {directory}"
     if _inside(path, out):
         raise ValueError(f"{flag}: is inside --out {out}, which this run writes (its model is replaced, its "
                          "checkpoints rotate); copy the model elsewhere or choose another --out")

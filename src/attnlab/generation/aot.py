@@ -319,15 +319,14 @@ def _plan_tensors(value, found: list[Tensor] | None = None) -> list[Tensor]:
     plan of the model, ~400 values a multi30k-shaped model, and a generator's frame per value cost ~60 µs."""
     if found is None:
         found = []
-    kind = type(value)
-    if kind in _TENSOR_TYPES or isinstance(value, Tensor):
+    if isinstance(value, Tensor):
         found.append(value)
-    elif kind is tuple or kind is list:
-        for item in value:
-            item_kind = type(item)
-            if item_kind in _TENSOR_TYPES:
+    elif type(value) is tuple or type(value) is list:
+        for item in value:  # (the plain values and tensors most items are, told by their exact type)
+            kind = type(item)
+            if kind is Tensor or kind is nn.Parameter:
                 found.append(item)
-            elif item_kind not in _NO_TENSOR_TYPES:
+            elif kind not in _NO_TENSOR_TYPES:
                 _plan_tensors(item, found)
     elif not isinstance(value, _NO_TENSORS) and callable(getattr(value, "step_tensors", None)):
         _plan_tensors(value.step_tensors(), found)
@@ -337,8 +336,7 @@ def _plan_tensors(value, found: list[Tensor] | None = None) -> list[Tensor]:
 _NO_TENSORS = (type(None), bool, int, float, str, torch.Size, nn.Module)
 """What a step plan holds that :func:`_plan_tensors` passes over: no tensors of its own (a module's are
 its parameters and buffers, and its own plan, each read where a walk of the modules meets it)."""
-_NO_TENSOR_TYPES = frozenset((type(None), bool, int, float, str, torch.Size))  # (exactly these: no check of others)
-_TENSOR_TYPES = frozenset((Tensor, nn.Parameter))
+_NO_TENSOR_TYPES = frozenset(kind for kind in _NO_TENSORS if kind is not nn.Module)  # exact types, no subclasses
 
 
 def folds_weights(device: torch.device) -> bool:

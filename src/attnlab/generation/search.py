@@ -68,7 +68,8 @@ class _Decoder:
             if self.aot:
                 capacity = aot_capacity(model, capacity)
             start_rows = rows_per_source if self.aot else 1
-            # (the cross-attention keys and values an encoder package gave, where it did: _encode)
+            # (the cross-attention keys and values an encoder package gave, where it did: _encode; passed
+            # only then, as the Transformer alone takes them: another model's new_step_cache need not)
             keys_values = {} if memory_keys_values is None else {"memory_keys_values": memory_keys_values}
             self.cache = model.new_step_cache(memory, rows_per_source=start_rows, capacity=capacity,
                                               fixed_shape=self.aot, **keys_values)

@@ -39,11 +39,9 @@ def load_bert_directory(directory: str | os.PathLike, *, device: str = "cpu", fl
     from attnlab.families import used_with
     from attnlab.files import read_config_json
     from attnlab.interop.hf_bert import is_hf_bert_directory, load_hf_bert, load_wordpiece
-    from attnlab.models.registry import load_model
+    from attnlab.models.registry import load_model, require_model_directory
 
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ValueError(f"{flag} {directory}: no such directory")
+    directory = require_model_directory(directory, flag)
     try:
         if is_hf_bert_directory(directory):
             return load_hf_bert(directory, device=device)
