@@ -13,10 +13,18 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab import head_screen
+from attnlab.models import parts
 from attnlab.head_screen import CANDIDATES, HeadScreen, resolve, screen_bounds, screened_argmax
 from attnlab.quantize import integer_sums_exact
 
 pytestmark = pytest.mark.skipif(not integer_sums_exact(), reason="torch._int_mm does not sum exactly on this CPU")
+
+
+@pytest.fixture(autouse=True)
+def _screens_here(monkeypatch):
+    """The screen's arithmetic is tested wherever torch._int_mm sums exactly, also on a CPU where the
+    screen is too slow to be taken (no VNNI: integer_sums_pay), so the rule is set aside here."""
+    monkeypatch.setattr(parts, "integer_sums_pay", lambda: True)
 
 
 def _head(vocab: int, d: int, seed: int, *, scale: float = 0.05, bias: bool = False):
@@ -130,3 +138,18 @@ def test_the_screen_is_renewed_when_the_heads_weight_changes_and_absent_for_smal
     assert renewed is not screen
     assert torch.equal(renewed.values, HeadScreen(model.decoder.head.weight).values)
     assert _decoder_lm(vocab=head_screen.MIN_VOCABULARY - 1).greedy_screen() is None
+
+
+def test_no_screen_where_the_integer_product_does_not_pay(monkeypatch):
+    """A CPU without int8 dot-product instructions (an AVX2 EPYC: torch._int_mm exact but 5x slower
+    than float32 there) decodes greedily with the whole head, the screen's tokens or not."""
+    model = _decoder_lm()
+    monkeypatch.setattr(parts, "integer_sums_pay", lambda: False)
+    assert model.greedy_screen() is None
+    ids = torch.tensor([[5, 900, 17]])
+    with torch.inference_mode():
+        cache, plain = model.new_cache(1, 8), model.new_cache(1, 8)
+        model.prefill(ids, cache)
+        model.prefill(ids, plain)
+        tokens, sure, hidden = model.greedy_step(torch.tensor([33]), cache)
+        assert bool(sure.all()) and tokens.tolist() == model.step(torch.tensor([33]), plain).argmax(dim=-1).tolist()

@@ -28,9 +28,10 @@ hidden state with inf or nan: the comparisons fail) the caller computes the whol
 
 Where it runs: a greedy step compiled ahead of time (``generate(..., greedy=True, compile="aot")``,
 :mod:`attnlab.generation.aot`) on a CPU whose ``torch._int_mm`` sums exactly
-(:func:`attnlab.quantize.integer_sums_exact`), for a float32 head of at least :data:`MIN_VOCABULARY`
-rows. Measured (docs/benchmarks.md, ``benchmarks/aot_configs.py --screen``): the 3-layer, d-256 LM's
-greedy package 0.225 against 0.288 ms a token, tokens identical to the eager step's.
+and fast (:func:`attnlab.quantize.integer_sums_pay`: int8 dot-product instructions, VNNI or AMX), for a
+float32 head of at least :data:`MIN_VOCABULARY` rows. Measured (docs/benchmarks.md,
+``benchmarks/aot_configs.py --screen``): the 3-layer, d-256 LM's greedy package 0.225 against 0.288 ms a
+token, tokens identical to the eager step's.
 """
 
 from __future__ import annotations

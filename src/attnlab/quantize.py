@@ -169,6 +169,28 @@ def integer_sums_exact() -> bool:
                               for code, weight in ((127, 127), (-128, -127), (127, -127))))
 
 
+INT8_DOT_PRODUCTS = ("avx512_vnni", "avx_vnni", "amx_int8")
+"""The instructions, as ``torch.cpu.get_capabilities()`` names them, that sum int8 products into 32 bits
+(x86's VNNI and AMX), which oneDNN's ``torch._int_mm`` needs to be faster than a float32 product."""
+
+
+@functools.cache
+def int8_dot_products() -> bool:
+    """Whether this CPU has any of :data:`INT8_DOT_PRODUCTS` (found once per process). Without them
+    ``torch._int_mm`` may sum exactly and still be slow: on an AVX2 EPYC (Zen 3, one thread) one row by
+    a 256 x 8,000 int8 matrix took 1,441 us against 272 us for ``F.linear`` on the same shape in float32,
+    so a greedy package whose head it screened ran at 0.74x the eager step (docs/benchmarks.md). Elsewhere
+    (another architecture, an unknown CPU) the answer is False: the float products, measured everywhere."""
+    return _probe(lambda: any(torch.cpu.get_capabilities().get(name, False) for name in INT8_DOT_PRODUCTS))
+
+
+def integer_sums_pay() -> bool:
+    """Whether a product is worth making in integers through ``torch._int_mm`` (the head screen, an
+    int8 package's "integer" products): this CPU has int8 dot-product instructions
+    (:func:`int8_dot_products`) and ``torch._int_mm`` sums its worst case exactly (:func:`integer_sums_exact`)."""
+    return int8_dot_products() and integer_sums_exact()
+
+
 def integer_products():
     """Within this block (exporting a one-row step for a package with its weights folded in, on a
     CPU where :func:`full_range_inputs`), an int8 product is :meth:`Int8Weight.integer_product`."""
@@ -337,7 +359,7 @@ class Int8Weight:
         scaled. Exported into a one-row package it was 1.1-2.1x faster per product than the
         weight-only GEMM up to 3,072 x 768, while its weights stay in the cache (docs/benchmarks.md). Only where the eager kernel takes
         full-range inputs (:func:`full_range_inputs`; elsewhere it would differ from it) and
-        ``torch._int_mm`` sums exactly (:func:`integer_sums_exact`)."""
+        ``torch._int_mm`` sums exactly and fast (:func:`integer_sums_pay`)."""
         rows = x.reshape(-1, x.shape[-1])
         codes, zero, scale = input_codes(rows)
         out = code_product(codes, zero, scale, self.values, self.scales_bf16, self.row_sums)
@@ -436,4 +458,5 @@ def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
 
 
 __all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "fast_bf16_cpu",
-           "full_range_inputs", "integer_products", "integer_sums_exact", "quantize_model"]
+           "full_range_inputs", "int8_dot_products", "integer_products", "integer_sums_exact", "integer_sums_pay",
+           "quantize_model"]

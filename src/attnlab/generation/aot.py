@@ -114,7 +114,7 @@ from attnlab.files import atomic_write_json, fsync_path, read_json_object, remov
 from attnlab.generation import compiled as _compiled
 from attnlab.generation.candidates import CHUNK, beam_and_token, search_candidates
 from attnlab.linear import OPTIMIZER_STEPS, derived_key, own_product, packed_inference, products_for_folding
-from attnlab.quantize import full_range_inputs, integer_products, integer_sums_exact, last_level_cache_bytes
+from attnlab.quantize import full_range_inputs, integer_products, integer_sums_pay, last_level_cache_bytes
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_encode", "aot_step", "cache_directory",
            "dynamic_capacity", "candidates_fused", "encoder_package", "exp_polynomial", "log_softmax_fused",
@@ -1278,8 +1278,8 @@ INTEGER_CACHE_SHARE = 4
 def _int8_products(model, layout: Layout) -> str | None:
     """How an int8 model's package multiplies: "integer" (the eager step's arithmetic,
     :meth:`attnlab.quantize.Int8Weight.integer_product`) for a one-row step where the eager
-    kernel takes full-range inputs, ``torch._int_mm`` sums exactly (``integer_sums_exact``: not
-    without VNNI) and the model's int8 weights fit a quarter of the last-level cache, else
+    kernel takes full-range inputs, ``torch._int_mm`` sums exactly and fast (``integer_sums_pay``:
+    not without VNNI) and the model's int8 weights fit a quarter of the last-level cache, else
     "weight-only"; None for a model without int8 weights.
 
     Why (docs/benchmarks.md, "int8 in integers"): oneDNN's one-row int8 product read its weights
@@ -1299,7 +1299,7 @@ def _int8_products(model, layout: Layout) -> str | None:
         return None
     size = sum(w.values.numel() for w in weights.values())
     fits = size * INTEGER_CACHE_SHARE <= last_level_cache_bytes()
-    integer = layout.batch == 1 and fits and full_range_inputs() and integer_sums_exact()
+    integer = layout.batch == 1 and fits and full_range_inputs() and integer_sums_pay()
     return "integer" if integer else "weight-only"
 
 

@@ -28,7 +28,7 @@ from attnlab.layers.embedding import TokenEmbedding
 from attnlab.layers.positional import build_positional
 from attnlab.linear import DecodeCaches, Linear, derived_key, linear_rows, onednn_rows, skinny_linear
 from attnlab.models.base import StackConfig
-from attnlab.quantize import integer_sums_exact
+from attnlab.quantize import integer_sums_pay
 
 
 def build_stack(config: StackConfig, num_layers: int, pattern, *, cross_attention: bool, final_norm: bool,
@@ -280,10 +280,10 @@ class TokenDecoder(DecodeCaches, _Embedder):
         """The head's int8 screen for :meth:`greedy_step`, made on first use and again whenever the
         head's weight or bias changes (their version counters); None where the head is not screened:
         not a float32 CPU weight of at least :data:`~attnlab.head_screen.MIN_VOCABULARY` rows, or a CPU
-        whose ``torch._int_mm`` does not sum exactly (:func:`attnlab.quantize.integer_sums_exact`)."""
+        whose ``torch._int_mm`` does not sum exactly and fast (:func:`attnlab.quantize.integer_sums_pay`)."""
         weight, bias = self.head.weight, self.head.bias
         if not (isinstance(weight, nn.Parameter) and weight.device.type == "cpu" and weight.dtype == torch.float32
-                and weight.shape[0] >= head_screen.MIN_VOCABULARY and integer_sums_exact()):
+                and weight.shape[0] >= head_screen.MIN_VOCABULARY and integer_sums_pay()):
             self._greedy_screen = self._greedy_screen_key = None
             return None
         key = (derived_key(weight), None if bias is None else derived_key(bias))
