@@ -367,6 +367,33 @@ def test_static_cache_row_moves_resizes_and_shrinking_reorders_keep_every_rows_k
     check()
 
 
+def test_a_cache_made_in_inference_mode_gives_its_memory_only_to_caches_made_in_it():
+    """A search in torch.inference_mode gives back inference tensors, which cannot be written in place
+    outside it: a cache made there next gets new memory (it failed on the pooled buffer's zeroing),
+    one made in inference mode gets the given-back memory; plain memory serves both."""
+    from attnlab.attention import StaticKVCache
+    from attnlab.attention import cache as caches
+
+    caches.release_cache_memory()
+    try:
+        with torch.inference_mode():
+            inside = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True)
+        memory = {t.untyped_storage().data_ptr() for t in inside.kv}
+        inside.release()
+        outside = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True)
+        assert not {t.untyped_storage().data_ptr() for t in outside.kv} & memory
+        outside.kv[0].add_(1.0)  # its own, writable memory
+        plain = {t.untyped_storage().data_ptr() for t in outside.kv}
+        outside.release()
+        with torch.inference_mode():
+            both = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True)
+            again = StaticKVCache(2, 3, 2, 8, 4, fixed_shape=True)
+            taken = {t.untyped_storage().data_ptr() for t in both.kv + again.kv}
+            assert taken == memory | plain and all(bool((t == 0).all()) for t in both.kv + again.kv)
+    finally:
+        caches.release_cache_memory()
+
+
 def test_a_released_caches_memory_serves_the_next_caches_as_zeros_never_as_its_old_values(monkeypatch):
     """A search gives its cache's memory back at its end (StaticKVCache.release): the next cache of a
     size it fits (its keys and values, reorder's second buffers, a resize's new buffer) is made in that

@@ -34,11 +34,15 @@ class _BufferPool:
 
     def take(self, count: int, dtype: torch.dtype, device) -> Tensor | None:
         """A given-back buffer's whole memory, flat, of at least ``count`` elements (and at most 4x), or
-        None. Its values are what the last cache left: the caller writes what it needs."""
+        None. Its values are what the last cache left: the caller writes what it needs. A buffer made
+        under ``torch.inference_mode`` only to a caller in it: outside, such a tensor cannot be written
+        in place (a cache made after a search in inference mode failed so)."""
         if torch.device(device if device is not None else torch.get_default_device()).type != "cpu" or count <= 0:
             return None
+        inference = torch.is_inference_mode_enabled()
         with self.lock:
-            fits = [i for i, t in enumerate(self.free) if t.dtype == dtype and count <= t.numel() <= 4 * count]
+            fits = [i for i, t in enumerate(self.free) if t.dtype == dtype and count <= t.numel() <= 4 * count
+                    and (inference or not t.is_inference())]
             if not fits:
                 return None
             return self.free.pop(min(fits, key=lambda i: self.free[i].numel()))
