@@ -3,7 +3,8 @@ inductor's C++ GEMM templates and ATen/oneDNN, the faster kept) against the C++ 
 (``FEW_ROWS_CONFIGS``, what beam search's packages of at most 16 rows use: there oneDNN's per-call
 set-up was a fifth of a 4-row step). Does one row gain as 4 did?
 
-    taskset -c 0 python benchmarks/aot_configs.py [--blocking | --screen] [--int8] [--sizes small medium] [--repeats 7]
+    taskset -c 0 python benchmarks/aot_configs.py [--blocking | --screen | --codes] [--int8] [--sizes small medium]
+        [--repeats 7]
 
 GPT-2-shaped models of ``cpu_engines.SIZES`` (random weights, one thread), 16-token prompt, the
 size's new tokens, greedy through ``generate(compile="aot")``; each package built once into its own
@@ -15,6 +16,9 @@ checked against the first package's: weight-only products round their inputs to 
 ``--screen``: both packages ``FOLDED_CONFIGS``, the greedy one with its head screened in int8
 (``attnlab.head_screen``, what ``generate(greedy=True, compile="aot")`` builds) against the plain
 step's logits and their argmax (the screen off: ``head_screen.MIN_VOCABULARY`` above the vocabulary).
+``--codes`` (implies ``--int8``): the int8 package's products in 7-bit codes by the build's integer
+pairs kernel (``aot._PAIRS``, what an AVX2 CPU's one-row package takes where its weights fit a quarter
+of the cache) against the weight-only products; each way's tokens checked against its own first run.
 
 ``--search``: a many-row search package built two ways, ``FOLDED_CONFIGS`` (oneDNN's prepacked
 products and the C++ templates, timed against each other, the faster kept) against
@@ -49,9 +53,11 @@ from attnlab.generation import aot, generate  # noqa: E402
 from attnlab.interop import from_hf_gpt2  # noqa: E402
 
 
-def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False, screen: bool = False) -> None:
+def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False, screen: bool = False,
+             codes: bool = False) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    int8 = int8 or codes
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(**cpu_engines.SIZES[size][0], bos_token_id=0, eos_token_id=0)).eval()
     vocabulary, new_tokens = cpu_engines.SIZES[size][0]["vocab_size"], cpu_engines.SIZES[size][1]
@@ -70,7 +76,13 @@ def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False
     runs = {}
     screened = head_screen.MIN_VOCABULARY
     whole = 1 << 62  # no head is screened
-    if blocking:
+    rule = aot._int8_products
+    products = {}  # an int8 model's products, per way (--codes)
+    if codes:
+        ways = [("7-bit codes, integer pairs kernel", folded, build, screened),
+                ("weight-only", folded, build, screened)]
+        products = {"7-bit codes, integer pairs kernel": "codes", "weight-only": "weight-only"}
+    elif blocking:
         ways = [("with the one-row blockings", folded, build, screened),
                 ("without", folded, build.replace(aot._ONE_ROW, ""), screened)]
     elif screen:
@@ -85,6 +97,8 @@ def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False
             aot.FOLDED_CONFIGS.update(configs)  # what a batch-1 LM package is built with
             aot._BUILD = script
             head_screen.MIN_VOCABULARY = least
+            if name in products:
+                aot._int8_products = lambda model, layout, chosen=products[name]: chosen
             model = made()
             started = time.perf_counter()
             generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
@@ -95,19 +109,31 @@ def run_size(size: str, repeats: int, blocking: bool = False, int8: bool = False
         aot.FOLDED_CONFIGS.update(folded)
         aot._BUILD = build
         head_screen.MIN_VOCABULARY = screened
+        aot._int8_products = rule
     times = {name: [] for name in runs}
+    first = {}
     try:
         for _ in range(repeats):
             for name, (model, directory, least) in runs.items():
                 os.environ["ATTNLAB_CACHE"] = directory
                 head_screen.MIN_VOCABULARY = least
+                if name in products:
+                    aot._int8_products = lambda model, layout, chosen=products[name]: chosen
                 started = time.perf_counter()
                 tokens = generate(model, prompt, max_new_tokens=new_tokens, greedy=True, compile="aot")
                 times[name].append((time.perf_counter() - started) / new_tokens * 1e3)
+                if products:  # each way against its own first run
+                    assert first.setdefault(name, tokens) == tokens, f"{name}: tokens differ between runs"
+                    continue
                 eager = tokens if eager is None else eager
                 assert tokens == eager, f"{name}: tokens differ from the eager step's (int8: the first package's)"
     finally:
         head_screen.MIN_VOCABULARY = screened
+        aot._int8_products = rule
+    if products:
+        int8_eager = generate(made(), prompt, max_new_tokens=new_tokens, greedy=True)
+        print(f"{size}: tokens equal to the eager int8 step's: " + ", ".join(
+            f"{name} {cpu_engines.first_difference(tokens, int8_eager) is None}" for name, tokens in first.items()))
     print(f"{size}{' int8' if int8 else ''} ({new_tokens} tokens, medians of {repeats}): " + ", ".join(
         f"{name} {statistics.median(v):.3f} ms/token" for name, v in times.items()), flush=True)
 
@@ -188,6 +214,8 @@ def main() -> None:
     parser.add_argument("--screen", action="store_true", help="greedy packages with the head screened in int8 "
                         "(attnlab.head_screen) and without, instead of the two configs")
     parser.add_argument("--int8", action="store_true", help="the models quantised (model.quantize('int8'))")
+    parser.add_argument("--codes", action="store_true", help="int8 packages in 7-bit codes by the build's integer "
+                        "pairs kernel against weight-only products (implies --int8)")
     parser.add_argument("--search", action="store_true", help="the many-row search package: FOLDED_CONFIGS against "
                         "MANY_ROWS_AVX2_CONFIGS (and CTranslate2), instead of the greedy sizes")
     parser.add_argument("--shape", choices=sorted(cpu_engines.TRANSLATE_SHAPES), default="multi30k",
@@ -198,7 +226,7 @@ def main() -> None:
         run_search(args.shape, args.repeats)
         return
     for size in args.sizes:
-        run_size(size, args.repeats, args.blocking, args.int8, args.screen)
+        run_size(size, args.repeats, args.blocking, args.int8, args.screen, args.codes)
 
 
 if __name__ == "__main__":

@@ -349,25 +349,26 @@ def test_the_folded_product_is_the_int8_weights_product_within_bfloat16_rounding
         assert torch.equal(Int8Weight.step_product(x, q[:8], None), q[:8].folded_product(x, None))
 
 
-def _dynamic_codes(x: torch.Tensor):
-    """The 8-bit codes, scale and zero point torch's dynamic quantisation gives ``x`` (one
-    affine scale for the whole call, the range widened to include 0; ChooseQuantizationParams),
-    written out in Python floats: the reference for Int8Weight.integer_product."""
+def _dynamic_codes(x: torch.Tensor, top: int = 255):
+    """The 8-bit codes (``top`` 255; 7-bit: 127, ``reduce_range``), scale and zero point torch's
+    dynamic quantisation gives ``x`` (one affine scale for the whole call, the range widened to
+    include 0; ChooseQuantizationParams), written out in Python floats: the reference for
+    Int8Weight.integer_product and Int8Weight.codes_product."""
     from attnlab.quantize import SMALL_SCALE
 
     rows = x.reshape(-1, x.shape[-1])
     low, high = min(float(rows.min()), 0.0), max(float(rows.max()), 0.0)
-    scale = (high - low) / 255
+    scale = (high - low) / top
     if float(torch.tensor(scale, dtype=torch.float32)) == 0:
         scale = 0.1
     if scale < SMALL_SCALE:
         single = torch.tensor(scale, dtype=torch.float32)
         amplified = float(torch.tensor(low, dtype=torch.float32) * (SMALL_SCALE / single))
-        low = -SMALL_SCALE * 255 if high == 0 else amplified
+        low = -SMALL_SCALE * top if high == 0 else amplified
         scale = SMALL_SCALE
-    zero = min(max(round(-low / scale), 0), 255)  # Python's round: half to even, as nearbyint
+    zero = min(max(round(-low / scale), 0), top)  # Python's round: half to even, as nearbyint
     scale32 = torch.tensor(scale, dtype=torch.float32)
-    codes = (torch.round(rows * (1 / scale32)) + zero).clamp(0, 255)
+    codes = (torch.round(rows * (1 / scale32)) + zero).clamp(0, top)
     return codes.double(), float(scale32), zero
 
 
@@ -415,9 +416,39 @@ def test_the_integer_product_is_the_dynamic_kernels_arithmetic(kind):
                               rtol=1e-5)
 
 
+@pytest.mark.parametrize("kind", sorted(_INPUTS))
+def test_the_codes_product_is_the_seven_bit_kernels_arithmetic(kind):
+    """What a one-row int8 package on an AVX2 CPU multiplies by (generation/aot.py, "codes"): the input
+    quantised to 7 bits as torch's dynamic kernel quantises it with reduce_range (the eager int8 step's
+    inputs on a CPU without VNNI), less its zero point, by the int8 codes, then scaled. The codes equal
+    the reference's exactly; the eager kernel with reduce_range (on any CPU) gives those codes' products;
+    the codes product itself is within the bfloat16 roundings of the weight-only pattern's output."""
+    from attnlab.linear import products_for_folding
+    from attnlab.quantize import SEVEN_BIT_TOP, code_products, input_codes
+
+    generator = torch.Generator().manual_seed(3)
+    weight, bias = torch.randn(24, 40, generator=generator), torch.randn(24, generator=generator)
+    q = Int8Weight.from_float(weight)
+    x = _INPUTS[kind](generator)
+    codes, scale, zero = _dynamic_codes(x, 127)
+    got, got_zero, got_scale = input_codes(x.reshape(-1, 40), SEVEN_BIT_TOP)
+    assert torch.equal(got.double() + 128 - float(got_zero), codes - zero) and float(got_scale) == scale
+    sums = (codes - zero) @ q.values.double().T  # exact: integers
+    reference = (sums * scale * q.scales[None, :]).reshape(*x.shape[:-1], 24)
+    eager = torch.ops.quantized.linear_dynamic(x.reshape(-1, 40), q.packed, True).reshape(reference.shape)
+    torch.testing.assert_close(eager.double(), reference, atol=1e-6 * float(reference.abs().max()) + 1e-6, rtol=1e-5)
+    bound = 2.0 ** -7 * sums.abs().reshape(reference.shape) * scale * q.scales.abs()  # bf16 roundings
+    for b in (bias, None):
+        with products_for_folding(), code_products():
+            out = q.linear(x, b)
+        expected = reference + (0 if b is None else b.double())
+        assert out.shape == expected.shape and out.dtype == torch.float32
+        assert bool(((out.double() - expected).abs() <= bound + 1e-5 * (1 + expected.abs())).all()), kind
+
+
 def test_the_package_takes_the_integer_product_only_when_asked():
     from attnlab.linear import products_for_folding
-    from attnlab.quantize import integer_products
+    from attnlab.quantize import code_products, integer_products
 
     generator = torch.Generator().manual_seed(4)
     q = Int8Weight.from_float(torch.randn(24, 40, generator=generator))
@@ -426,6 +457,8 @@ def test_the_package_takes_the_integer_product_only_when_asked():
         assert torch.equal(q.folded_product(x, None), q.weight_only_product(x, None))
         with integer_products():
             assert torch.equal(Int8Weight.step_product(x, q, None), q.integer_product(x, None))
+        with code_products():
+            assert torch.equal(Int8Weight.step_product(x, q, None), q.codes_product(x, None))
         assert torch.equal(Int8Weight.step_product(x, q, None), q.weight_only_product(x, None))
     assert torch.equal(q.row_sums, q.values.sum(dim=1, dtype=torch.int32))
     assert q.row_sums is q.step_tensors()[2]

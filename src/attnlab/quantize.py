@@ -23,8 +23,11 @@ Through a package (``compile="aot"``, :mod:`attnlab.generation.aot`, its weights
 the CPU), a one-row step on a CPU whose int8 kernel sums full-range inputs in 32 bits
 multiplies in integers with the eager kernel's own arithmetic (:meth:`Int8Weight.integer_product`:
 the input quantised to 8 bits as ``linear_dynamic`` quantises it, oneDNN's int8 product through
-``torch._int_mm``), so its logits are the eager step's; other steps (several rows, 7-bit CPUs)
-take inductor's weight-only int8 GEMM instead: the product's
+``torch._int_mm``), so its logits are the eager step's; on an AVX2 CPU, whose kernel takes 7-bit
+inputs, a one-row step multiplies the kernel's 7-bit codes in integers (:meth:`Int8Weight.codes_product`,
+in the package build's own integer kernel), its results rounded to bfloat16 as below; other steps
+(several rows, int8 weights beyond a quarter of the last-level cache, other CPUs without VNNI) take
+inductor's weight-only int8 GEMM instead: the product's
 inputs rounded to bfloat16 (8 significant bits, against the dynamic kernel's 8-bit
 per-call quantisation of the whole row), the int8 weight read as it is, the sums in float32,
 the scaled result stored in bfloat16; no per-call set-up of a oneDNN or FBGEMM kernel, which
@@ -201,6 +204,21 @@ def integer_products_on() -> bool:
     return thread_setting_on("int8_integer")
 
 
+SEVEN_BIT_TOP = 127
+"""The top input code of a CPU whose eager int8 kernel takes 7-bit inputs (``reduce_range``: not
+:func:`full_range_inputs`)."""
+
+
+def code_products():
+    """Within this block (exporting a one-row step for a package with its weights folded in, on a
+    CPU whose eager kernel takes 7-bit inputs), an int8 product is :meth:`Int8Weight.codes_product`."""
+    return thread_setting("int8_codes")
+
+
+def code_products_on() -> bool:
+    return thread_setting_on("int8_codes")
+
+
 def _sums_exact(rows: int, width: int) -> bool:
     weight = Int8Weight(torch.full((16, width), 127, dtype=torch.int8), torch.ones(16, dtype=torch.float64))
     x = torch.full((rows, width), 255.0)
@@ -225,25 +243,26 @@ def _kernels_available() -> bool:
         and bool(torch.backends.quantized.supported_engines)
 
 
-def input_codes(rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``rows`` (float32) quantised together to 8 bits as the eager int8 kernel quantises its
-    inputs (full range): ``(codes, zero, scale)`` with ``rows ≈ (codes + 128 - zero) · scale``;
-    ``codes`` float32 in [-128, 127] (shifted to signed by 128), ``zero`` a float64 scalar tensor
-    in [0, 255], ``scale`` a float32 scalar tensor. One scale and zero point for all rows, chosen as
-    torch's ``ChooseQuantizationParams`` chooses them (a scale below :data:`SMALL_SCALE` raised to
-    it, the range widened alike). Traceable: an exported step computes it in its own loops."""
+def input_codes(rows: Tensor, top: int = 255) -> tuple[Tensor, Tensor, Tensor]:
+    """``rows`` (float32) quantised together to 8 bits (``top`` 255, full range) or 7 (``top``
+    :data:`SEVEN_BIT_TOP`, ``reduce_range``) as the eager int8 kernel quantises its inputs:
+    ``(codes, zero, scale)`` with ``rows ≈ (codes + 128 - zero) · scale``; ``codes`` float32 in
+    [-128, top - 128] (shifted to signed by 128), ``zero`` a float64 scalar tensor in [0, top],
+    ``scale`` a float32 scalar tensor. One scale and zero point for all rows, chosen as torch's
+    ``ChooseQuantizationParams`` chooses them (a scale below :data:`SMALL_SCALE` raised to it, the
+    range widened alike). Traceable: an exported step computes it in its own loops."""
     low = rows.amin().clamp(max=0.0)
     high = rows.amax().clamp(min=0.0)
-    exact = (high.to(torch.float64) - low.to(torch.float64)) / 255.0
+    exact = (high.to(torch.float64) - low.to(torch.float64)) / float(top)
     single = exact.to(torch.float32)
     scale = torch.where((single == 0) | torch.isinf(1.0 / single), 0.1, exact)
     small = scale < SMALL_SCALE
-    widened = torch.where(high == 0, -SMALL_SCALE * 255.0, low * (SMALL_SCALE / scale.to(torch.float32)))
+    widened = torch.where(high == 0, -SMALL_SCALE * float(top), low * (SMALL_SCALE / scale.to(torch.float32)))
     low = torch.where(small, widened, low)
     scale = torch.where(small, SMALL_SCALE, scale)
-    zero = torch.round(-low.to(torch.float64) / scale).clamp(0, 255)
+    zero = torch.round(-low.to(torch.float64) / scale).clamp(0, top)
     scale = scale.to(torch.float32)
-    codes = (torch.round(rows * (1.0 / scale)) + zero.to(torch.float32)).clamp(0, 255) - 128
+    codes = (torch.round(rows * (1.0 / scale)) + zero.to(torch.float32)).clamp(0, top) - 128
     return codes, zero, scale
 
 
@@ -347,6 +366,8 @@ class Int8Weight:
         :func:`integer_products`, else :meth:`weight_only_product`."""
         if integer_products_on():
             return self.integer_product(x, bias)
+        if code_products_on():
+            return self.codes_product(x, bias)
         return self.weight_only_product(x, bias)
 
     def integer_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
@@ -364,6 +385,24 @@ class Int8Weight:
         codes, zero, scale = input_codes(rows)
         out = code_product(codes, zero, scale, self.values, self.scales_bf16, self.row_sums)
         out = out.view(x.shape[:-1] + out.shape[-1:])
+        return out if bias is None else out + bias
+
+    def codes_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
+        """``x @ W.T + bias`` from the codes the eager kernel takes on a CPU whose kernel takes 7-bit
+        inputs (``linear_dynamic`` with ``reduce_range``): the inputs quantised together to 7 bits as
+        there (:func:`input_codes` with :data:`SEVEN_BIT_TOP`), less the zero point (integers in
+        [-127, 127], exact in bfloat16), multiplied by the int8 codes in the pattern of the weight-only
+        product (:meth:`weight_only_product`), whose sums of such integers are exact, then scaled. In a
+        one-row package on an AVX2 CPU the product is the build's own integer kernel
+        (generation/aot.py, ``_PAIRS``: pairs of codes by pairs of weights in 32-bit sums,
+        ``vpmaddwd``). The scaled sums are rounded to bfloat16 as the weight-only product's are (where
+        inductor does not keep them in float32), so the result is within that rounding of the eager
+        kernel's, not equal to it (docs/benchmarks.md)."""
+        rows = x.reshape(-1, x.shape[-1])
+        codes, zero, scale = input_codes(rows, SEVEN_BIT_TOP)
+        signed = (codes + (128.0 - zero.to(torch.float32))).view(x.shape if x.dim() >= 3 else (1, *x.shape))
+        sums = F.linear(signed.to(torch.bfloat16), self.values.to(torch.bfloat16)) * self.scales_bf16
+        out = sums.view(x.shape[:-1] + sums.shape[-1:]).to(x.dtype) * scale
         return out if bias is None else out + bias
 
     def weight_only_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
@@ -458,5 +497,5 @@ def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
 
 
 __all__ = ["Int8Weight", "QUANTIZE_MODES", "QuantizedLinear", "check_quantize_mode", "fast_bf16_cpu",
-           "full_range_inputs", "int8_dot_products", "integer_products", "integer_sums_exact", "integer_sums_pay",
-           "quantize_model"]
+           "full_range_inputs", "code_products", "int8_dot_products", "integer_products", "integer_sums_exact",
+           "integer_sums_pay", "quantize_model"]

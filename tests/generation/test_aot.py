@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -549,10 +550,51 @@ def test_an_int8_one_row_package_multiplies_in_integers_as_the_eager_step(tmp_pa
                 generate(quantized, [[3, 4, 5]], max_new_tokens=20, greedy=True)
 
 
+@needs_compiler
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the integer pairs kernel is AVX2 code")
+def test_an_int8_one_row_package_in_seven_bit_codes_multiplies_in_its_own_integer_kernel(tmp_path, monkeypatch):
+    """A one-row int8 step whose products are 7-bit codes by int8 weights (aot._int8_products: "codes",
+    an AVX2 CPU's rule), built with AVX2 code on any x86 CPU: every product is the build's integer pairs
+    kernel (aot._PAIRS; columns in blocks of 64 and a tail, depths of 64 and 72), and teacher-forced its
+    logits are the eager step's with the same products (Int8Weight.codes_product run eagerly) within the
+    bfloat16 roundings of the products' results; a wrong column, pair or zero point is far off."""
+    from attnlab.linear import products_for_folding
+    from attnlab.quantize import code_products
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # the build's inductor writes AVX2 code
+    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "codes")
+    torch.manual_seed(0)
+    quantized = attnlab.create_model("lm_tiny", vocab_size=23, d_model=64, num_heads=2, d_ff=72, num_layers=1,
+                                     max_positions=40).eval().quantize("int8")
+    ids = torch.randint(1, 23, (1, 30), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback: the package must build
+        fixed_cache, eager_cache = quantized.new_cache(1, 30, fixed_shape=True), quantized.new_cache(1, 30)
+        quantized.prefill(ids[:, :4], fixed_cache)
+        quantized.prefill(ids[:, :4], eager_cache)
+        step = aot.aot_step(quantized, "causal", fixed_cache, quiet=True)
+        worst = 0.0
+        for t in range(4, 30):
+            got = step(ids[:, t], fixed_cache)
+            with products_for_folding(), code_products():
+                expected = quantized.step(ids[:, t], eager_cache)
+            worst = max(worst, float((got - expected).abs().max() / expected.abs().max()))
+    assert worst < 0.03, worst
+    (package,) = (tmp_path / "aot").glob("*.pt2")
+    code = _package_code(package)
+    assert code.count("_micro_gemm_pairs<accum>(") == 5  # every product: qkv, out, two feed-forward, head
+    assert "micro_gemm_kernel<" not in code  # (the head's 23 columns: the kernel's tail, in the same calls)
+    structure = json.loads(package.with_suffix(".json").read_text())["structure"]
+    assert structure["int8_products"] == "codes" and structure["pairs_kernel"]
+
+
 def test_int8_products_in_integers_for_one_row_within_a_quarter_of_the_cache(monkeypatch):
     """How an int8 package multiplies (aot._int8_products): in integers for a one-row step
     whose int8 weights take at most a quarter of the last-level cache, on a CPU whose eager
-    kernel takes full-range inputs; weight-only otherwise; a float model has no int8 products."""
+    kernel takes full-range inputs; in 7-bit codes by the build's own kernel for the same step on
+    an AVX2 CPU whose kernel takes 7-bit inputs; weight-only otherwise; a float model has no int8
+    products."""
     model = lm().quantize("int8")
     size = sum(m.weight.values.numel() for m in model.modules() if hasattr(m, "weight_row_sums"))
     monkeypatch.setattr(aot, "full_range_inputs", lambda: True)
@@ -572,6 +614,14 @@ def test_int8_products_in_integers_for_one_row_within_a_quarter_of_the_cache(mon
     assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "weight-only"
     monkeypatch.setattr(aot, "integer_sums_pay", lambda: True)
     monkeypatch.setattr(aot, "full_range_inputs", lambda: False)  # 7-bit inputs: integers would differ from eager
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "weight-only"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # 7-bit codes, own kernel
+    assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "codes"
+    assert aot._int8_products(model, aot.Layout("image", batch=1, capacity=16)) == "codes"
+    assert aot._int8_products(model, aot.Layout("causal", batch=2)) == "weight-only"
+    assert aot._int8_products(model, aot.Layout("search", batch=None, beam=4)) == "weight-only"
+    monkeypatch.setattr(aot, "last_level_cache_bytes", lambda: 4 * size - 1)  # beyond a quarter: memory-bound
     assert aot._int8_products(model, aot.Layout("causal", batch=1)) == "weight-only"
     assert aot._int8_products(lm(), aot.Layout("causal", batch=1)) is None
 
@@ -1039,25 +1089,22 @@ def test_an_int8_package_is_tuned_among_cpp_templates_only_and_never_retried_wit
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     calls = []
 
-    def compile_package(exported, package, configs):
-        calls.append(configs["max_autotune_gemm_backends"])
+    def compile_package(exported, package, configs, pairs=False):
+        calls.append(configs["max_autotune_gemm_backends"] + (" with the pairs kernel" if pairs else ""))
         raise RuntimeError("test: no template takes it")
 
     monkeypatch.setattr(aot, "_compile_package", compile_package)
-    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "weight-only")
-    model = lm().quantize("int8")
-    cache = model.new_cache(1, 8, fixed_shape=True)
-    with pytest.warns(RuntimeWarning, match="AOTInductor failed.*no template takes it\\); decoding eagerly"):
-        assert aot.use_aot(model, "causal", cache, quiet=True) is None
-    assert calls == ["CPP"]
-    calls.clear()
-    # in integers: torch._int_mm is ATen's alone (no weight-only product to time), and never retried
-    monkeypatch.setattr(aot, "_int8_products", lambda model, layout: "integer")
-    model = lm().quantize("int8")
-    with pytest.warns(RuntimeWarning, match="AOTInductor failed.*no template takes it\\); decoding eagerly"):
-        assert aot.use_aot(model, "causal", model.new_cache(1, 8, fixed_shape=True), quiet=True) is None
-    assert calls == ["CPP,ATEN"]
-    calls.clear()
+    # weight-only: the templates alone; in 7-bit codes (an AVX2 CPU's one row): the templates alone, with
+    # the build's own integer kernel; in integers: torch._int_mm is ATen's alone (no weight-only product to
+    # time); none retried
+    for products, backends in (("weight-only", "CPP"), ("codes", "CPP with the pairs kernel"),
+                               ("integer", "CPP,ATEN")):
+        monkeypatch.setattr(aot, "_int8_products", lambda model, layout, products=products: products)
+        model = lm().quantize("int8")
+        with pytest.warns(RuntimeWarning, match="AOTInductor failed.*no template takes it\\); decoding eagerly"):
+            assert aot.use_aot(model, "causal", model.new_cache(1, 8, fixed_shape=True), quiet=True) is None
+        assert calls == [backends], products
+        calls.clear()
     with pytest.warns(RuntimeWarning, match="AOTInductor failed"):  # a float model: oneDNN among the choices
         model = lm()
         assert aot.use_aot(model, "causal", model.new_cache(1, 8, fixed_shape=True), quiet=True) is None
@@ -1075,7 +1122,7 @@ def test_a_many_row_search_package_on_avx2_takes_onednns_products_alone(capabili
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     calls = []
 
-    def compile_package(exported, package, configs):
+    def compile_package(exported, package, configs, pairs=False):
         calls.append(configs["max_autotune_gemm_backends"])
         raise RuntimeError("test: recorded")
 

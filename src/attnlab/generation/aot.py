@@ -75,7 +75,11 @@ reading them from outside. Which product (:func:`_int8_products`, part of the pa
 structure): a one-row step on a CPU whose int8 kernel takes full-range inputs multiplies in
 integers as the eager kernel does (:meth:`attnlab.quantize.Int8Weight.integer_product`,
 ``torch._int_mm``, an ATen call: built with :data:`FOLDED_CONFIGS`), so its logits are the eager
-step's; any other step takes the pattern of inductor's weight-only int8 GEMM
+step's; a one-row step on an AVX2 CPU whose kernel takes 7-bit inputs multiplies the eager kernel's
+7-bit codes (:meth:`~attnlab.quantize.Int8Weight.codes_product`) in the build's own integer kernel
+(:data:`_PAIRS`), exact sums whose scaled results are rounded to bfloat16 as the weight-only product's
+(so its logits are within that rounding of the eager step's, not equal); any other step takes the pattern
+of inductor's weight-only int8 GEMM
 (:meth:`~attnlab.quantize.Int8Weight.weight_only_product`: bfloat16 inputs, float32 sums), which
 inductor lowers only for weights it holds, tuned among its C++ templates alone
 (:data:`FEW_ROWS_CONFIGS`; timing ATen's ``_weight_int8pack_mm`` while tuning killed the process
@@ -114,7 +118,8 @@ from attnlab.files import atomic_write_json, fsync_path, read_json_object, remov
 from attnlab.generation import compiled as _compiled
 from attnlab.generation.candidates import CHUNK, beam_and_token, search_candidates
 from attnlab.linear import OPTIMIZER_STEPS, derived_key, own_product, packed_inference, products_for_folding
-from attnlab.quantize import full_range_inputs, integer_products, integer_sums_pay, last_level_cache_bytes
+from attnlab.quantize import (code_products, full_range_inputs, integer_products, integer_sums_pay,
+                              last_level_cache_bytes)
 
 __all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_encode", "aot_step", "cache_directory",
            "dynamic_capacity", "candidates_fused", "encoder_package", "exp_polynomial", "log_softmax_fused",
@@ -396,8 +401,9 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     blockings = {"one_row_blocking": [list(ONE_ROW_BLOCKING), list(ONE_ROW_INT8_BLOCKING)]} \
         if capability == "AVX2" else {}
     products = _many_row_products(layout, folded, int8, capability)
-    return {**({"int8_products": int8} if int8 else {}), **blockings, **({"products": products} if products else {}),
-            "format": FORMAT,
+    pairs = {"pairs_kernel": hashlib.sha256(_PAIRS.encode()).hexdigest()[:16]} if int8 == "codes" else {}
+    return {**({"int8_products": int8} if int8 else {}), **pairs, **blockings,
+            **({"products": products} if products else {}), "format": FORMAT,
             "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": _layout_key(layout), "device": device.type, "dtype": str(dtype),
             "weights": "folded" if folded else "outside",
@@ -613,7 +619,8 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
         # (one row too), which inductor prepacks into its own GEMM kernels.
         with torch.no_grad(), packed_inference(False), warnings.catch_warnings(), \
                 (products_for_folding() if weights is not None else contextlib.nullcontext()), \
-                (integer_products() if int8 == "integer" else contextlib.nullcontext()):
+                (integer_products() if int8 == "integer" else code_products() if int8 == "codes"
+                 else contextlib.nullcontext()):
             warnings.simplefilter("ignore")
             try:
                 exported = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=True)
@@ -636,7 +643,7 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
                     else MANY_ROWS_AVX2_CONFIGS if structure.get("products") == "oneDNN" else FOLDED_CONFIGS
                 chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
                 try:
-                    _compile_package(saved, temporary, {**configs, **chosen})
+                    _compile_package(saved, temporary, {**configs, **chosen}, pairs=int8 == "codes")
                 except Exception:
                     if configs is not FEW_ROWS_CONFIGS or int8:
                         raise
@@ -728,22 +735,137 @@ _UNIQUE_NAMES = (
 """Every constant of a package under a name of its own: inductor names two prepacked weights made by
 one freezing pass "constant45" and "constant45_0" and gives both the original name "constant45", under
 which :func:`_aligned_runner` could read only one of them back."""
-_BUILD = ("import json, sys, torch\n" + _ONE_ROW + _UNIQUE_NAMES +
-          "torch.set_num_threads(int(sys.argv[3]))\n"
+_PAIRS = r'''try:
+    import torch._inductor.select_algorithm, torch._inductor.codegen.cpp_gemm_template
+    from torch._inductor.codegen import cpp_micro_gemm as micro
+    from torch._inductor.codegen.common import KernelTemplate
+    from torch._inductor.cpu_vec_isa import VecAVX2
+
+    class _SevenBitPairs(micro.CppMicroGemm):
+        """One row of integer inputs (bf16, |value| <= 32767; a 7-bit code less its zero point)
+        by int8 weights packed in pairs of rows (VNNI2): each pair of inputs against each pair of
+        weights sign-extended to 16 bits, summed into 32 bits by vpmaddwd, exactly."""
+
+        TEMPLATE_KERNEL = r"""
+template <bool accum>
+inline void {{kernel_name}}_pairs(
+    const {{input_t}}* {{restrict_keyword}} A,
+    const int8_t* {{restrict_keyword}} B,
+    float* {{restrict_keyword}} C,
+    int64_t K,
+    int64_t ldb
+) {
+    // The inputs as pairs of 16-bit integers, once (each: bf16 -> float -> int32, two packed in 32 bits).
+    alignas(32) int32_t pairs[{{block_k}} / 2 + 8];
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(A + k)));
+        const __m256i values = _mm256_cvttps_epi32(_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(values, values), 0x08);
+        _mm_store_si128(reinterpret_cast<__m128i*>(pairs + k / 2), _mm256_castsi256_si128(packed));
+    }
+    for (; k < K; k += 2) {
+        pairs[k / 2] = (static_cast<int32_t>(static_cast<float>(A[k])) & 0xffff)
+            | (static_cast<int32_t>(static_cast<float>(A[k + 1])) * 65536);
+    }
+    // Two passes of 32 columns: 4 sums, 4 weights and the pair stay in registers (8 sums spilled one).
+    for (int half = 0; half < 2; ++half) {
+        __m256i acc[4];
+        for (int c = 0; c < 4; ++c) acc[c] = _mm256_setzero_si256();
+        const int8_t* row = B + half * 64;
+        for (int64_t p = 0; p < K / 2; ++p, row += 2 * ldb) {
+            const __m256i pair = _mm256_set1_epi32(pairs[p]);
+            for (int c = 0; c < 4; ++c) {
+                const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c * 16)));
+                acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(pair, w));
+            }
+        }
+        float* out = C + half * 32;
+        for (int c = 0; c < 4; ++c) {
+            __m256 sums = _mm256_cvtepi32_ps(acc[c]);
+            if constexpr (accum) {
+                sums = _mm256_add_ps(sums, _mm256_loadu_ps(out + c * 8));
+            }
+            _mm256_storeu_ps(out + c * 8, sums);
+        }
+    }
+}
+"""
+
+        TEMPLATE_ENTRY = r"""
+{{declare_kernel}} {
+{%- if pack_vnni_B_locally %}
+    // Weights the template does not block ahead (never a folded package's): B in its own layout.
+    for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+            int64_t sum = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                sum += static_cast<int64_t>(static_cast<float>(A[m * lda + k])) * B[k * ldb + n];
+            }
+            C[m * ldc + n] = accum ? C[m * ldc + n] + static_cast<float>(sum) : static_cast<float>(sum);
+        }
+    }
+{%- else %}
+    // Blocked weights: whole blocks of {{block_n}} columns (the template pads the last), at most {{block_k}} deep.
+    {{kernel.assert_function}}(N % {{block_n}} == 0 && K % 2 == 0 && K <= {{block_k}}, "integer pairs: block");
+    for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; n += {{block_n}}) {
+            {{kernel_name}}_pairs<accum>(A + m * lda, B + n * 2, C + m * ldc + n, K, ldb);
+        }
+    }
+{%- endif %}
+}
+"""
+
+        def codegen_define(self, kernel):
+            options = {"declare_kernel": self.get_kernel_declaration(), "kernel": kernel,
+                       "block_n": self.register_blocking.block_n, "block_k": self.register_blocking.block_k,
+                       **self.get_common_options()}
+            return "".join(KernelTemplate._template_from_string(text).render(options)
+                           for text in (self.TEMPLATE_KERNEL, self.TEMPLATE_ENTRY))
+
+        def get_b_layout(self):
+            return micro.LayoutType.NORMAL if self.pack_vnni_B_locally else micro.LayoutType.VNNI2
+
+    def _one_row_pairs(config, m, n, k, alpha, num_threads, **more):
+        return m == 1 and more.get("dynamic_M") is False and k % 2 == 0 and alpha == 1
+
+    _configs = micro.generate_gemm_config(VecAVX2, [(1, 64, 128)], input_dtype=torch.bfloat16,
+                                          input2_dtype=torch.int8, output_dtype=torch.float,
+                                          compute_dtype=torch.float, extra_check=_one_row_pairs)
+    for _kind, _listed in list(micro.micro_gemm_configs.items()):
+        micro.micro_gemm_configs[_kind] = [c for c in _listed if not (
+            c.vec_isa_cls is VecAVX2 and c.input_dtype == torch.bfloat16 and c.input2_dtype == torch.int8)]
+    micro.micro_gemm_configs[_SevenBitPairs] = _configs
+except Exception as error:
+    print(f"attnlab: no integer pairs kernel here ({type(error).__name__}: {error})", file=sys.stderr)
+'''
+"""An int8 package's products in integers on an AVX2 CPU (int8 products "codes", :func:`_int8_products`):
+the build child registers this micro-kernel for inductor's C++ GEMM template, in place of its own for
+bfloat16 inputs by int8 weights, for a product of one fixed row whose depth is even. The step's inputs
+are then integers (:meth:`attnlab.quantize.Int8Weight.codes_product`: 7-bit codes less their zero point),
+so pairs of them by pairs of weights (the weights packed in pairs of rows, VNNI2) sum exactly into 32 bits
+with ``vpmaddwd``: 16 products an instruction, where the float kernel converts every weight to float
+and makes 8 (docs/benchmarks.md, "int8 in integers on an AVX2 CPU")."""
+_BUILD_HEAD = "import json, sys, torch\n" + _ONE_ROW + _UNIQUE_NAMES
+_BUILD_TAIL = ("torch.set_num_threads(int(sys.argv[3]))\n"
           "configs = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(sys.argv[4]).items()}\n"
           "with torch.no_grad():\n"
           "    torch._inductor.aoti_compile_and_package(torch.export.load(sys.argv[1]), package_path=sys.argv[2], "
           "inductor_configs=configs)\n")
+_BUILD = _BUILD_HEAD + _BUILD_TAIL
 
 
-def _compile_package(exported: Path, package: Path, configs: dict) -> None:
+def _compile_package(exported: Path, package: Path, configs: dict, pairs: bool = False) -> None:
     """AOTInductor's build of the saved exported step (``torch.export.save``) into ``package``,
     in a child process: a crash in torch's own kernels while inductor tunes (a segmentation fault
     in ATen's int8 kernel killed the decoding process before, docs/benchmarks.md) ends that
     process, not the caller's, and ``max_autotune``'s timings go to its captured stderr. It runs
     with this process's thread count, which inductor compiles into the kernels. Raises
-    RuntimeError with the child's last line, or the signal that killed it."""
-    command = [sys.executable, "-c", _BUILD, str(exported), str(package), str(torch.get_num_threads()),
+    RuntimeError with the child's last line, or the signal that killed it. ``pairs``: with the
+    integer micro-kernel :data:`_PAIRS` in place of inductor's for bfloat16 by int8."""
+    code = _BUILD_HEAD + _PAIRS + _BUILD_TAIL if pairs else _BUILD
+    command = [sys.executable, "-c", code, str(exported), str(package), str(torch.get_num_threads()),
                json.dumps(configs)]
     try:
         result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=BUILD_SECONDS)
@@ -1279,8 +1401,15 @@ def _int8_products(model, layout: Layout) -> str | None:
     """How an int8 model's package multiplies: "integer" (the eager step's arithmetic,
     :meth:`attnlab.quantize.Int8Weight.integer_product`) for a one-row step where the eager
     kernel takes full-range inputs, ``torch._int_mm`` sums exactly and fast (``integer_sums_pay``:
-    not without VNNI) and the model's int8 weights fit a quarter of the last-level cache, else
-    "weight-only"; None for a model without int8 weights.
+    not without VNNI) and the model's int8 weights fit a quarter of the last-level cache; "codes"
+    (the eager kernel's 7-bit input codes on a CPU whose kernel takes 7-bit inputs, exact sums, the
+    results rounded to bfloat16: :meth:`~attnlab.quantize.Int8Weight.codes_product`, multiplied by the
+    build's integer kernel,
+    :data:`_PAIRS`) for a one-row step on an AVX2 CPU whose eager kernel takes 7-bit inputs, the
+    weights within the same quarter; else "weight-only"; None for a model without int8 weights.
+    "codes" on an AVX2 EPYC (Zen 3, one thread, interleaved in one process): the small LM's greedy
+    package (4.4 MB of int8 weights) 1.10-1.12x the weight-only one's speed, the medium's (23 MB,
+    beyond the quarter) 0.955x: there both wait on memory and the inputs' quantisation is extra work.
 
     Why (docs/benchmarks.md, "int8 in integers"): oneDNN's one-row int8 product read its weights
     at ~20 µs/MB while they stayed in the cache and ~140 µs/MB beyond it (1 MB weights cycled:
@@ -1299,8 +1428,11 @@ def _int8_products(model, layout: Layout) -> str | None:
         return None
     size = sum(w.values.numel() for w in weights.values())
     fits = size * INTEGER_CACHE_SHARE <= last_level_cache_bytes()
-    integer = layout.batch == 1 and fits and full_range_inputs() and integer_sums_pay()
-    return "integer" if integer else "weight-only"
+    if layout.batch == 1 and fits and full_range_inputs() and integer_sums_pay():
+        return "integer"
+    if layout.batch == 1 and fits and not full_range_inputs() and torch.backends.cpu.get_cpu_capability() == "AVX2":
+        return "codes"
+    return "weight-only"
 
 
 def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, Tensor, list[Tensor]] | None:
