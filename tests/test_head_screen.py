@@ -142,7 +142,8 @@ def test_the_screen_is_renewed_when_the_heads_weight_changes_and_absent_for_smal
 
 def test_no_screen_where_the_integer_product_does_not_pay(monkeypatch):
     """A CPU without int8 dot-product instructions (an AVX2 EPYC: torch._int_mm exact but 5x slower
-    than float32 there) decodes greedily with the whole head, the screen's tokens or not."""
+    than float32 there) decodes greedily with the whole head: no screen, every step sure, the plain
+    step's argmax."""
     model = _decoder_lm()
     monkeypatch.setattr(parts, "integer_sums_pay", lambda: False)
     assert model.greedy_screen() is None

@@ -363,7 +363,8 @@ class Int8Weight:
 
     def folded_product(self, x: Tensor, bias: Tensor | None) -> Tensor:
         """The product an exported step takes: :meth:`integer_product` within
-        :func:`integer_products`, else :meth:`weight_only_product`."""
+        :func:`integer_products`, :meth:`codes_product` within :func:`code_products`, else
+        :meth:`weight_only_product`."""
         if integer_products_on():
             return self.integer_product(x, bias)
         if code_products_on():
