@@ -33,8 +33,8 @@ def add_arguments(parser) -> None:
                              "what their decoding verb uses, 4 for translation, 3 for a captioner)")
     parser.add_argument("--greedy", action="store_true",
                         help="language models and music: the package `generate --greedy` loads (at batch 1 with a "
-                             "head of 1,024 or more tokens it picks the next token itself, its head screened in "
-                             "int8: another package than sampling's)")
+                             "head of 1,024 or more tokens, on a CPU with VNNI or AMX, it picks the next token "
+                             "itself, its head screened in int8: another package than sampling's)")
     add_quantize_argument(parser)
     add_runtime_arguments(parser)
 
