@@ -399,11 +399,9 @@ class Int8Weight:
         ``vpmaddwd``). The scaled sums are rounded to bfloat16 as the weight-only product's are (where
         inductor does not keep them in float32), so the result is within that rounding of the eager
         kernel's, not equal to it (docs/benchmarks.md)."""
-        rows = x.reshape(-1, x.shape[-1])
-        codes, zero, scale = input_codes(rows, SEVEN_BIT_TOP)
-        signed = (codes + (128.0 - zero.to(torch.float32))).view(x.shape if x.dim() >= 3 else (1, *x.shape))
-        sums = F.linear(signed.to(torch.bfloat16), self.values.to(torch.bfloat16)) * self.scales_bf16
-        out = sums.view(x.shape[:-1] + sums.shape[-1:]).to(x.dtype) * scale
+        codes, zero, scale = input_codes(x.reshape(-1, x.shape[-1]), SEVEN_BIT_TOP)
+        signed = (codes + (128.0 - zero.to(torch.float32))).view(x.shape)
+        out = self.weight_only_product(signed, None) * scale
         return out if bias is None else out + bias
 
     def weight_only_product(self, x: Tensor, bias: Tensor | None) -> Tensor:

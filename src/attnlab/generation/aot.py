@@ -401,7 +401,7 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     blockings = {"one_row_blocking": [list(ONE_ROW_BLOCKING), list(ONE_ROW_INT8_BLOCKING)]} \
         if capability == "AVX2" else {}
     products = _many_row_products(layout, folded, int8, capability)
-    pairs = {"pairs_kernel": hashlib.sha256(_PAIRS.encode()).hexdigest()[:16]} if int8 == "codes" else {}
+    pairs = {"pairs_kernel": _PAIRS_KEY} if int8 == "codes" else {}
     return {**({"int8_products": int8} if int8 else {}), **pairs, **blockings,
             **({"products": products} if products else {}), "format": FORMAT,
             "model": f"{type(model).__module__}.{type(model).__qualname__}",
@@ -619,8 +619,7 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
         # (one row too), which inductor prepacks into its own GEMM kernels.
         with torch.no_grad(), packed_inference(False), warnings.catch_warnings(), \
                 (products_for_folding() if weights is not None else contextlib.nullcontext()), \
-                (integer_products() if int8 == "integer" else code_products() if int8 == "codes"
-                 else contextlib.nullcontext()):
+                {"integer": integer_products, "codes": code_products}.get(int8, contextlib.nullcontext)():
             warnings.simplefilter("ignore")
             try:
                 exported = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=True)
@@ -847,6 +846,7 @@ are then integers (:meth:`attnlab.quantize.Int8Weight.codes_product`: 7-bit code
 so pairs of them by pairs of weights (the weights packed in pairs of rows, VNNI2) sum exactly into 32 bits
 with ``vpmaddwd``: 16 products an instruction, where the float kernel converts every weight to float
 and makes 8 (docs/benchmarks.md, "int8 in integers on an AVX2 CPU")."""
+_PAIRS_KEY = hashlib.sha256(_PAIRS.encode()).hexdigest()[:16]  # in a "codes" package's structure
 _BUILD_HEAD = "import json, sys, torch\n" + _ONE_ROW + _UNIQUE_NAMES
 _BUILD_TAIL = ("torch.set_num_threads(int(sys.argv[3]))\n"
           "configs = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(sys.argv[4]).items()}\n"
@@ -1428,11 +1428,11 @@ def _int8_products(model, layout: Layout) -> str | None:
         return None
     size = sum(w.values.numel() for w in weights.values())
     fits = size * INTEGER_CACHE_SHARE <= last_level_cache_bytes()
-    if layout.batch == 1 and fits and full_range_inputs() and integer_sums_pay():
-        return "integer"
-    if layout.batch == 1 and fits and not full_range_inputs() and torch.backends.cpu.get_cpu_capability() == "AVX2":
-        return "codes"
-    return "weight-only"
+    if layout.batch != 1 or not fits:
+        return "weight-only"
+    if full_range_inputs():
+        return "integer" if integer_sums_pay() else "weight-only"
+    return "codes" if torch.backends.cpu.get_cpu_capability() == "AVX2" else "weight-only"
 
 
 def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, Tensor, list[Tensor]] | None:
