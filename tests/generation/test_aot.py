@@ -24,6 +24,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import attnlab
 from attnlab.attention import StaticKVCache
@@ -211,17 +212,14 @@ def test_a_folded_packages_look_up_is_kept_while_nothing_it_depends_on_changes(c
 def test_a_folded_packages_weights_are_re_homed_on_cache_lines_and_give_the_loaders_logits(cache_dir):
     """AOTInductor copies a folded package's weights into one malloc'd block, each 16 bytes past a
     cache line; the package is loaded by a runner of its own whose weights are copies on 64-byte
-    boundaries (aot._aligned_runner), and it computes what the package loader's copy does. (Where
-    inductor's tuning gave a product to oneDNN, whose prepacked weights are opaque, the loader runs it.)"""
+    boundaries (aot._aligned_runner; oneDNN's prepacked weights, opaque, copied by oneDNN), and it
+    computes what the package loader's copy does."""
     _, package = cache_dir
     cache, step = _loaded_step(lm())
-    if step._aligned:
-        assert type(step._loader).__name__ == "AOTIModelContainerRunnerCpu" and len(step._aligned) > 10
-        assert all(t.data_ptr() % aot.ALIGNMENT == 0 for t in step._aligned.values() if t.numel())
-        names = step._loader.get_constant_names_to_original_fqns()
-        assert len(set(names.values())) == len(names)  # every constant under a name of its own (_UNIQUE_NAMES)
-    else:
-        assert "mkldnn" in _package_code(package, "wrapper.cpp")  # oneDNN's products: the loader's
+    assert type(step._loader).__name__ == "AOTIModelContainerRunnerCpu" and len(step._aligned) > 10
+    assert all(_data_ptr(t) % aot.ALIGNMENT == 0 for t in step._aligned.values() if t.numel())
+    names = step._loader.get_constant_names_to_original_fqns()
+    assert len(set(names.values())) == len(names)  # every constant under a name of its own (_UNIQUE_NAMES)
     loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", False, 1, -1)
     inputs = [torch.tensor([6]), *cache.step_tensors()]  # each run writes its own copy of the cache
     with torch.inference_mode():
@@ -229,11 +227,18 @@ def test_a_folded_packages_weights_are_re_homed_on_cache_lines_and_give_the_load
     torch.testing.assert_close(ours, theirs, **TOLERANCE)
 
 
+def _data_ptr(t: torch.Tensor) -> int:
+    return torch.ops.mkldnn.data_ptr(t) if t.layout == torch._mkldnn else t.data_ptr()
+
+
 @needs_compiler
-def test_a_package_of_inductors_own_products_is_re_homed_every_weight_on_a_cache_line(tmp_path):
+@pytest.mark.parametrize("products", ["templates", "oneDNN"])
+def test_a_folded_packages_every_weight_is_re_homed_on_a_cache_line(tmp_path, products):
     """Built with inductor's C++ templates alone (FEW_ROWS_CONFIGS, as a beam search of a few rows is):
     two products whose prepacked weights inductor would name alike, each under its own name, re-homed
-    in one block, 64-byte aligned, and the runner's results are the module's."""
+    in one block. Built with oneDNN's products (MANY_ROWS_AVX2_CONFIGS, a many-row search's on AVX2):
+    their weights in oneDNN's own layout (opaque), each copied by oneDNN. Every weight on 64 bytes,
+    and the runner's results are the module's."""
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(32, 96), torch.nn.SiLU(), torch.nn.Linear(96, 48)).eval()
     x = torch.randn(4, 32)
@@ -241,11 +246,14 @@ def test_a_package_of_inductors_own_products_is_re_homed_every_weight_on_a_cache
         exported = torch.export.export(module, (x,), dynamic_shapes=({0: torch.export.Dim("rows", min=2, max=64)},),
                                        strict=True)
     torch.export.save(exported, tmp_path / "step.pt2")
-    aot._compile_package(tmp_path / "step.pt2", tmp_path / "package.pt2", aot.FEW_ROWS_CONFIGS)
+    configs = aot.FEW_ROWS_CONFIGS if products == "templates" else aot.MANY_ROWS_AVX2_CONFIGS
+    aot._compile_package(tmp_path / "step.pt2", tmp_path / "package.pt2", configs)
     runner, copies = aot._aligned_runner(tmp_path / "package.pt2")
     names = runner.get_constant_names_to_original_fqns()
     assert set(copies) == set(names) and len(set(names.values())) == len(names)
-    assert all(t.data_ptr() % aot.ALIGNMENT == 0 for t in copies.values() if t.numel())
+    packed = [t for t in copies.values() if t.layout == torch._mkldnn]
+    assert len(packed) == (2 if products == "oneDNN" else 0)
+    assert all(_data_ptr(t) % aot.ALIGNMENT == 0 for t in copies.values() if t.numel())
     with torch.no_grad():
         for rows in (4, 7):
             torch.testing.assert_close(runner.run([x[:1].expand(rows, -1).contiguous()])[0],
@@ -280,34 +288,6 @@ def test_a_package_whose_weights_cannot_be_re_homed_is_run_by_the_package_loader
     _, step = _loaded_step(model)
     assert type(step._loader).__name__ == "AOTIModelPackageLoader" and step._aligned == {}
     _teacher_forced(model, None, torch.randint(1, 23, (1, 20)), prompt=3)
-
-
-def test_a_package_with_weights_in_onednns_layout_is_not_opened_by_a_runner_of_its_own(cache_dir, tmp_path,
-                                                                                        monkeypatch):
-    """A package whose source names a constant in oneDNN's layout (a many-row search's, an encoder's) is
-    left to the package loader before its library is opened for re-homing: opened by both, its weights
-    sat in memory twice (transformer_base's encoder package: RSS +446 against +299 MiB)."""
-    import zipfile
-
-    _, package = cache_dir
-    marked = tmp_path / package.name
-    with zipfile.ZipFile(package) as source, zipfile.ZipFile(marked, "w") as target:
-        for info in source.infolist():
-            data = source.read(info)
-            if info.filename.endswith(".wrapper.cpp"):
-                data += b"\n// constants_info_[0].layout = static_cast<int32_t>(cached_torch_layout__mkldnn);\n"
-            target.writestr(info, data)
-    with zipfile.ZipFile(package) as source:  # an AVX2 CPU's one-row package holds oneDNN's layout itself
-        packed = any(aot._PACKED_LAYOUT in source.read(name) for name in source.namelist()
-                     if name.endswith(".wrapper.cpp"))  # (products the one-row blockings do not divide)
-    opened = []
-    real = torch._C._aoti.AOTIModelContainerRunnerCpu
-    monkeypatch.setattr(torch._C._aoti, "AOTIModelContainerRunnerCpu", lambda *args: opened.append(args) or real(*args))
-    assert aot._aligned_runner(marked) is None and opened == []
-    if packed:
-        assert aot._aligned_runner(package) is None and opened == []
-    else:
-        assert aot._aligned_runner(package) is not None and len(opened) == 1
 
 
 def test_an_unknown_weights_setting_is_named_and_decoding_runs_eagerly(tmp_path, monkeypatch):
@@ -1116,19 +1096,22 @@ def test_an_int8_package_is_tuned_among_cpp_templates_only_and_never_retried_wit
 def test_a_many_row_search_package_on_avx2_takes_onednns_products_alone(capability, tmp_path, monkeypatch):
     """On an AVX2 CPU a float search package of any number of rows is built with oneDNN's products
     alone (MANY_ROWS_AVX2_CONFIGS: inductor's tuning took a template that ran slower in the step); its
-    structure says so, so packages built before are rebuilt. Other CPUs, and the few-row and int8
-    packages, are built as before."""
+    structure says so, so packages built before are rebuilt; its step is exported with its SiLU apart
+    from the product before it (ACTIVATIONS_APART: oneDNN's AVX2 epilogue is slow). Other CPUs, and
+    the few-row and int8 packages, are built as before."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    calls = []
+    calls, activations = [], []
 
     def compile_package(exported, package, configs, pairs=False):
         calls.append(configs["max_autotune_gemm_backends"])
+        targets = {node.target for node in torch.export.load(exported).graph.nodes}
+        activations.append(torch.ops.aten.silu.default in targets)
         raise RuntimeError("test: recorded")
 
     monkeypatch.setattr(aot, "_compile_package", compile_package)
     torch.manual_seed(0)
-    model = attnlab.create_model("transformer_tiny").eval()
+    model = attnlab.create_model("transformer_tiny", activation="silu").eval()
     avx2 = capability == "AVX2"
     # (the few-row package's build retries with oneDNN among the choices when the templates fail)
     for sources, backends, products in ((8, ["ATEN" if avx2 else "CPP,ATEN"], "oneDNN" if avx2 else None),
@@ -1138,15 +1121,38 @@ def test_a_many_row_search_package_on_avx2_takes_onednns_products_alone(capabili
         layout = aot._layout_of(model, "search", cache.positions.shape[0], 4, cache)
         structure = aot._structure(model, layout, torch.device("cpu"), torch.float32, aot._step_tensors(model), True)
         assert structure.get("products") == products
+        assert structure.get("activations") == ("apart" if products else None)
         with pytest.raises(aot.AotUnavailable, match="AOTInductor failed.*recorded"):
             aot.aot_step(model, "search", cache, beam=4, quiet=True)
-        assert calls == backends
-        calls.clear()
+        assert calls == backends and activations == [not products] * len(backends)
+        calls.clear(), activations.clear()
     assert aot.MANY_ROWS_AVX2_CONFIGS == {**aot.FOLDED_CONFIGS, "max_autotune_gemm_backends": "ATEN"}
     layout = aot.Layout("search", beam=4)  # an int8 model's many-row package: the templates, as before
     assert aot._many_row_products(layout, True, "weight-only", "AVX2") is None
     assert aot._many_row_products(layout, False, None, "AVX2") is None  # weights outside: no products to choose
     assert aot._many_row_products(layout, True, None, "AVX2") == "oneDNN"
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+def test_activations_apart_compute_the_activation(activation):
+    """ACTIVATIONS_APART (a package of oneDNN's products): the step's activation written apart from
+    its product, within float32 rounding of the eager ATen kernel and of a float64 reference; no
+    silu or gelu left in the graph."""
+    from attnlab.layers.feedforward import ACTIVATIONS, FeedForward
+
+    torch.manual_seed(0)
+    module = FeedForward(16, 40, activation=activation).eval()
+    x = torch.randn(64, 16) * 3
+    with torch.no_grad():
+        exported = torch.export.export(module, (x,), strict=True).run_decompositions(aot.ACTIVATIONS_APART)
+        targets = {node.target for node in exported.graph.nodes}
+        assert not targets & {torch.ops.aten.silu.default, torch.ops.aten.gelu.default}
+        apart = exported.module()(x)
+        torch.testing.assert_close(apart, module(x), **TOLERANCE)
+        hidden = module.linear1(x).double()
+        reference = F.linear(ACTIVATIONS[activation](hidden), module.linear2.weight.double(),
+                             module.linear2.bias.double())
+        torch.testing.assert_close(apart.double(), reference, **TOLERANCE)
 
 
 @needs_compiler

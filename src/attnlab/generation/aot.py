@@ -150,7 +150,24 @@ MANY_ROWS_AVX2_CONFIGS = {**FOLDED_CONFIGS, "max_autotune_gemm_backends": "ATEN"
 none in a C++ template. Tuning among both, inductor took its template for the feed-forward's first
 product (with its activation fused) at 128 rows, which ran slower in the step than oneDNN's: on an AVX2
 EPYC (Zen 3), one thread, multi30k shape, 32 sources, the step 34.5 -> 32.5 ms, a whole beam search 6.6 %
-faster (docs/benchmarks.md). Not measured on an AVX-512 CPU, where FOLDED_CONFIGS stays."""
+faster (docs/benchmarks.md). Not measured on an AVX-512 CPU, where FOLDED_CONFIGS stays. Its step is exported
+with its activations apart (:data:`ACTIVATIONS_APART`)."""
+
+
+def _gelu_apart(x: Tensor, approximate: str = "none") -> Tensor:
+    if approximate == "tanh":
+        return x * (0.5 * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x)))))
+    return x * (0.5 * (1.0 + torch.erf(x * 0.7071067811865476)))
+
+
+ACTIVATIONS_APART = {torch.ops.aten.silu.default: lambda x: x * torch.sigmoid(x),
+                     torch.ops.aten.gelu.default: _gelu_apart}
+"""The decompositions a package of oneDNN's products (:data:`MANY_ROWS_AVX2_CONFIGS`) is exported with: SiLU
+and GELU written so that inductor does not fuse them into the product before them (its patterns match
+``x / (exp(-x) + 1)`` and ``x * 0.5 * (1 + erf(...))`` right after a product) and computes them in a loop of
+its own. Fused, oneDNN applies them in its AVX2 product's epilogue, slower than the product itself: on a Zen 3
+EPYC, one thread, 128 rows, 256 -> 1,024 with SiLU fused 1,481 us against 911 + 182 apart; 512 -> 2,048 with
+GELU 6,011 against 4,023 (docs/benchmarks.md). Within float rounding of the eager step's ATen kernels."""
 FEW_ROWS = 16
 WEIGHTS_SETTING = "ATTNLAB_AOT_WEIGHTS"  # "outside": never fold the weights into a package
 MANIFEST_BYTES = 1 << 16
@@ -403,7 +420,7 @@ def _structure(model, layout: Layout, device: torch.device, dtype: torch.dtype,
     products = _many_row_products(layout, folded, int8, capability)
     pairs = {"pairs_kernel": _PAIRS_KEY} if int8 == "codes" else {}
     return {**({"int8_products": int8} if int8 else {}), **pairs, **blockings,
-            **({"products": products} if products else {}), "format": FORMAT,
+            **({"products": products, "activations": "apart"} if products else {}), "format": FORMAT,
             "model": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config, "layout": _layout_key(layout), "device": device.type, "dtype": str(dtype),
             "weights": "folded" if folded else "outside",
@@ -629,6 +646,12 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
             if constants:  # a tensor the package would not read from the model: could go stale
                 raise AotUnavailable(f"the step reads tensors that are not the model's parameters or buffers "
                                      f"({', '.join(sorted(constants.values())[:3])})")
+            if structure.get("activations") == "apart":
+                try:
+                    exported = exported.run_decompositions(ACTIVATIONS_APART)
+                except Exception as error:
+                    raise AotUnavailable(f"torch.export failed to write the activations apart ({type(error).__name__}: "
+                                         f"{_first_line(error)})") from error
             _check_room(paths.directory, exported, folded=weights is not None)
             try:
                 saved = workspace / "exported-step.pt2"
@@ -1107,7 +1130,6 @@ class AotStep:
 
 ALIGNMENT = 64
 """Bytes a re-homed weight starts on: a cache line, one AVX-512 vector."""
-_PACKED_LAYOUT = b"cached_torch_layout__mkldnn"  # in a package's wrapper.cpp: a constant in oneDNN's own layout
 
 
 def _aligned_runner(path: Path):
@@ -1124,20 +1146,15 @@ def _aligned_runner(path: Path):
     own block is freed, so the weights sit in memory once. Measured on a Zen 5 EPYC, one thread: the
     8,001 x 256 head of the multi30k beam-search package (4 rows) 165 -> 106 us a call with the same
     generated kernel; a batch-1 beam search 0.80 of the time, medium greedy 0.91, small greedy 1.01
-    (docs/benchmarks.md)."""
+    (docs/benchmarks.md). Weights in oneDNN's own layout (opaque) are each copied by oneDNN instead; on a
+    Zen 3 EPYC a 32-source transformer_base search took 0.81 of the time."""
     import tempfile
     import zipfile
 
     try:
         with zipfile.ZipFile(path) as archive:
             libraries = [name for name in archive.namelist() if name.endswith(".wrapper.so")]
-            sources = [name for name in archive.namelist() if name.endswith(".wrapper.cpp")]
             if len(libraries) != 1:
-                return None
-            if len(sources) == 1 and _PACKED_LAYOUT in archive.read(sources[0]):
-                # oneDNN's prepacked weights (see below), told by the package's own source before its
-                # library is opened: opened here and again by the loader, its weights sat in memory twice
-                # (transformer_base's encoder package, 150 MB: RSS +446 MiB, +~300 without this)
                 return None
             workspace = tempfile.mkdtemp(prefix="attnlab-aot-")
             try:
@@ -1149,13 +1166,14 @@ def _aligned_runner(path: Path):
         values = runner.extract_constants_map(False)
         if len(set(names.values())) != len(names) or set(values) != set(names.values()):
             return None  # two constants under one name (a package built before _UNIQUE_NAMES)
-        if any(t.layout != torch.strided for t in values.values()):
-            # oneDNN's prepacked weights (a many-row package): re-homed, a 32-source multi30k search
-            # took 0.991 of the time (7 interleaved rounds, Zen 5), within noise; left where they are
-            return None
-        copies = _aligned_copies({name: values[original] for name, original in names.items()})
+        packed = {name for name, original in names.items() if values[original].layout != torch.strided}
+        copies = _aligned_copies({name: values[original] for name, original in names.items() if name not in packed})
         if copies is None:
             return None
+        # oneDNN's prepacked weights (opaque: a many-row package's, an encoder's) are copied by oneDNN, into
+        # torch's allocator (64-byte aligned). Left 16 bytes past a cache line, transformer_base's 32-source
+        # search spent 9.3 s of a search in its products against 6.7 s re-homed (Zen 3, ONEDNN_VERBOSE)
+        copies.update({name: values[names[name]].clone() for name in packed})
         runner.update_constant_buffer(copies, True, True, True)  # the inactive buffer, user-managed
         runner.swap_constant_buffer()
         runner.free_inactive_constant_buffer()  # the runner's own copy
