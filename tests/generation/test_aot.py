@@ -973,7 +973,8 @@ def test_without_a_compiler_a_long_beam_search_grows_its_cache_and_gives_the_eag
     options = dict(beam_size=3, nbest=2, max_len_a=0, max_len_b=2 * search.CAPACITY_STEP + 5)
     with pytest.warns(RuntimeWarning, match="decoding eagerly"):
         compiled = beam_search(model, src, compile="aot", **options)
-    assert sizes[:3] == [16, 32, 38]  # made for 38 positions, then grown as the hypotheses were
+    step = search.CAPACITY_STEP  # made for 2 x step + 6 positions, then grown as the hypotheses were
+    assert sizes[:3] == [step, 2 * step, 2 * step + 6]
     eager = beam_search(model, src, **options)
     assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
     assert max(len(h.tokens) for x in eager for h in x) > 2 * search.CAPACITY_STEP
