@@ -209,6 +209,11 @@ def test_a_folded_packages_look_up_is_kept_while_nothing_it_depends_on_changes(c
     assert len(calls) == 2
 
 
+def _data_ptr(t: torch.Tensor) -> int:
+    """Where a weight's numbers start: oneDNN's opaque tensors have no ``data_ptr()`` of their own."""
+    return torch.ops.mkldnn.data_ptr(t) if t.layout == torch._mkldnn else t.data_ptr()
+
+
 def test_a_folded_packages_weights_are_re_homed_on_cache_lines_and_give_the_loaders_logits(cache_dir):
     """AOTInductor copies a folded package's weights into one malloc'd block, each 16 bytes past a
     cache line; the package is loaded by a runner of its own whose weights are copies on 64-byte
@@ -225,10 +230,6 @@ def test_a_folded_packages_weights_are_re_homed_on_cache_lines_and_give_the_load
     with torch.inference_mode():
         ours, theirs = step._run([t.clone() for t in inputs]), loader.run([t.clone() for t in inputs])
     torch.testing.assert_close(ours, theirs, **TOLERANCE)
-
-
-def _data_ptr(t: torch.Tensor) -> int:
-    return torch.ops.mkldnn.data_ptr(t) if t.layout == torch._mkldnn else t.data_ptr()
 
 
 @needs_compiler
