@@ -235,6 +235,22 @@ def test_static_cache_resize_keeps_what_is_written_and_refuses_to_cut_it():
         cache.resize(2)
 
 
+def test_an_empty_fixed_shape_cache_turns_to_attending_its_filled_prefix():
+    from attnlab.attention import StaticKVCache
+
+    cache = StaticKVCache(2, 3, 2, 16, 5, fixed_shape=True)
+    cache.resize(4)  # as a search makes it for a package, then grows it
+    cache.attend_prefix(16)
+    assert not cache.fixed_shape and cache.capacity == 16 and all(kv.shape == (2, 3, 2, 16, 5) for kv in cache.kv)
+    written = torch.randn(2, 3, 2, 2, 5)
+    keys, values, _, first, mask = cache[0].self_attn.update(written)
+    assert keys.shape == (3, 2, 2, 5) and first == 0 and mask is None  # the written positions, not the buffer
+    assert torch.equal(torch.stack([keys, values]), written) and not cache.kv[0][:, :, :, 2:].any()
+    cache.length = 2
+    with pytest.raises(ValueError, match="2 positions are written already"):
+        cache.attend_prefix(16)
+
+
 @pytest.mark.parametrize("old, capacity, length", [(4, 7, 3), (4, 7, 4), (16, 32, 16), (32, 48, 32), (48, 50, 48),
                                                    (5, 6, 1), (3, 40, 3), (8, 9, 8), (6, 6, 6), (50, 16, 0), (7, 9, 0)])
 def test_relaid_in_place_equals_a_fresh_copy_in_the_same_memory(old, capacity, length):

@@ -959,7 +959,9 @@ def test_an_int8_translation_models_search_step_through_the_package(tmp_path, mo
         beam_search(quantized, src, beam_size=4, compile="aot", max_len_a=0, max_len_b=12)
 
 
-def test_without_a_compiler_a_long_beam_search_grows_its_cache_and_gives_the_eager_hypotheses(tmp_path, monkeypatch):
+def test_without_a_compiler_a_beam_search_steps_eagerly_over_the_filled_prefix(tmp_path, monkeypatch):
+    """No package: the cache made for one (fixed-shape, grown as the hypotheses are) becomes the eager
+    step's, attending the filled prefix at its full capacity, and the hypotheses are the eager search's."""
     from attnlab.generation import search
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
@@ -968,17 +970,23 @@ def test_without_a_compiler_a_long_beam_search_grows_its_cache_and_gives_the_eag
     model = attnlab.create_model("transformer_tiny", vocab_size=24).eval()
     src = torch.randint(4, 24, (3, 7))
     src[1, 5:] = 0
-    sizes = []
+    sizes, shapes = [], []
     resize = StaticKVCache.resize
     monkeypatch.setattr(StaticKVCache, "resize", lambda self, capacity: (sizes.append(capacity), resize(self, capacity)))
+    decode_step = type(model).decode_step
+    monkeypatch.setattr(type(model), "decode_step", lambda self, tokens, cache, memory_mask: (
+        shapes.append((cache.fixed_shape, cache.capacity)), decode_step(self, tokens, cache, memory_mask))[1])
     options = dict(beam_size=3, nbest=2, max_len_a=0, max_len_b=2 * search.CAPACITY_STEP + 5)
     with pytest.warns(RuntimeWarning, match="decoding eagerly"):
         compiled = beam_search(model, src, compile="aot", **options)
-    step = search.CAPACITY_STEP  # made for 2 x step + 6 positions, then grown as the hypotheses were
-    assert sizes[:3] == [step, 2 * step, 2 * step + 6]
+    full = 2 * search.CAPACITY_STEP + 6  # made for max_len_b + 1 positions, grown from CAPACITY_STEP for a package
+    assert sizes == [search.CAPACITY_STEP, full]  # and back to full when there was none
+    assert set(shapes) == {(False, full)}
+    sizes.clear()
     eager = beam_search(model, src, **options)
     assert [[h.tokens for h in x] for x in compiled] == [[h.tokens for h in x] for x in eager]
     assert max(len(h.tokens) for x in eager for h in x) > 2 * search.CAPACITY_STEP
+    assert sizes == []  # the eager search's own cache: made at full size
 
 
 def test_the_exp_polynomial_is_as_close_to_exp_as_float32_allows():

@@ -270,6 +270,11 @@ def test_without_a_compiler_one_warning_and_eager_captions(tmp_path, monkeypatch
     tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
     model = _model().float()
     images = (torch.rand(2, 3, 32, 32) * 255).to(torch.uint8)
+    fixed = []  # whether each eager step's cache attends its whole buffer: none does, as without compile="aot"
+    decode_step = type(model).decode_step
+    monkeypatch.setattr(type(model), "decode_step",
+                        lambda self, tokens, cache, mask=None: (fixed.append(cache.fixed_shape),
+                                                                decode_step(self, tokens, cache, mask))[1])
     with pytest.warns(RuntimeWarning, match="no-such-c\\+\\+' is not found; decoding eagerly") as said:
         captions = generate_captions(model, tokenizer, images, beam_size=2, compile="aot")
     assert len([w for w in said if "decoding eagerly" in str(w.message)]) == 1
@@ -280,6 +285,7 @@ def test_without_a_compiler_one_warning_and_eager_captions(tmp_path, monkeypatch
             generate_captions(model, tokenizer, images, beam_size=1)
         assert sample_captions(model, tokenizer, images, seed=2, compile="aot") == \
             sample_captions(model, tokenizer, images, seed=2)
+    assert fixed and not any(fixed)
     assert not list(tmp_path.rglob("*.pt2")) and not list(tmp_path.rglob("*.json"))
     with pytest.raises(ValueError, match="compile=True"):
         sample_captions(model, tokenizer, images, compile=True)

@@ -354,6 +354,18 @@ class StaticKVCache:
         if self.key_mask is not None:
             self.key_mask.fill_(True)
 
+    def attend_prefix(self, capacity: int) -> None:
+        """An empty fixed-shape cache becomes one whose steps attend the filled prefix (the
+        default, faster eagerly), with room for ``capacity`` positions: for a caller that made it
+        for an ahead-of-time package and then had none (no C++ compiler, a failed export), whose
+        eager steps over the whole buffer were 8-12 % slower (a beam search at the multi30k
+        shape; docs/benchmarks.md)."""
+        if self.length:
+            raise ValueError(f"StaticKVCache.attend_prefix: {self.length} positions are written already")
+        if capacity != self.capacity:
+            self.resize(capacity)
+        self.fixed_shape = False
+
     def snapshot(self) -> tuple[Tensor, Tensor, int]:
         """The cursor (write index, positions, count) to :meth:`restore` later."""
         return self.write_index.clone(), self.positions.clone(), self.length

@@ -168,6 +168,8 @@ def sample_captions(model, tokenizer: Tokenizer, images: Tensor, *, temperature:
         # log-probabilities either way: a search package computes them itself (sampling from them
         # draws as from the logits, whose softmax they share)
         step = use_aot(model, "search", cache, beam=1) if aot else None
+        if aot and step is None:  # no package: the eager step, over the filled prefix
+            cache.attend_prefix(cache.capacity)
         if step is None or not step.accepts(cache):
             def step(tokens, cache, memory_mask):
                 return torch.log_softmax(model.decode_step(tokens, cache, memory_mask).float(), dim=-1)
