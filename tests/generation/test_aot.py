@@ -989,6 +989,31 @@ def test_without_a_compiler_a_beam_search_steps_eagerly_over_the_filled_prefix(t
     assert sizes == []  # the eager search's own cache: made at full size
 
 
+def test_without_a_compiler_an_image_sample_steps_eagerly_over_the_default_cache(tmp_path, monkeypatch):
+    """No package: the sample's steps run on the cache an eager sample makes (over the fixed-shape one
+    made for the package a 28x28 sample took 1.9-2.2x the time, docs/benchmarks.md), prefilled again, and
+    draw what the eager sample draws, a completion's too."""
+    from attnlab.generation import sample_images
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    torch.manual_seed(0)
+    model = attnlab.create_model("imagetransformer_mnist_small", height=6, width=6, channels=1, d_model=16,
+                                 num_heads=2, d_ff=24, num_layers=2, dropout=0.0,
+                                 attention={"name": "local_1d", "block_length": 8}).eval()
+    fixed = []
+    step = type(model).step
+    monkeypatch.setattr(type(model), "step", lambda self, tokens, cache: (fixed.append(cache.fixed_shape),
+                                                                        step(self, tokens, cache))[1])
+    given = torch.randint(0, 256, (2, 5))
+    with pytest.warns(RuntimeWarning, match="decoding eagerly"):
+        drawn = sample_images(model, 2, generator=torch.Generator().manual_seed(3), given=given, compile="aot")
+    assert len(fixed) == 36 - 5 - 1 and not any(fixed)
+    assert torch.equal(drawn, sample_images(model, 2, generator=torch.Generator().manual_seed(3), given=given))
+    assert torch.equal(sample_images(model, 1, temperature=0, compile="aot"), sample_images(model, 1, temperature=0))
+    assert not any(fixed) and not list(tmp_path.rglob("*.pt2"))
+
+
 def test_the_exp_polynomial_is_as_close_to_exp_as_float32_allows():
     uniform = torch.rand(10_000, generator=torch.Generator().manual_seed(0))
     x = torch.cat([torch.linspace(-87.0, 0.0, 200_001), -uniform])

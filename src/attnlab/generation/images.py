@@ -61,7 +61,11 @@ def sample_images(model, count: int, *, labels=None, low_res: Tensor | None = No
     step = partial(compiled_step(model), model) if compiled else model.step
     logits = model.prefill(given, cache, labels, low_res)
     if compile == "aot":  # after the prefill, which sets the conditioning the step reads
-        step = use_aot(model, "image", cache) or model.step
+        step = use_aot(model, "image", cache)
+        if step is None:  # no package: the eager step over the default cache (over this one: 1.9-2.2x the time)
+            cache = model.new_cache(count)
+            logits = model.prefill(given, cache, labels, low_res)
+            step = model.step
     for t in range(given.shape[1], length):
         value = choose_next(logits, greedy=temperature == 0, temperature=temperature or 1.0, top_k=top_k,
                             top_p=top_p, generator=generator)
