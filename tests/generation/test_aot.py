@@ -991,7 +991,7 @@ def test_without_a_compiler_a_beam_search_steps_eagerly_over_the_filled_prefix(t
 
 def test_without_a_compiler_an_image_sample_steps_eagerly_over_the_default_cache(tmp_path, monkeypatch):
     """No package: the sample's steps run on the cache an eager sample makes (over the fixed-shape one
-    made for the package a 28x28 sample took 1.9-2.2x the time, docs/benchmarks.md), prefilled again, and
+    made for the package a sample took 1.9-2.2x the time, docs/benchmarks.md), prefilled again, and
     draw what the eager sample draws, a completion's too."""
     from attnlab.generation import sample_images
 

@@ -358,7 +358,7 @@ class StaticKVCache:
         """An empty fixed-shape cache becomes one whose steps attend the filled prefix (the
         default, faster eagerly), with room for ``capacity`` positions: for a caller that made it
         for an ahead-of-time package and then had none (no C++ compiler, a failed export), whose
-        eager steps over the whole buffer were 8-12 % slower (a beam search at the multi30k
+        eager steps over the whole buffer took 1.02-1.17x the time (a beam search at the multi30k
         shape; docs/benchmarks.md)."""
         if self.length:
             raise ValueError(f"StaticKVCache.attend_prefix: {self.length} positions are written already")
