@@ -99,8 +99,8 @@ class _Decoder:
         if self.aot is True and self.expanded:
             self.aot = use_aot(self.model, "search", self.cache, beam=self.rows_per_source,
                                memory_mask=self.memory_mask) or False
-            if not self.aot and self.cache.length == 0:  # no package: the eager step, over the filled prefix
-                self.cache.attend_prefix(self.capacity)
+            if not self.aot:  # no package (asked at the first step, the cache still empty): the eager step,
+                self.cache.attend_prefix(self.capacity)  # over the filled prefix
         if self.cache.length >= self.cache.capacity and self.cache.capacity < self.capacity:
             self.cache.resize(min(self.capacity, self.cache.capacity + CAPACITY_STEP))
         return tokens, self.aot if self.aot and self.expanded and self.aot.accepts(self.cache) else None
