@@ -5,10 +5,25 @@ the slow reference implementations as ``from reference.attention import ...``.
 """
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    """Decode-step packages (generation/aot.py) in a directory of this run's own, never the user's
+    ``~/.cache/attnlab/aot``: the decoding verbs' default ``--compile auto`` loads a package built there, so
+    a test's decode must not depend on what was built on this machine before (subprocesses inherit it)."""
+    config._attnlab_cache = os.environ["ATTNLAB_CACHE"] = tempfile.mkdtemp(prefix="attnlab-test-cache-")
+
+
+def pytest_unconfigure(config):
+    directory = getattr(config, "_attnlab_cache", None)
+    if directory:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

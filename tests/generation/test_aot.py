@@ -645,6 +645,114 @@ def test_int8_weights_kept_outside_decode_eagerly_and_say_why(tmp_path, monkeypa
     assert not list(tmp_path.rglob("*.pt2"))
 
 
+def _package_calls(monkeypatch) -> list[str]:
+    """The keys of the packages run, a call each (AotStep.__call__)."""
+    ran = []
+    call = aot.AotStep.__call__
+    monkeypatch.setattr(aot.AotStep, "__call__", lambda self, *args, **kwargs: (ran.append(self.key),
+                                                                                call(self, *args, **kwargs))[1])
+    return ran
+
+
+def test_auto_decodes_through_a_built_package_and_never_builds_one(cache_dir, monkeypatch):
+    """compile="auto" (the decoding verbs' default): the package already built for this model and batch is
+    loaded and run, the eager tokens; for a batch no package was built for, the eager step, nothing built
+    and nothing said."""
+    calls, ran = _no_build(monkeypatch), _package_calls(monkeypatch)
+    model = lm()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True, compile="auto")
+        assert set(ran) == {cache_dir[1].stem} and len(ran) == 11  # every step after the prefill's
+        sampled = generate(model, [[3, 4]], max_new_tokens=12, seed=5, top_k=5, compile="auto")
+        ran.clear()
+        two = generate(model, [[3, 4, 5], [6]], max_new_tokens=12, greedy=True, compile="auto")
+    assert ran == [] and calls == []
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True)
+    assert sampled == generate(model, [[3, 4]], max_new_tokens=12, seed=5, top_k=5)
+    assert two == generate(model, [[3, 4, 5], [6]], max_new_tokens=12, greedy=True)
+
+
+def test_auto_without_a_package_decodes_eagerly_and_makes_writes_and_says_nothing(tmp_path, monkeypatch):
+    """No package built: every decoding function's "auto" runs the eager step on its default cache (no
+    fixed-shape cache made for a package: its eager fallback is slower), creates no cache directory, builds
+    nothing and warns of nothing; the tokens and images are the eager ones."""
+    from attnlab.generation import sample_images
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    calls, ran = _no_build(monkeypatch), _package_calls(monkeypatch)
+    fixed = []
+    made = StaticKVCache.__init__
+    monkeypatch.setattr(StaticKVCache, "__init__", lambda self, *args, fixed_shape=False, **kwargs: (
+        fixed.append(fixed_shape), made(self, *args, fixed_shape=fixed_shape, **kwargs))[1])
+    model = lm()
+    torch.manual_seed(0)
+    translator = attnlab.create_model("transformer_tiny", vocab_size=24).eval()
+    src = torch.randint(4, 24, (3, 7))
+    torch.manual_seed(0)
+    images = attnlab.create_model("imagetransformer_mnist_small", height=4, width=4, channels=1, d_model=16,
+                                  num_heads=2, d_ff=24, num_layers=2, dropout=0.0,
+                                  attention={"name": "local_1d", "block_length": 8}).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="auto")
+        window = generate(model, [[3, 4]], max_new_tokens=45, seed=2, sliding_window=True, compile="auto")
+        beams = [beam_search(translator, s, beam_size=3, max_len_b=9, compile="auto") for s in (src, src[:1])]
+        drawn = sample_images(images, 2, generator=torch.Generator().manual_seed(3), compile="auto")
+    assert fixed and not any(fixed) and ran == [] and calls == [] and not (tmp_path / "cache").exists()
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True)
+    assert window == generate(model, [[3, 4]], max_new_tokens=45, seed=2, sliding_window=True)
+    hypotheses = [[[h.tokens for h in x] for x in found] for found in beams]
+    assert hypotheses == [[[h.tokens for h in x] for x in beam_search(translator, s, beam_size=3, max_len_b=9)]
+                          for s in (src, src[:1])]
+    assert torch.equal(drawn, sample_images(images, 2, generator=torch.Generator().manual_seed(3)))
+
+
+def test_auto_with_a_package_for_other_weights_says_so_once_and_decodes_eagerly(copied, monkeypatch):
+    """A package of this structure built for other weights (the model trained since it was compiled): "auto"
+    never runs it and never rebuilds it (25-140 s a default must not start); one warning names it."""
+    calls, ran = _no_build(monkeypatch), _package_calls(monkeypatch)
+    model = lm()
+    with torch.no_grad():
+        model.decoder.stack.layers[0].ffn.linear1.weight.mul_(1.5)
+    with pytest.warns(RuntimeWarning, match=r"compile='auto': the package .*\.pt2 cannot be used: it holds other "
+                                            r"weights than the model's .*attnlab compile.*; decoding eagerly"):
+        tokens = generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="auto")
+    with warnings.catch_warnings():  # said once per model and reason
+        warnings.simplefilter("error")
+        generate(model, [[3]], max_new_tokens=3, greedy=True, compile="auto")
+    assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True) and ran == [] and calls == []
+
+
+def test_auto_finds_a_package_built_after_it_found_none(copied, tmp_path, monkeypatch):
+    """The answer "none built" is kept with the model's state, but not past a manifest of its key appearing
+    (built by `attnlab compile` in another process): the next decode loads it."""
+    empty = tmp_path / "empty"
+    monkeypatch.setenv("ATTNLAB_CACHE", str(empty))
+    calls, ran = _no_build(monkeypatch), _package_calls(monkeypatch)
+    model = lm()
+    first = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto")
+    assert ran == [] and not empty.exists()
+    (empty / "aot").mkdir(parents=True)
+    for path in (copied, copied.with_suffix(".json")):
+        shutil.copy2(path, empty / "aot" / path.name)
+    assert generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto") == first
+    assert set(ran) == {copied.stem} and calls == []
+
+
+def test_the_decoding_verbs_default_to_auto():
+    from attnlab.cli.main import build_parser
+    from attnlab.cli.options import decode_compile
+
+    parser = build_parser()
+    for verb in ("generate", "translate", "caption", "sample-images", "generate-music"):
+        action = next(a for a in parser._subparsers._group_actions[0].choices[verb]._actions
+                      if a.dest == "compile")
+        assert action.default == "auto" and action.choices == ("auto", "aot", "off"), verb
+    assert [decode_compile(type("Args", (), {"compile": mode})) for mode in ("auto", "aot", "off")] == \
+        ["auto", "aot", False]
+
+
 def test_compile_values_are_checked():
     with pytest.raises(ValueError, match="compile='fast' must be False, True"):
         generate(lm(), [[3]], max_new_tokens=2, compile="fast")

@@ -57,7 +57,7 @@ CASES = [
     ("vit_dir", lambda p: p.classify(IMAGE, top=0), ValueError, "top=0"),
     ("captioner_dir", lambda p: p.caption(SCENE, beam=65), ValueError, "beam=65"),
     ("captioner_dir", lambda p: p.caption(SCENE, alpha=NAN), ValueError, "alpha=nan"),
-    ("captioner_dir", lambda p: p.caption(SCENE, compile=True), ValueError, "compile=True must be False or 'aot'"),
+    ("captioner_dir", lambda p: p.caption(SCENE, compile=True), ValueError, "compile=True must be False, 'aot'"),
     ("captioner_dir", lambda p: p.attention(SCENE, caption=""), ValueError, "caption: an empty string"),
     ("image_dir", lambda p: p.sample(1, seed=-1), ValueError, "seed=-1"),
     ("image_dir", lambda p: p.sample(1, seed=2**63), ValueError, "seed="),

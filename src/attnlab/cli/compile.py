@@ -1,22 +1,23 @@
 """``attnlab compile --model DIR``: build the model's decode step ahead of time (AOTInductor).
 
-    attnlab compile --model runs/shakespeare/model             # then: attnlab generate ... --compile aot
-    attnlab compile --model runs/shakespeare/model --greedy    # generate ... --greedy --compile aot
-    attnlab compile --model runs/m30k/model --beam 4 --batch 32 # translate ... --compile aot
+    attnlab compile --model runs/shakespeare/model             # then: attnlab generate ... (--compile auto)
+    attnlab compile --model runs/shakespeare/model --greedy    # generate ... --greedy
+    attnlab compile --model runs/m30k/model --beam 4 --batch 32 # translate ... (32 sources at a time)
     attnlab compile --model runs/m30k/model                    # one source at a time: its encoder's package too
-    attnlab compile --model runs/caption-scenes/model          # caption ... --compile aot (beam 3)
-    attnlab compile --model runs/shakespeare/model --quantize int8  # generate ... --quantize int8 --compile aot
+    attnlab compile --model runs/caption-scenes/model          # caption ... (beam 3)
+    attnlab compile --model runs/shakespeare/model --quantize int8  # generate ... --quantize int8
 
 The package (:mod:`attnlab.generation.aot`) goes to the user cache (``$ATTNLAB_CACHE/aot``,
 default ``~/.cache/attnlab/aot``), keyed by the model's structure, dtype, batch (a language
 model, music or image model's rows; a translation model's or captioner's beam size) and torch version; a
-decoding verb given ``--compile aot`` then loads it instead of building it on first use. An
+decoding verb then loads it on the CPU by default (``--compile auto``: a package where one is built, never
+a build) and with ``--compile aot`` (which builds it on first use otherwise). An
 existing valid package is only checked. Nothing is written next to the model.
 """
 
 from __future__ import annotations
 
-HELP = "compile a model's decode step ahead of time (AOTInductor) for `--compile aot`"
+HELP = "compile a model's decode step ahead of time (AOTInductor); the decoding verbs then run it by default"
 
 
 def add_arguments(parser) -> None:

@@ -267,20 +267,24 @@ def apply_quantize(model, mode: str | None, device: str) -> None:
 
 
 # -- the decoding verbs' --compile (generation/aot.py) ----------------------------------------
-DECODE_COMPILE_CHOICES = ("off", "aot")
+DECODE_COMPILE_CHOICES = ("auto", "aot", "off")
 
 
 def add_decode_compile_argument(parser) -> None:
-    """``--compile aot``: decode through the step compiled ahead of time (attnlab.generation.aot)."""
-    parser.add_argument("--compile", choices=DECODE_COMPILE_CHOICES, default="off",
-                        help="aot: run each decode step compiled ahead of time (AOTInductor; built once per model "
-                             "structure into $ATTNLAB_CACHE or ~/.cache/attnlab, 25-140 s, or beforehand by "
-                             "`attnlab compile`); off: eager steps (default: off)")
+    """``--compile auto|aot|off``: decode through the step compiled ahead of time (attnlab.generation.aot)
+    where one is built (auto, the default), always (aot: built on first use), or never (off)."""
+    parser.add_argument("--compile", choices=DECODE_COMPILE_CHOICES, default="auto",
+                        help="auto: on the CPU, run each decode step through the package compiled ahead of time "
+                             "where one is already built for this model (by `attnlab compile` or an earlier "
+                             "--compile aot), else eagerly, never building one; aot: always, building it on first "
+                             "use (AOTInductor, once per model structure into $ATTNLAB_CACHE or ~/.cache/attnlab, "
+                             "25-140 s); off: eager steps (default: auto)")
 
 
 def decode_compile(args) -> bool | str:
     """What ``--compile`` asks of the decoding functions' ``compile=``."""
-    return "aot" if getattr(args, "compile", "off") == "aot" else False
+    mode = getattr(args, "compile", "auto")
+    return mode if mode in ("aot", "auto") else False
 
 
 def add_precision_argument(parser) -> None:

@@ -121,7 +121,8 @@ from attnlab.linear import OPTIMIZER_STEPS, derived_key, own_product, packed_inf
 from attnlab.quantize import (code_products, full_range_inputs, integer_products, integer_sums_pay,
                               last_level_cache_bytes)
 
-__all__ = ["AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_encode", "aot_step", "cache_directory",
+__all__ = ["AotNotBuilt", "AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_encode", "aot_step", "auto_step",
+           "cache_directory",
            "dynamic_capacity", "candidates_fused", "encoder_package", "exp_polynomial", "log_softmax_fused",
            "package_key", "use_aot"]
 
@@ -176,6 +177,11 @@ MIN_CAPACITY = 2  # export specialises sizes 0 and 1
 
 class AotUnavailable(RuntimeError):
     """Why a step cannot be compiled ahead of time here (the caller decodes eagerly)."""
+
+
+class AotNotBuilt(AotUnavailable):
+    """``compile="auto"`` (:func:`auto_step`): no package of this step is built (no manifest for its key, or
+    one for another structure); nothing is built then, and nothing said: the caller decodes eagerly."""
 
 
 def cache_directory() -> Path:
@@ -581,15 +587,19 @@ def _read_manifest(paths: _Paths) -> dict | None:
     return manifest
 
 
-def _valid(paths: _Paths, manifest: dict | None, structure: dict, weights: str | None = None) -> str | None:
+def _valid(paths: _Paths, manifest: dict | None, structure: dict, weights: str | None = None,
+           files: bool = True) -> str | None:
     """None when the package may be loaded; otherwise why it must be rebuilt. ``weights``: the
-    digest of the weights a folded package must hold (None: weights outside)."""
+    digest of the weights a folded package must hold (None: weights outside). ``files=False``:
+    the manifest alone (no package file read)."""
     if manifest is None:
         return "no package yet"
     if manifest.get("structure") != json.loads(json.dumps(structure, default=str)):
         return "its manifest describes another model structure, dtype or torch version"
     if weights is not None and manifest.get("weights_sha256") != weights:
         return "it holds other weights than the model's"
+    if not files:
+        return None
     if paths.package.is_symlink() or not paths.package.is_file():
         return "the package file is missing"
     if paths.package.stat().st_size != manifest.get("bytes"):
@@ -1237,14 +1247,14 @@ def aot_capacity(model, needed: int) -> int:
     return _compiled.bucket_capacity(needed, getattr(model.config, "max_positions", None))
 
 
-def _layout_of(model, kind: str, batch: int, beam: int | None, cache: StaticKVCache, greedy: bool = False) -> Layout:
+def _layout_of(model, kind: str, batch: int, beam: int | None, capacity: int, greedy: bool = False) -> Layout:
     fixed = kind == "image" or not dynamic_capacity(model)
     if kind == "search":  # the rows vary (sources leave the batch), except a single row
         few = 1 < batch <= FEW_ROWS  # batch: the rows, so the beam fits too
         return Layout(kind, batch=1 if batch == 1 else None, beam=beam or 1,
-                      capacity=cache.capacity if fixed else None, max_rows=FEW_ROWS if few else None,
+                      capacity=capacity if fixed else None, max_rows=FEW_ROWS if few else None,
                       candidates=2 * beam if (beam or 1) > 1 else None)
-    return Layout(kind, batch=batch, capacity=cache.capacity if fixed else None, greedy=greedy)
+    return Layout(kind, batch=batch, capacity=capacity if fixed else None, greedy=greedy)
 
 
 def _stack(model):
@@ -1253,43 +1263,113 @@ def _stack(model):
 
 
 def aot_step(model, kind: str, cache: StaticKVCache, *, beam: int | None = None,
-             memory_mask: Tensor | None = None, quiet: bool = False, greedy: bool = False) -> AotStep:
+             memory_mask: Tensor | None = None, quiet: bool = False, greedy: bool = False,
+             build: bool = True) -> AotStep:
     """The package for ``model``'s step in ``kind`` ("causal", "image", "search") shaped like
     ``cache`` (a fixed-shape cache the caller made; for "search", ``beam`` rows per source):
     loaded from the cache directory, or built there first. Bound to the model's current
     tensors. Raises :class:`AotUnavailable` (with the reason) when it cannot be had.
     ``greedy``: the caller decodes greedily, so a causal step may return the next tokens with its head
-    screened (:func:`screens_head`; the package's ``layout.greedy`` says whether it does)."""
+    screened (:func:`screens_head`; the package's ``layout.greedy`` says whether it does).
+    ``build=False``: never built (:class:`AotNotBuilt` where none is; :func:`auto_step`)."""
     if not cache.fixed_shape:
         raise ValueError("an ahead-of-time compiled step needs a fixed-shape cache (fixed_shape=True)")
+
+    def inputs(layout: Layout):
+        return _example_inputs(model, layout, cache, memory_mask)
+
+    return _step_package(model, kind, cache.positions.shape[0], cache.capacity, beam=beam, greedy=greedy,
+                         quiet=quiet, build=build, conditioning=cache.conditioning is not None, inputs=inputs)
+
+
+def auto_step(model, kind: str, *, rows: int, capacity: int, beam: int | None = None,
+              greedy: bool = False) -> AotStep | None:
+    """``compile="auto"``, asked before the caller makes its cache: the package :func:`aot_step` would give for
+    a fixed-shape cache of ``rows`` rows and ``capacity`` positions (:func:`aot_capacity`), where one is already
+    built for this model (by ``attnlab compile`` or an earlier ``compile="aot"``) and valid — loaded and bound;
+    else None, and the caller decodes eagerly on its default cache. Never builds (25-140 s), so a default
+    costs nothing where no package is: where none is built (or on another device than the CPU, where no
+    package was measured against the eager step, or with the weights kept outside, ``$ATTNLAB_AOT_WEIGHTS``,
+    whose packages were slower than the eager step in some rows) it says nothing; where one is there but
+    cannot be used (built for other weights, corrupt, a loader that fails) one warning says why."""
+    parameter = next(model.parameters(), None)
+    if parameter is None or parameter.device.type != "cpu" or not _holds_packages(cache_directory()):
+        return None
+    try:
+        if not folds_weights(parameter.device):
+            return None  # ($ATTNLAB_AOT_WEIGHTS=outside: packages measured slower than the eager step in some rows)
+        # The tensors a step derives from the weights (the head's transposed copy, the layers' step plans: part
+        # of the key) are made current by the making of a cache, as before the look-up of aot_step: a small one
+        (model.decoder.new_cache if kind == "search" else model.new_cache)(1, MIN_CAPACITY)
+        return _step_package(model, kind, rows, capacity, beam=beam, greedy=greedy, quiet=True, build=False)
+    except AotNotBuilt:
+        return None
+    except AotUnavailable as error:
+        _warn_once(model, str(error), mode="auto")
+        return None
+
+
+_HOLDS: dict[str, tuple[int, bool]] = {}  # directory -> (its st_mtime_ns, whether it holds a manifest)
+
+
+def _holds_packages(directory: Path) -> bool:
+    """Whether ``directory`` (the package cache) holds any manifest: one ``stat`` while its listing is as it
+    was (kept by its modification time), so that ``compile="auto"`` costs ~nothing where no package was
+    ever built. (The look-up of one model's package took ~1.6-2.6 ms a search of a multi30k-shaped model.)"""
+    try:
+        stamp = directory.stat().st_mtime_ns
+    except OSError:
+        return False
+    kept = _HOLDS.get(str(directory))
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    try:
+        with os.scandir(directory) as entries:
+            holds = any(entry.name.endswith(".json") for entry in entries)
+    except OSError:
+        return False
+    _HOLDS[str(directory)] = (stamp, holds)
+    return holds
+
+
+def _step_package(model, kind: str, rows: int, capacity: int, *, beam: int | None, greedy: bool, quiet: bool,
+                  build: bool, conditioning: bool = False, inputs=None) -> AotStep:
+    """:func:`aot_step` for a cache of ``rows`` rows and ``capacity`` positions; ``inputs(layout)``: the
+    example inputs to export (needed only to build)."""
     weight = next(model.parameters())
     folded = folds_weights(weight.device)
-    batch = cache.positions.shape[0]
-    screen = model.greedy_screen() if greedy and kind == "causal" and screens_head(model, batch, folded) else None
-    layout = _layout_of(model, kind, batch, beam, cache, greedy=screen is not None)
+    screen = model.greedy_screen() if greedy and kind == "causal" and screens_head(model, rows, folded) else None
+    layout = _layout_of(model, kind, rows, beam, capacity, greedy=screen is not None)
     screen_tensors = () if screen is None else screen.step_tensors()
 
     def exported(derived: list[Tensor]):
         stack = _stack(model)
-        module = _StepModule(model, layout, derived, len(stack.layers), cache.conditioning is not None,
+        module = _StepModule(model, layout, derived, len(stack.layers), conditioning,
                              stack.has_cross_attention, screen_tensors)
-        return (module, *_example_inputs(model, layout, cache, memory_mask))
+        return (module, *inputs(layout))
 
-    return _package(model, layout, weight, folded, exported, quiet, screen_tensors)
+    return _package(model, layout, weight, folded, exported, quiet, screen_tensors, build=build)
 
 
 def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quiet: bool,
-             screen_tensors: tuple[Tensor, ...] = ()) -> AotStep | None:
+             screen_tensors: tuple[Tensor, ...] = (), build: bool = True) -> AotStep | None:
     """The package of ``layout`` for ``model`` (:func:`aot_step`, :func:`aot_encode`): kept, loaded or built
     (``exported(derived)``: the module to export, its example inputs and their dynamic shapes); None for
-    an int8 model's "encode" layout."""
+    an int8 model's "encode" layout. ``build=False``: :class:`AotNotBuilt` where none is built (that answer
+    kept too, while the model's state is the same and no manifest of its key appears)."""
+    if not build and not _holds_packages(cache_directory()):
+        raise AotNotBuilt(f"no package is built in {cache_directory()}")
     # A folded package asked for again with nothing changed: the answer kept (see _lookup_state)
     looked = _lookup_state(model) if folded and not screen_tensors else None
     if looked is None and layout.kind == "encode":
         return None  # int8 weights (_lookup_state): an int8 model's encoder runs eagerly
     answer = _LOOKUPS.get(model, {}).get(layout) if looked is not None else None
     if answer is not None and answer[0] == looked[0]:  # (one read: another thread may clear the dict)
-        return answer[2]
+        found = answer[2]
+        if not isinstance(found, _Absent):
+            return found
+        if not build and not _Paths(cache_directory(), found.key).manifest.exists():
+            raise AotNotBuilt(found.reason)
     # (an encoder reads no derived tensor: its package's key and weights do not depend on the steps' plans)
     tensors = _step_tensors(model, [] if layout.kind == "encode" else None)
     derived = [t for name, t in tensors if name.startswith("derived_")]
@@ -1306,22 +1386,39 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     if step is None:
         try:
             step = kept[key] = _load_or_build(model, layout, lambda: exported(derived), tensors, structure, key,
-                                              quiet, snapshot)
+                                              quiet, snapshot, build=build)
+        except AotNotBuilt as error:  # (not kept in _STEPS: compile="aot" builds it)
+            if looked is not None:
+                _remember(model, layout, looked, _Absent(key, str(error)))
+            raise
         except AotUnavailable as error:
             kept[key] = error
             raise
     step.bind(model)
     if looked is not None:  # kept with the model's state as this look-up began
-        answers = _LOOKUPS.setdefault(model, {})
-        if len(answers) >= MAX_LOOKUPS and layout not in answers:
-            answers.clear()
-        answers[layout] = (*looked, step)
+        _remember(model, layout, looked, step)
     return step
+
+
+@dataclass(frozen=True)
+class _Absent:
+    """:func:`_package`'s kept answer where ``build=False`` found no package of ``key``."""
+
+    key: str
+    reason: str
+
+
+def _remember(model, layout: Layout, looked: tuple[list, list], answer) -> None:
+    answers = _LOOKUPS.setdefault(model, {})
+    if len(answers) >= MAX_LOOKUPS and layout not in answers:
+        answers.clear()
+    answers[layout] = (*looked, answer)
 
 
 _LOOKUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 """model -> {layout: (state, held, step)}: :func:`aot_step`'s answer for a folded package (no greedy screen),
-with the :func:`_lookup_state` of the model it was given for. While that state is the same, so is the answer."""
+with the :func:`_lookup_state` of the model it was given for. While that state is the same, so is the answer
+(an :class:`_Absent` one: while no manifest of its key appears either)."""
 MAX_LOOKUPS = 8  # layouts kept per model
 
 
@@ -1378,7 +1475,8 @@ def screens_head(model, batch: int, folded: bool) -> bool:
         and greedy_step.__qualname__.rsplit(".", 1)[0] == step.__qualname__.rsplit(".", 1)[0]
 
 
-def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snapshot=None) -> AotStep:
+def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snapshot=None,
+                   build: bool = True) -> AotStep:
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
     int8 = structure.get("int8_products")
@@ -1386,12 +1484,19 @@ def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snap
         raise AotUnavailable(f"the model's weights are int8 (model.quantize('int8')), which a package takes only "
                              f"with its weights folded in (${WEIGHTS_SETTING}=outside, or not on the CPU)")
     paths = _Paths(cache_directory(), key)
+    if not build:  # nothing made or written (no directory, no lock file) where no package of this key is built
+        manifest = _read_manifest(paths) if paths.directory.is_dir() and not paths.directory.is_symlink() else None
+        if manifest is None or _valid(paths, manifest, structure, weights=None, files=False) is not None:
+            raise AotNotBuilt(f"no package of this step is built in {paths.directory}")
     _check_directory(paths.directory)
     names = sorted(name for name, _ in tensors)
     weights = weights_digest(model, tensors) if snapshot is not None else None
     with _build_lock(paths):
         manifest = _read_manifest(paths)
         why = _valid(paths, manifest, structure, weights)
+        if why is not None and not build:
+            raise AotUnavailable(f"the package {paths.package} cannot be used: {why} (`attnlab compile --model DIR` "
+                                 "or compile='aot' builds it again)")
         if why is not None:
             if manifest is not None and not quiet:
                 print(f"attnlab: rebuilding {paths.package.name}: {why}", file=sys.stderr, flush=True)
@@ -1453,13 +1558,15 @@ def _int8_products(model, layout: Layout) -> str | None:
     return "codes" if torch.backends.cpu.get_cpu_capability() == "AVX2" else "weight-only"
 
 
-def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, Tensor, list[Tensor]] | None:
+def aot_encode(model, src_ids: Tensor, *, quiet: bool = False,
+               build: bool = True) -> tuple[Tensor, Tensor, list[Tensor]] | None:
     """A search's encoding of one source through a package (:func:`encoder_package`): ``model.encode(src_ids)``'s
     memory and mask, and each cross-attention layer's keys and values of that memory (``(1, S, 2·d_model)``
     each: what ``new_step_cache(..., memory_keys_values=...)`` takes); the memory equal to the eager
     encoder's up to float rounding. None where the caller encodes eagerly: not one row of ids, a source with
     padding or of one token, no C++ compiler (the step's look-up says so), where :func:`encoder_package`
-    gives none, or where the package cannot be had (then one warning per reason). Ids out of range or a
+    gives none, or where the package cannot be had (then one warning per reason; ``build=False``,
+    ``compile="auto"``: none where it is not built, and nothing said). Ids out of range or a
     source longer than the positions allow: the eager encoder's ValueError.
 
     Why: one multi30k-shaped source's encoder and cross-attention products ran eagerly as ~60 operator
@@ -1469,6 +1576,8 @@ def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, 
 
     if src_ids.dim() != 2 or src_ids.shape[0] != 1 or src_ids.shape[1] < MIN_CAPACITY or not _encodes_tokens(model):
         return None
+    if not build and not _holds_packages(cache_directory()):
+        return None  # (before the checks below: ~0.13 ms a source)
     encoder = model.encoder
     check_token_ids(src_ids, model.config.vocab_size, "src_ids")
     memory_mask = key_padding_mask(src_ids, encoder.pad_id)
@@ -1477,10 +1586,12 @@ def aot_encode(model, src_ids: Tensor, *, quiet: bool = False) -> tuple[Tensor, 
     if encoder.positions is not None:
         encoder.positions.ensure_length(src_ids.shape[1])  # as the eager encoder does (a ValueError past the table)
     try:
-        package = encoder_package(model, quiet=quiet)
+        package = encoder_package(model, quiet=quiet, build=build)
+    except AotNotBuilt:
+        return None
     except AotUnavailable as error:
-        if _compiled.unavailable_reason() is None:  # (no compiler: the step's look-up says so, once)
-            _warn_once(model, f"the encoder: {error}", "encoding")
+        if not build or _compiled.unavailable_reason() is None:  # (no compiler: the step's look-up says so, once)
+            _warn_once(model, f"the encoder: {error}", "encoding", mode="aot" if build else "auto")
         return None
     if package is None:
         return None
@@ -1495,13 +1606,14 @@ def _encodes_tokens(model) -> bool:
     return getattr(type(model), "encode", None) is Transformer.encode
 
 
-def encoder_package(model, *, quiet: bool = False) -> AotStep | None:
+def encoder_package(model, *, quiet: bool = False, build: bool = True) -> AotStep | None:
     """The package of a Transformer's encoder for one source of any length its positions cover as they are
     (layout "encode", :class:`_EncodeModule`: the memory, then each cross-attention layer's keys and values),
     kept, loaded or built like a step's; None where none applies: not the Transformer's own ``encode``, a
     model in training mode (its encoder's dropout), weights not folded (another device,
     ``$ATTNLAB_AOT_WEIGHTS``: the step's look-up names a bad value), int8 weights, positions without a
-    table. Raises :class:`AotUnavailable` when it cannot be had. Built by the FOLDED_CONFIGS' tuning
+    table. Raises :class:`AotUnavailable` when it cannot be had (:class:`AotNotBuilt`: ``build=False`` and none
+    is built). Built by the FOLDED_CONFIGS' tuning
     among inductor's templates and oneDNN: one multi30k-shaped source's call took 0.93-1.04 ms (1.24-1.36
     after 64 MB of other reads) against 1.38-1.45 (1.79-1.82) with the few-rows templates alone."""
     if not _encodes_tokens(model) or model.training:
@@ -1522,7 +1634,7 @@ def encoder_package(model, *, quiet: bool = False) -> AotStep | None:
         shape = {1: torch.export.Dim("source_length", min=MIN_CAPACITY, max=limit)}
         return _EncodeModule(model), (example,), (shape,)
 
-    return _package(model, Layout("encode", batch=1), weight, True, exported, quiet)
+    return _package(model, Layout("encode", batch=1), weight, True, exported, quiet, build=build)
 
 
 def _source_limit(encoder) -> int | None:
@@ -1549,8 +1661,8 @@ def use_aot(model, kind: str, cache: StaticKVCache, *, beam: int | None = None, 
 _WARNED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _warn_once(model, reason: str, doing: str = "decoding") -> None:
+def _warn_once(model, reason: str, doing: str = "decoding", mode: str = "aot") -> None:
     said = _WARNED.setdefault(model, set())
     if reason not in said:
         said.add(reason)
-        warnings.warn(f"compile='aot': {reason}; {doing} eagerly", RuntimeWarning, stacklevel=4)
+        warnings.warn(f"compile={mode!r}: {reason}; {doing} eagerly", RuntimeWarning, stacklevel=4)

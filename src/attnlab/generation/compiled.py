@@ -60,16 +60,18 @@ def unavailable_reason() -> str | None:
     return None
 
 
-COMPILE_MODES = (False, True, "aot")
-"""What the decoding functions take as ``compile``: eager, ``torch.compile``'d, or compiled ahead
-of time (:mod:`attnlab.generation.aot`)."""
+COMPILE_MODES = (False, True, "aot", "auto")
+"""What the decoding functions take as ``compile``: eager, ``torch.compile``'d, compiled ahead
+of time (:mod:`attnlab.generation.aot`), or ahead of time where a package is already built and eager
+otherwise (:func:`attnlab.generation.aot.auto_step`: never a build; the decoding verbs' default)."""
 
 
 def check_compile(compile) -> None:
     """ValueError unless ``compile`` is one of :data:`COMPILE_MODES` (None counts as False)."""
     if compile is not None and not any(compile is mode or (isinstance(mode, str) and compile == mode)
                                        for mode in COMPILE_MODES):
-        raise ValueError(f"compile={compile!r} must be False, True (torch.compile) or 'aot' (ahead of time)")
+        raise ValueError(f"compile={compile!r} must be False, True (torch.compile), 'aot' (ahead of time) or "
+                         "'auto' (ahead of time where a package is built)")
 
 
 def use_compiled(compile: bool, device: torch.device) -> bool:

@@ -17,7 +17,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from attnlab.generation.aot import use_aot
+from attnlab.generation.aot import auto_step, use_aot
 from attnlab.generation.compiled import check_compile, compiled_step, use_compiled
 from attnlab.generation.sampling import choose_next
 
@@ -42,6 +42,8 @@ def sample_images(model, count: int, *, labels=None, low_res: Tensor | None = No
             rounding. Without a C++ compiler: a warning, and eager steps. ``compile="aot"``:
             the step compiled ahead of time (:mod:`attnlab.generation.aot`; one package per
             model structure and batch size, built once into the user cache, then loaded).
+            ``compile="auto"`` (``sample-images``' default): that package where one is already built,
+            else the eager step; never a build (:func:`~attnlab.generation.aot.auto_step`).
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count={count!r} must be a positive integer")
@@ -57,8 +59,10 @@ def sample_images(model, count: int, *, labels=None, low_res: Tensor | None = No
     sequence[:, :given.shape[1]] = given
     check_compile(compile)
     compiled = use_compiled(compile, device)
-    cache = model.new_cache(count, fixed_shape=compiled or compile == "aot")
-    step = partial(compiled_step(model), model) if compiled else model.step
+    # "auto": the package where one is built (asked before the cache is made, never built), else eager
+    built = auto_step(model, "image", rows=count, capacity=length) if compile == "auto" else None
+    cache = model.new_cache(count, fixed_shape=compiled or compile == "aot" or built is not None)
+    step = partial(compiled_step(model), model) if compiled else built or model.step
     logits = model.prefill(given, cache, labels, low_res)
     if compile == "aot":  # after the prefill, which sets the conditioning the step reads
         step = use_aot(model, "image", cache)

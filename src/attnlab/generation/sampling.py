@@ -39,7 +39,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from attnlab.generation.aot import aot_capacity, use_aot
+from attnlab.generation.aot import aot_capacity, auto_step, use_aot
 from attnlab.generation.compiled import bucket_capacity, check_compile, compiled_step, use_compiled
 from attnlab.head_screen import resolve
 from attnlab.linear import onednn_products, packed_inference
@@ -158,12 +158,16 @@ def generate(model, prompts, *, max_new_tokens: int = 100, greedy: bool = False,
             no Python in the step; one package per model structure and batch size, built once
             into the user cache, 25-140 s, then loaded); the greedy tokens equal the eager
             step's. Without a C++ compiler, or where export fails: one warning, eager steps.
+            ``compile="auto"`` (the ``generate`` verb's default): that package where one is already
+            built for this model and batch (``attnlab compile``, or an earlier ``compile="aot"``) on
+            the CPU, else the eager step; never a build (:func:`~attnlab.generation.aot.auto_step`).
+            With ``sliding_window``: the eager step.
     Returns:
         The new tokens of each row (not the prompt), cut after a stop.
     """
     prompts = _check_arguments(model, prompts, max_new_tokens, temperature, top_k, top_p, sliding_window)
     check_compile(compile)
-    if compile and sliding_window:
+    if compile and compile != "auto" and sliding_window:
         raise ValueError(f"compile={compile!r} needs a fixed cache capacity; it cannot be combined with "
                          "sliding_window=True")
     if stop_strings and tokenizer is None:
@@ -211,10 +215,14 @@ def _generate(model, prompts, max_new_tokens, greedy, temperature, top_k, top_p,
     capacity = ids.shape[1] + max_new_tokens
     decode_step = model.step
     aot = None
-    if compile == "aot":
+    if compile in ("aot", "auto") and not sliding_window:  # ("aot" with a window: refused by generate)
         # One package for every capacity where the pattern allows (a dynamic size), else per bucket.
-        cache = model.new_cache(batch, aot_capacity(model, capacity), fixed_shape=True)
-        aot = use_aot(model, "causal", cache, greedy=greedy and not sliding_window)
+        # "auto": the package where one is built (asked before the cache is made), else the eager step.
+        fixed = aot_capacity(model, capacity)
+        aot = auto_step(model, "causal", rows=batch, capacity=fixed, greedy=greedy) if compile == "auto" else None
+        if compile == "aot" or aot is not None:
+            cache = model.new_cache(batch, fixed, fixed_shape=True)
+            aot = aot or use_aot(model, "causal", cache, greedy=greedy)
         if aot is None:
             cache = model.new_cache(batch, capacity)
         else:

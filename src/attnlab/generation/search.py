@@ -24,7 +24,7 @@ from torch import Tensor
 
 from attnlab.generation.hypotheses import (Hypothesis, check_beam_arguments, check_common, length_penalty,
                                           max_lengths)
-from attnlab.generation.aot import aot_capacity, aot_encode, dynamic_capacity, use_aot
+from attnlab.generation.aot import aot_capacity, aot_encode, auto_step, dynamic_capacity, use_aot
 from attnlab.generation.candidates import search_candidates, top_candidates
 from attnlab.generation.compiled import check_compile
 from attnlab.linear import packed_inference
@@ -59,6 +59,9 @@ class _Decoder:
         # compile="aot": the step compiled ahead of time (generation/aot.py) over a fixed-shape
         # cache, k rows per source from the first step.
         self.aot = compile == "aot" and self.fast
+        if compile == "auto" and self.fast:  # the package where one is built (never a build), else eager steps
+            self.aot = auto_step(model, "search", rows=self.most_rows, capacity=aot_capacity(model, capacity),
+                                 beam=rows_per_source) or False
         if memory_mask is not None:
             memory_mask = memory_mask.expand(memory.shape[0], *memory_mask.shape[1:])
         if self.fast:
@@ -72,7 +75,7 @@ class _Decoder:
             # only then, as the Transformer alone takes them: another model's new_step_cache need not)
             keys_values = {} if memory_keys_values is None else {"memory_keys_values": memory_keys_values}
             self.cache = model.new_step_cache(memory, rows_per_source=start_rows, capacity=capacity,
-                                              fixed_shape=self.aot, **keys_values)
+                                              fixed_shape=bool(self.aot), **keys_values)
             # A package with a dynamic capacity attends its whole buffer: the cache grows by
             # CAPACITY_STEP positions as the hypotheses do (made at full size first, so the
             # model readies its positions for all of them).
@@ -245,9 +248,10 @@ def _check_search_compile(compile, use_cache: bool) -> None:
 
 def _encode(model, src_ids: Tensor, compile: bool | str) -> tuple[Tensor, Tensor | None, list[Tensor] | None]:
     """``model.encode(src_ids)``, and the cross-attention keys and values where an encoder package gave
-    them (``compile="aot"``, one source: :func:`~attnlab.generation.aot.aot_encode`), else None."""
-    if compile == "aot":
-        encoded = aot_encode(model, src_ids)
+    them (``compile="aot"``, one source: :func:`~attnlab.generation.aot.aot_encode`; ``"auto"``: where that
+    package is built), else None."""
+    if compile in ("aot", "auto"):
+        encoded = aot_encode(model, src_ids, build=compile == "aot")
         if encoded is not None:
             return encoded
     memory, memory_mask = model.encode(src_ids)
@@ -316,7 +320,9 @@ def beam_search(model, src_ids: Tensor, *, beam_size: int = 4, alpha: float = 0.
     model structure and beam size, for any batch, source and output length, built once into
     the user cache), over a cache that grows as the hypotheses do: the same search, the
     logits equal up to float rounding. Without a C++ compiler, or where export fails: one
-    warning, eager steps.
+    warning, eager steps. ``compile="auto"`` (``translate``'s and ``caption``'s default): that package
+    (and one source's encoder package) where one is already built for this model and beam on the CPU,
+    else the eager step; never a build (:func:`~attnlab.generation.aot.auto_step`).
     """
     _check_search_compile(compile, use_cache)
     if cuda_graph:

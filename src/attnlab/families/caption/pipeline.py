@@ -34,13 +34,15 @@ class CaptionPipeline(Pipeline):
 
     def caption(self, images, *, beam: int = 3, alpha: float = 0.6, compile: bool | str = False) -> str | list[str]:
         """A caption per image by beam search (``beam=1``: greedy), as ``attnlab caption``;
-        ``compile="aot"``: through the decoder's step compiled ahead of time, as ``--compile aot``."""
+        ``compile="aot"``: through the decoder's step compiled ahead of time, as ``--compile aot``; ``"auto"``:
+        where that package is already built (``--compile auto``, the verb's default)."""
         from attnlab.families.caption.task import generate_captions
 
         check_beam(beam)
         check_number(alpha, "alpha", low=0.0)
-        if not (compile is False or compile == "aot"):
-            raise ValueError(f"compile={compile!r} must be False or 'aot' (the step compiled ahead of time)")
+        if not (compile is False or compile in ("aot", "auto")):
+            raise ValueError(f"compile={compile!r} must be False, 'aot' (the step compiled ahead of time) or 'auto' "
+                             "(where it is built)")
         pixels, single = to_pixels(images, self.image_spec)
         captions = [c.text for c in generate_captions(self.model, self.tokenizer, pixels, beam_size=beam, alpha=alpha,
                                                       compile=compile)]

@@ -116,7 +116,7 @@ def generate_captions(model, tokenizer: Tokenizer, images: Tensor, *, beam_size:
     caption is at most ``model.config.max_positions`` tokens (EOS included).
     ``compile="aot"``: the decoder's step compiled ahead of time (:mod:`attnlab.generation.aot`,
     one package per model structure and beam size, built once; eager steps after one warning
-    where it cannot be had)."""
+    where it cannot be had); ``"auto"`` (the ``caption`` verb's default): where that package is built."""
     from attnlab.generation import beam_search
 
     was_training = model.training
@@ -145,8 +145,9 @@ def sample_captions(model, tokenizer: Tokenizer, images: Tensor, *, temperature:
     :func:`attnlab.generation.sampling.choose_next` (temperature, top-k, nucleus) from the
     model's step (``decode_step``, search's road) over its preallocated cache; at most
     ``max_positions`` tokens. ``compile="aot"``: that step compiled ahead of time (the
-    package greedy search uses; eager steps after one warning where it cannot be had)."""
-    from attnlab.generation.aot import aot_capacity, use_aot
+    package greedy search uses; eager steps after one warning where it cannot be had); ``"auto"`` (the
+    ``caption`` verb's default): that package where one is already built, else the eager step."""
+    from attnlab.generation.aot import aot_capacity, auto_step, use_aot
     from attnlab.generation.compiled import check_compile
     from attnlab.generation.sampling import choose_next
 
@@ -162,12 +163,15 @@ def sample_captions(model, tokenizer: Tokenizer, images: Tensor, *, temperature:
     generator = torch.Generator(device=parameter.device).manual_seed(seed)
     try:
         memory, _ = model.encode(normalize(images).to(parameter))
-        aot = compile == "aot"
+        # "auto": the package where one is built (asked before the cache is made, never built), else eager
+        built = auto_step(model, "search", rows=len(images), capacity=aot_capacity(model, config.max_positions),
+                          beam=1) if compile == "auto" else None
+        aot = compile == "aot" or built is not None
         capacity = aot_capacity(model, config.max_positions) if aot else config.max_positions
         cache = model.new_step_cache(memory, capacity=capacity, fixed_shape=aot)
         # log-probabilities either way: a search package computes them itself (sampling from them
         # draws as from the logits, whose softmax they share)
-        step = use_aot(model, "search", cache, beam=1) if aot else None
+        step = built or (use_aot(model, "search", cache, beam=1) if aot else None)
         if aot and step is None:  # no package: the eager step, over the filled prefix
             cache.attend_prefix(cache.capacity)
         if step is None or not step.accepts(cache):
