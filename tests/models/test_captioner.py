@@ -289,3 +289,27 @@ def test_without_a_compiler_one_warning_and_eager_captions(tmp_path, monkeypatch
     assert not list(tmp_path.rglob("*.pt2")) and not list(tmp_path.rglob("*.json"))
     with pytest.raises(ValueError, match="compile=True"):
         sample_captions(model, tokenizer, images, compile=True)
+
+
+def test_auto_without_a_package_eager_captions_and_nothing_said_or_written(tmp_path, monkeypatch):
+    """compile="auto" (the caption verb's default) with no package built: the eager steps on the default
+    cache, for beam search and the sampler, no warning, no cache directory."""
+    from attnlab.data.tokenizer import Tokenizer
+    from attnlab.families.caption.task import generate_captions, sample_captions
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
+    model = _model().float()
+    images = (torch.rand(2, 3, 32, 32) * 255).to(torch.uint8)
+    fixed = []
+    decode_step = type(model).decode_step
+    monkeypatch.setattr(type(model), "decode_step",
+                        lambda self, tokens, cache, mask=None: (fixed.append(cache.fixed_shape),
+                                                                decode_step(self, tokens, cache, mask))[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        beams = generate_captions(model, tokenizer, images, beam_size=2, compile="auto")
+        sampled = sample_captions(model, tokenizer, images, seed=2, compile="auto")
+    assert fixed and not any(fixed) and not (tmp_path / "cache").exists()
+    assert beams == generate_captions(model, tokenizer, images, beam_size=2)
+    assert sampled == sample_captions(model, tokenizer, images, seed=2)
