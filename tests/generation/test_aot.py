@@ -943,6 +943,9 @@ def test_image_samples_through_the_package(attention, tmp_path, monkeypatch):
     assert torch.equal(sample_images(model, 2, temperature=0, compile="aot"), sample_images(model, 2, temperature=0))
     draws = [sample_images(model, 2, generator=torch.Generator().manual_seed(3), compile=mode) for mode in ("aot", False)]
     assert torch.equal(*draws)
+    calls, ran = _no_build(monkeypatch), _package_calls(monkeypatch)  # "auto": the package built above
+    assert torch.equal(sample_images(model, 2, generator=torch.Generator().manual_seed(3), compile="auto"), draws[1])
+    assert len(ran) == 6 * 6 - 1 and calls == []
 
 
 def _int8_image_model():
@@ -1027,6 +1030,13 @@ def test_beam_and_greedy_search_through_the_package(tmp_path, monkeypatch):
     # in the memory the first gave back alone: its keys and values and reorder's second buffers (NaN)
     assert search(compile="aot") == first == search()
     assert len(served) - before >= 2 * len(model.decoder.stack.layers)
+    calls, ran = _no_build(monkeypatch), _package_calls(monkeypatch)  # "auto": the packages built above
+    assert search(compile="auto") == first and ran and calls == []
+    ran.clear()
+    one = [h.tokens for x in beam_search(model, src[:1], beam_size=4, max_len_a=0, max_len_b=40, compile="auto")
+           for h in x]
+    assert one == [h.tokens for x in beam_search(model, src[:1], beam_size=4, max_len_a=0, max_len_b=40) for h in x]
+    assert ran and calls == []
 
 
 @needs_compiler

@@ -1477,17 +1477,17 @@ def screens_head(model, batch: int, folded: bool) -> bool:
 
 def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snapshot=None,
                    build: bool = True) -> AotStep:
+    paths = _Paths(cache_directory(), key)
+    if not build:  # nothing made or written (no directory, no lock file), nothing said, where none is built
+        manifest = _read_manifest(paths) if paths.directory.is_dir() and not paths.directory.is_symlink() else None
+        if manifest is None or _valid(paths, manifest, structure, weights=None, files=False) is not None:
+            raise AotNotBuilt(f"no package of this step is built in {paths.directory}")
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
     int8 = structure.get("int8_products")
     if snapshot is None and int8:
         raise AotUnavailable(f"the model's weights are int8 (model.quantize('int8')), which a package takes only "
                              f"with its weights folded in (${WEIGHTS_SETTING}=outside, or not on the CPU)")
-    paths = _Paths(cache_directory(), key)
-    if not build:  # nothing made or written (no directory, no lock file) where no package of this key is built
-        manifest = _read_manifest(paths) if paths.directory.is_dir() and not paths.directory.is_symlink() else None
-        if manifest is None or _valid(paths, manifest, structure, weights=None, files=False) is not None:
-            raise AotNotBuilt(f"no package of this step is built in {paths.directory}")
     _check_directory(paths.directory)
     names = sorted(name for name, _ in tensors)
     weights = weights_digest(model, tensors) if snapshot is not None else None

@@ -29,6 +29,15 @@ def test_train_then_generate(tmp_path, capsys):
     assert len(captured.out) == len("the ") + 28 + 1
     assert main(["generate", "--model", str(model_dir), "--prompt", "the ", "--max-new-tokens", "200"]) == 2
     assert "--max-new-tokens 200: the prompt has 4 tokens and the model's context holds 32" in capsys.readouterr().err
+    # --compile aot needs a fixed capacity: refused with --sliding-window, naming both flags, before a word is
+    # printed; the default (--compile auto) slides eagerly
+    assert main(["generate", "--model", str(model_dir), "--prompt", "the ", "--sliding-window", "--compile", "aot"]) == 2
+    captured = capsys.readouterr()
+    assert "--compile aot decodes with a cache of fixed capacity; it cannot go with --sliding-window" in captured.err
+    assert captured.out == ""
+    assert main(["generate", "--model", str(model_dir), "--prompt", "the ", "--sliding-window", "--max-new-tokens",
+                 "40", "--seed", "1"]) == 0
+    assert len(capsys.readouterr().out) == len("the ") + 40 + 1
 
 
 def test_train_then_generate_bpe(tmp_path, capsys):

@@ -74,6 +74,9 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if getattr(args, "compile", None) == "aot" and args.sliding_window:  # (before the model is read)
+        raise ValueError("--compile aot decodes with a cache of fixed capacity; it cannot go with --sliding-window "
+                         "(leave --compile at auto: a sliding window decodes eagerly)")
     from attnlab.cli.options import resolve_device
     from attnlab.cli.options import apply_quantize, decode_compile
 
