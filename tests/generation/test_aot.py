@@ -671,6 +671,11 @@ def test_auto_decodes_through_a_built_package_and_never_builds_one(cache_dir, mo
     assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True)
     assert sampled == generate(model, [[3, 4]], max_new_tokens=12, seed=5, top_k=5)
     assert two == generate(model, [[3, 4, 5], [6]], max_new_tokens=12, greedy=True)
+    with torch.no_grad():  # written in place after the package served: never run with the old weights
+        model.decoder.embed.weight.mul_(-1.7).add_(0.05)
+    with pytest.warns(RuntimeWarning, match="compile='auto': .* holds other weights than the model's"):
+        changed = generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True, compile="auto")
+    assert changed == generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True) and ran == [] and calls == []
 
 
 def test_auto_without_a_package_decodes_eagerly_and_makes_writes_and_says_nothing(tmp_path, monkeypatch):
