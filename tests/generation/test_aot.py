@@ -11,6 +11,7 @@ the slow mark."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
@@ -678,7 +679,7 @@ def test_auto_decodes_through_a_built_package_and_never_builds_one(cache_dir, mo
     assert changed == generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True) and ran == [] and calls == []
 
 
-def test_auto_without_a_package_decodes_eagerly_and_makes_writes_and_says_nothing(tmp_path, monkeypatch):
+def test_auto_without_a_package_decodes_eagerly_writes_nothing_and_says_nothing(tmp_path, monkeypatch):
     """No package built: every decoding function's "auto" runs the eager step on its default cache (no
     fixed-shape cache made for a package: its eager fallback is slower), creates no cache directory, builds
     nothing and warns of nothing; the tokens and images are the eager ones."""
@@ -749,10 +750,9 @@ def test_the_decoding_verbs_default_to_auto():
     from attnlab.cli.main import build_parser
     from attnlab.cli.options import decode_compile
 
-    parser = build_parser()
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     for verb in ("generate", "translate", "caption", "sample-images", "generate-music"):
-        action = next(a for a in parser._subparsers._group_actions[0].choices[verb]._actions
-                      if a.dest == "compile")
+        action = next(a for a in verbs[verb]._actions if a.dest == "compile")
         assert action.default == "auto" and action.choices == ("auto", "aot", "off"), verb
     assert [decode_compile(type("Args", (), {"compile": mode})) for mode in ("auto", "aot", "off")] == \
         ["auto", "aot", False]

@@ -89,6 +89,10 @@ template takes a product.
 Without a C++ compiler (:func:`attnlab.generation.compiled.unavailable_reason`), when export
 or compilation fails, or when the model's step reads something that cannot be exported
 (int8 weights kept outside), decoding falls back to the eager step with one warning saying why.
+
+``compile="auto"`` (the decoding verbs' default, :func:`auto_step`): on the CPU, the package where one is
+already built for the model and layout, loaded before the caller makes its cache; else the eager step on the
+default cache. It never builds, and where none is built it writes and says nothing.
 """
 
 from __future__ import annotations
@@ -121,10 +125,9 @@ from attnlab.linear import OPTIMIZER_STEPS, derived_key, own_product, packed_inf
 from attnlab.quantize import (code_products, full_range_inputs, integer_products, integer_sums_pay,
                               last_level_cache_bytes)
 
-__all__ = ["AotNotBuilt", "AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_encode", "aot_step", "auto_step",
-           "cache_directory",
-           "dynamic_capacity", "candidates_fused", "encoder_package", "exp_polynomial", "log_softmax_fused",
-           "package_key", "use_aot"]
+__all__ = ["AotNotBuilt", "AotStep", "AotUnavailable", "Layout", "aot_capacity", "aot_encode", "aot_step",
+           "auto_step", "cache_directory", "dynamic_capacity", "candidates_fused", "encoder_package", "exp_polynomial",
+           "log_softmax_fused", "package_key", "use_aot"]
 
 FORMAT = 5
 """Bumped whenever what a package takes or returns changes, or packages built before could be
