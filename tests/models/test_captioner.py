@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import attnlab
+from attnlab.attention import StaticKVCache
 from attnlab.generation import beam_search, greedy_search
 from attnlab.generation.compiled import unavailable_reason
 from attnlab.generation.protocols import EncoderDecoder
@@ -301,11 +302,10 @@ def test_auto_without_a_package_eager_captions_and_nothing_said_or_written(tmp_p
     tokenizer = Tokenizer.train([f"word{i} w{i % 7} x{i % 5}" for i in range(300)], vocab_size=64)
     model = _model().float()
     images = (torch.rand(2, 3, 32, 32) * 255).to(torch.uint8)
-    fixed = []
-    decode_step = type(model).decode_step
-    monkeypatch.setattr(type(model), "decode_step",
-                        lambda self, tokens, cache, mask=None: (fixed.append(cache.fixed_shape),
-                                                                decode_step(self, tokens, cache, mask))[1])
+    fixed = []  # each cache as it is made (a fixed-shape one turned to the default kind would pass at a step)
+    made = StaticKVCache.__init__
+    monkeypatch.setattr(StaticKVCache, "__init__", lambda self, *args, fixed_shape=False, **kwargs: (
+        fixed.append(fixed_shape), made(self, *args, fixed_shape=fixed_shape, **kwargs))[1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         beams = generate_captions(model, tokenizer, images, beam_size=2, compile="auto")

@@ -1303,7 +1303,8 @@ def auto_step(model, kind: str, *, rows: int, capacity: int, beam: int | None = 
             return None  # ($ATTNLAB_AOT_WEIGHTS=outside: packages measured slower than the eager step in some rows)
         # The tensors a step derives from the weights (the head's transposed copy, the layers' step plans: part
         # of the key) are made current by the making of a cache, as before the look-up of aot_step: a small one,
-        # where the answer kept for the model's state does not serve (~0.9 ms a multi30k-shaped model)
+        # where the answer kept for the model's state does not serve (making it every call: 892 against 439 us
+        # a call of a multi30k-shaped model, docs/benchmarks.md)
         def renew():
             (model.decoder.new_cache if kind == "search" else model.new_cache)(1, MIN_CAPACITY)
 
@@ -1366,8 +1367,6 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     kept too, while the model's state is the same and no manifest of its key appears). ``renew()``: makes the
     derived tensors current, called where no answer kept for the model's state as it is serves (its state
     names every derived tensor, so a stale one cannot give a kept answer)."""
-    if not build and not _holds_packages(cache_directory()):
-        raise AotNotBuilt(f"no package is built in {cache_directory()}")
     # A folded package asked for again with nothing changed: the answer kept (see _lookup_state)
     looked = _lookup_state(model) if folded and not screen_tensors else None
     if looked is None and layout.kind == "encode":
@@ -1378,7 +1377,7 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
         if not isinstance(found, _Absent):
             return found
         if not build and not _Paths(cache_directory(), found.key).manifest.exists():
-            raise AotNotBuilt(found.reason)
+            raise AotNotBuilt(f"no package of this step is built in {cache_directory()}")
     if renew is not None:
         renew()
         looked = _lookup_state(model) if looked is not None else None
@@ -1399,9 +1398,9 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
         try:
             step = kept[key] = _load_or_build(model, layout, lambda: exported(derived), tensors, structure, key,
                                               quiet, snapshot, build=build)
-        except AotNotBuilt as error:  # (not kept in _STEPS: compile="aot" builds it)
+        except AotNotBuilt:  # (not kept in _STEPS: compile="aot" builds it)
             if looked is not None:
-                _remember(model, layout, looked, _Absent(key, str(error)))
+                _remember(model, layout, looked, _Absent(key))
             raise
         except AotUnavailable as error:
             kept[key] = error
@@ -1417,7 +1416,6 @@ class _Absent:
     """:func:`_package`'s kept answer where ``build=False`` found no package of ``key``."""
 
     key: str
-    reason: str
 
 
 def _remember(model, layout: Layout, looked: tuple[list, list], answer) -> None:

@@ -58,10 +58,10 @@ class _Decoder:
         self.expanded = True
         # compile="aot": the step compiled ahead of time (generation/aot.py) over a fixed-shape
         # cache, k rows per source from the first step.
+        fixed = aot_capacity(model, capacity) if compile in ("aot", "auto") and self.fast else capacity
         self.aot = compile == "aot" and self.fast
         if compile == "auto" and self.fast:  # the package where one is built (never a build), else eager steps
-            self.aot = auto_step(model, "search", rows=self.most_rows, capacity=aot_capacity(model, capacity),
-                                 beam=rows_per_source) or False
+            self.aot = auto_step(model, "search", rows=self.most_rows, capacity=fixed, beam=rows_per_source) or False
         if memory_mask is not None:
             memory_mask = memory_mask.expand(memory.shape[0], *memory_mask.shape[1:])
         if self.fast:
@@ -69,7 +69,7 @@ class _Decoder:
             # k rows from the first step: its k rows are equal (the search gives all but the first
             # -inf), and a package call costs less than an eager step of one row.
             if self.aot:
-                capacity = aot_capacity(model, capacity)
+                capacity = fixed
             start_rows = rows_per_source if self.aot else 1
             # (the cross-attention keys and values an encoder package gave, where it did: _encode; passed
             # only then, as the Transformer alone takes them: another model's new_step_cache need not)

@@ -164,10 +164,10 @@ def sample_captions(model, tokenizer: Tokenizer, images: Tensor, *, temperature:
     try:
         memory, _ = model.encode(normalize(images).to(parameter))
         # "auto": the package where one is built (asked before the cache is made, never built), else eager
-        built = auto_step(model, "search", rows=len(images), capacity=aot_capacity(model, config.max_positions),
-                          beam=1) if compile == "auto" else None
+        fixed = aot_capacity(model, config.max_positions) if compile in ("aot", "auto") else config.max_positions
+        built = auto_step(model, "search", rows=len(images), capacity=fixed, beam=1) if compile == "auto" else None
         aot = compile == "aot" or built is not None
-        capacity = aot_capacity(model, config.max_positions) if aot else config.max_positions
+        capacity = fixed if aot else config.max_positions
         cache = model.new_step_cache(memory, capacity=capacity, fixed_shape=aot)
         # log-probabilities either way: a search package computes them itself (sampling from them
         # draws as from the logits, whose softmax they share)
