@@ -139,22 +139,32 @@ def test_weights_kept_outside_an_in_place_change_is_seen_including_the_heads_der
 
 def test_folded_weights_a_package_never_runs_other_weights_than_the_models(copied, monkeypatch):
     """On the CPU the package holds the weights: written in place (in this process: their
-    derived_key) it is rebuilt for the new values; a model whose weights differ from the
-    package's on disk (another process's, the same structure) gets a build, never that package."""
+    derived_key) a package is built for the new values, beside the first (named for its weights), and
+    each set of weights decodes through its own: a model of the first weights (another process's, the
+    same structure) loads the first, no build; one of weights no package holds gets a build, never
+    another's package."""
     model = lm()
     ids = torch.randint(1, 23, (1, 20))
     _teacher_forced(model, None, ids, prompt=3)  # the module's package: lm()'s weights
     manifest = copied.with_suffix(".json")
-    assert json.loads(manifest.read_text())["weights_sha256"] == aot.weights_digest(model)
+    first = json.loads(manifest.read_text())["weights_sha256"]
+    assert first == aot.weights_digest(model) and copied.stem.endswith("-" + first[:aot.WEIGHTS_IN_NAME])
     with torch.no_grad():  # the tied embedding (the head's transposed copy derives from it)
         model.decoder.embed.weight.mul_(-1.7).add_(0.05)
-    _teacher_forced(model, None, ids, prompt=3)  # rebuilt, with the new values
-    assert json.loads(manifest.read_text())["weights_sha256"] == aot.weights_digest(model) != \
-        aot.weights_digest(lm())
-    calls = _no_build(monkeypatch)
+    _teacher_forced(model, None, ids, prompt=3)  # built, with the new values
+    digests = sorted(json.loads(path.read_text())["weights_sha256"] for path in copied.parent.glob("*.json"))
+    assert digests == sorted([first, aot.weights_digest(model)]) and first != aot.weights_digest(model)
+    calls, ran = _no_build(monkeypatch), _package_calls(monkeypatch)
+    tokens = generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot")
+    assert tokens == generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True) and calls == []
+    assert set(ran) == {copied.stem}
+    other = lm()
+    with torch.no_grad():
+        other.decoder.stack.layers[0].ffn.linear1.weight.mul_(1.5)
     with pytest.warns(RuntimeWarning, match="test: no build here; decoding eagerly"):
-        tokens = generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot")
-    assert tokens == generate(lm(), [[3, 4, 5]], max_new_tokens=8, greedy=True) and len(calls) == 1
+        tokens = generate(other, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot")
+    assert tokens == generate(other, [[3, 4, 5]], max_new_tokens=8, greedy=True) and len(calls) == 1
+    assert set(ran) == {copied.stem}
 
 
 def _loaded_step(model):
@@ -674,7 +684,7 @@ def test_auto_decodes_through_a_built_package_and_never_builds_one(cache_dir, mo
     assert two == generate(model, [[3, 4, 5], [6]], max_new_tokens=12, greedy=True)
     with torch.no_grad():  # written in place after the package served: never run with the old weights
         model.decoder.embed.weight.mul_(-1.7).add_(0.05)
-    with pytest.warns(RuntimeWarning, match="compile='auto': .* holds other weights than the model's"):
+    with pytest.warns(RuntimeWarning, match="compile='auto': .* hold other weights than the model's"):
         changed = generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True, compile="auto")
     assert changed == generate(model, [[3, 4, 5]], max_new_tokens=12, greedy=True) and ran == [] and calls == []
 
@@ -721,13 +731,16 @@ def test_auto_with_a_package_for_other_weights_says_so_once_and_decodes_eagerly(
     model = lm()
     with torch.no_grad():
         model.decoder.stack.layers[0].ffn.linear1.weight.mul_(1.5)
-    with pytest.warns(RuntimeWarning, match=r"compile='auto': the package .*\.pt2 cannot be used: it holds other "
-                                            r"weights than the model's .*attnlab compile.*; decoding eagerly"):
+    with pytest.warns(RuntimeWarning, match=r"compile='auto': the packages of this step in .* hold other weights "
+                                            r"than the model's .*attnlab compile.*; decoding eagerly"):
         tokens = generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="auto")
     with warnings.catch_warnings():  # said once per model and reason
         warnings.simplefilter("error")
         generate(model, [[3]], max_new_tokens=3, greedy=True, compile="auto")
     assert tokens == generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True) and ran == [] and calls == []
+    with pytest.warns(RuntimeWarning, match="test: no build here; decoding eagerly"):  # what "auto" found is not
+        generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot")  # in the way of a build
+    assert len(calls) == 1
 
 
 def test_auto_finds_a_package_built_after_it_found_none(copied, tmp_path, monkeypatch):
@@ -739,11 +752,59 @@ def test_auto_finds_a_package_built_after_it_found_none(copied, tmp_path, monkey
     model = lm()
     first = generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto")
     assert ran == [] and not empty.exists()
-    (empty / "aot").mkdir(parents=True)
+    (empty / "aot").mkdir(parents=True)  # another model's package there: this one's looked for, none found
+    (empty / "aot" / f"{'0' * 32}-{'0' * aot.WEIGHTS_IN_NAME}.json").write_text('{"written_by": "attnlab"}')
+    assert generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto") == first and ran == []
     for path in (copied, copied.with_suffix(".json")):
         shutil.copy2(path, empty / "aot" / path.name)
     assert generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto") == first
     assert set(ran) == {copied.stem} and calls == []
+
+
+def test_past_folded_kept_packages_of_a_structure_a_build_removes_the_least_recently_used(tmp_path):
+    """A package per set of weights, but not without end (each a copy of the weights): past FOLDED_KEPT of one
+    structure, the build removes the least recently used (its manifest's time, which a load sets), its package
+    first; never the one just built, one whose lock another process holds (being loaded or rebuilt), another
+    structure's, or files attnlab did not write."""
+    import fcntl
+
+    key, other_key = "a" * 32, "b" * 32
+
+    def made(structure: str, weights: str, used: int, ours: bool = True) -> aot._Paths:
+        paths = aot._Paths(tmp_path, aot._folded_name(structure, weights * 64))
+        paths.manifest.write_text(json.dumps({"written_by": "attnlab" if ours else "someone", "bytes": 7}))
+        paths.package.write_bytes(b"package")
+        os.utime(paths.manifest, ns=(used, used))
+        return paths
+
+    locked, oldest, foreign = made(key, "1", 10), made(key, "2", 15), made(key, "3", 20, ours=False)
+    old, recent, newest = made(key, "4", 30), made(key, "5", 40), made(key, "6", 50)
+    other = made(other_key, "7", 1)
+    built = made(key, "8", 5)  # (just built: its time does not matter)
+    stray = tmp_path / f"{key}-notours.json"  # not a package's name
+    stray.write_text("{}")
+    legacy = aot._Paths(tmp_path, key)  # built before packages were named for their weights: replaced
+    legacy.manifest.write_text(json.dumps({"written_by": "attnlab", "bytes": 7}))
+    legacy.package.write_bytes(b"package")
+    fd = os.open(locked.lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        aot._remove_least_used(tmp_path, key, built)
+    finally:
+        os.close(fd)
+
+    def there(*all_paths):
+        return {paths.package.stem for paths in all_paths if paths.package.exists() and paths.manifest.exists()}
+
+    # the one built and FOLDED_KEPT - 1 more of attnlab's, most recently used first: newest, recent, old; the
+    # others removed (oldest), but for the one whose lock is held; not attnlab's: neither counted nor removed
+    assert aot.FOLDED_KEPT == 4 and not oldest.package.exists() and not oldest.manifest.exists()
+    assert not legacy.package.exists() and not legacy.manifest.exists()
+    staying = (locked, foreign, old, recent, newest, other, built)
+    assert there(oldest, *staying) == there(*staying) and len(there(*staying)) == 7 and stray.exists()
+    aot._remove_least_used(tmp_path, key, built)  # the lock free: removed too
+    assert there(*staying) == there(*staying[1:]) and len(there(*staying[1:])) == 6
+    assert not locked.package.exists() and not locked.manifest.exists()
 
 
 def test_the_decoding_verbs_default_to_auto():

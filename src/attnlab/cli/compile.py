@@ -9,7 +9,8 @@
 
 The package (:mod:`attnlab.generation.aot`) goes to the user cache (``$ATTNLAB_CACHE/aot``,
 default ``~/.cache/attnlab/aot``), keyed by the model's structure, dtype, batch (a language
-model, music or image model's rows; a translation model's or captioner's beam size) and torch version; a
+model, music or image model's rows; a translation model's or captioner's beam size) and torch version, and on
+the CPU by its weights (one package per set of weights, the four most recently used of a structure kept); a
 decoding verb then loads it on the CPU by default (``--compile auto``: a package where one is built, never
 a build) and with ``--compile aot`` (which builds it on first use otherwise). An
 existing valid package is only checked. Nothing is written next to the model.

@@ -35,9 +35,11 @@ storage moved, so a step never reads a stale copy.
 
 One package per (model structure, dtype, device, layout, batch bucket, torch version, CPU
 capability, weights folded or not), keyed by a hash of all of them (weights' names, shapes and
-dtypes, not their values: a folded package is replaced when the values differ), in the user
-cache (``$ATTNLAB_CACHE/aot``, default ``~/.cache/attnlab/aot``):
-``<key>.pt2`` and its manifest ``<key>.json`` (what was built, the package's SHA-256). The
+dtypes, not their values), in the user cache (``$ATTNLAB_CACHE/aot``, default ``~/.cache/attnlab/aot``):
+``<key>.pt2`` and its manifest ``<key>.json`` (what was built, the package's SHA-256); a folded
+package is one per set of weights too, ``<key>-<weights>.pt2`` (the first hex digits of their SHA-256:
+a model and the models fine-tuned from it each decode through their own), at most :data:`FOLDED_KEPT`
+per structure (a build past them removes the least recently used). The
 cache capacity is a dynamic dimension (one package for every length) unless the pattern has
 a window (then the capacity is part of the key); beam search's rows and source length are
 dynamic too (sources × beam), in two packages: one for at most :data:`FEW_ROWS` rows (one
@@ -1091,7 +1093,7 @@ class AotStep:
     def bind(self, model) -> None:
         """Point the package at ``model``'s current tensors (call before each decode: cheap
         when nothing moved). The derived copies are renewed by the model first. A package with
-        folded weights reads none (:func:`aot_step` replaces it when the weights moved)."""
+        folded weights reads none (:func:`aot_step` loads or builds another when the weights moved)."""
         if self.weights is not None:
             return
         tensors = _named_tensors(model)
@@ -1223,7 +1225,8 @@ def _named_tensors(model) -> dict[str, Tensor]:
     return {name: t.detach() if isinstance(t, nn.Parameter) else t for name, t in _step_tensors(model)}
 
 
-_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {key: AotStep | reason}
+# model -> {key: AotStep | reason, (key, "auto"): why compile="auto" found none it could use}
+_STEPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 DYNAMIC_CAPACITY_PATTERNS = ("causal", "full")
@@ -1374,10 +1377,12 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     answer = _LOOKUPS.get(model, {}).get(layout) if looked is not None else None
     if answer is not None and answer[0] == looked[0]:  # (one read: another thread may clear the dict)
         found = answer[2]
-        if not isinstance(found, _Absent):
+        if isinstance(found, AotStep):
             return found
-        if not build and not _Paths(cache_directory(), found.key).manifest.exists():
-            raise AotNotBuilt(f"no package of this step is built in {cache_directory()}")
+        if not build and isinstance(found, AotUnavailable):  # (packages for other weights alone, say)
+            raise found
+        if not build and isinstance(found, _Absent) and _stamp(cache_directory()) == found.stamp:
+            raise AotNotBuilt(f"no package of this step is built in {cache_directory()}")  # (none added since)
     if renew is not None:
         renew()
         looked = _lookup_state(model) if looked is not None else None
@@ -1391,19 +1396,29 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
     step = kept.get(key)
     if isinstance(step, AotUnavailable):
         raise step
+    if not build and isinstance(kept.get((key, "auto")), AotUnavailable):
+        raise kept[(key, "auto")]
     snapshot = weights_snapshot(model, tensors) if folded else None
     if step is not None and folded and step.weights != snapshot:
         step = None  # a weight was written or replaced since: the package holds the old values
     if step is None:
+        stamp = _stamp(cache_directory()) if not build else None  # (before the look-up: nothing added after it missed)
         try:
             step = kept[key] = _load_or_build(model, layout, lambda: exported(derived), tensors, structure, key,
                                               quiet, snapshot, build=build)
         except AotNotBuilt:  # (not kept in _STEPS: compile="aot" builds it)
             if looked is not None:
-                _remember(model, layout, looked, _Absent(key))
+                _remember(model, layout, looked, _Absent(stamp))
             raise
         except AotUnavailable as error:
-            kept[key] = error
+            # why "auto" found none it could use: kept apart (not in the way of the build compile="aot" asks),
+            # with the model's state where there is one
+            if build:
+                kept[key] = error
+            elif looked is not None:
+                _remember(model, layout, looked, error)
+            else:
+                kept[(key, "auto")] = error
             raise
     step.bind(model)
     if looked is not None:  # kept with the model's state as this look-up began
@@ -1413,9 +1428,17 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
 
 @dataclass(frozen=True)
 class _Absent:
-    """:func:`_package`'s kept answer where ``build=False`` found no package of ``key``."""
+    """:func:`_package`'s kept answer where ``build=False`` found no package: the cache directory's
+    modification time (:func:`_stamp`) before it looked (a package's manifest added since changes it)."""
 
-    key: str
+    stamp: int | None
+
+
+def _stamp(directory: Path) -> int | None:
+    try:
+        return directory.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _remember(model, layout: Layout, looked: tuple[list, list], answer) -> None:
@@ -1487,20 +1510,23 @@ def screens_head(model, batch: int, folded: bool) -> bool:
 
 def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snapshot=None,
                    build: bool = True) -> AotStep:
-    paths = _Paths(cache_directory(), key)
-    if not build:  # nothing made or written (no directory, no lock file), nothing said, where none is built
-        manifest = _read_manifest(paths) if paths.directory.is_dir() and not paths.directory.is_symlink() else None
-        if manifest is None or _valid(paths, manifest, structure, weights=None, files=False) is not None:
-            raise AotNotBuilt(f"no package of this step is built in {paths.directory}")
+    directory = cache_directory()
+    # nothing made or written (no directory, no lock file), nothing said, where none is built
+    if not build and not _built(directory, key, structure, folded=snapshot is not None):
+        raise AotNotBuilt(f"no package of this step is built in {directory}")
     if any(type(t) not in (Tensor, nn.Parameter) for t in model.parameters()):
         raise AotUnavailable("the model's parameters are not plain tensors")
     int8 = structure.get("int8_products")
     if snapshot is None and int8:
         raise AotUnavailable(f"the model's weights are int8 (model.quantize('int8')), which a package takes only "
                              f"with its weights folded in (${WEIGHTS_SETTING}=outside, or not on the CPU)")
-    _check_directory(paths.directory)
     names = sorted(name for name, _ in tensors)
     weights = weights_digest(model, tensors) if snapshot is not None else None
+    paths = _Paths(directory, key if weights is None else _folded_name(key, weights))
+    if not build and not paths.manifest.exists() and not paths.manifest.is_symlink():
+        raise AotUnavailable(f"the packages of this step in {directory} hold other weights than the model's "
+                             "(`attnlab compile --model DIR` or compile='aot' builds one for them)")
+    _check_directory(paths.directory)
     with _build_lock(paths):
         manifest = _read_manifest(paths)
         why = _valid(paths, manifest, structure, weights)
@@ -1515,14 +1541,99 @@ def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snap
             _build(module, example, shapes, structure, paths, quiet=quiet, weights=weights,
                    few_rows=layout.max_rows is not None, int8=int8,
                    what="the encoder" if layout.kind == "encode" else "the decode step")
+            if weights is not None:
+                _remove_least_used(directory, key, paths)
         if _load_check_needed():
             _check_loads(paths)
         try:
-            return AotStep(paths.package, layout, names, key, weights=snapshot)
+            step = AotStep(paths.package, layout, names, paths.package.stem, weights=snapshot)
         except RuntimeError as error:
             if isinstance(error, AotUnavailable):
                 raise
             raise AotUnavailable(f"the package {paths.package} could not be loaded ({_first_line(error)})") from None
+    if weights is not None:
+        with contextlib.suppress(OSError):  # used now: the last of this structure's packages a build removes
+            os.utime(paths.manifest)
+    return step
+
+
+FOLDED_KEPT = 4
+"""Packages with their weights folded in kept per structure in the cache directory, each for its own weights
+(``<key>-<weights>.pt2``: a model and the models fine-tuned from it each decode through their own, where one
+package per structure made each build replace the last); a build past that many removes the least recently
+used (its manifest's modification time, set at each load)."""
+WEIGHTS_IN_NAME = 16  # hex digits of the weights' SHA-256 in a folded package's name
+
+
+def _folded_name(key: str, weights: str) -> str:
+    """The name of the package of structure ``key`` with weights of SHA-256 ``weights`` folded in."""
+    return f"{key}-{weights[:WEIGHTS_IN_NAME]}"
+
+
+def _built(directory: Path, key: str, structure: dict, *, folded: bool) -> bool:
+    """Whether ``directory`` holds a manifest attnlab wrote of a package of ``structure`` (key ``key``): for a
+    folded package, for any weights (the one for the model's own is looked for once its weights' digest is
+    made; a file of such a name that attnlab did not write is passed over, where a file at an unfolded package's
+    own name is refused with the reason, as a build would refuse it)."""
+    if not directory.is_dir() or directory.is_symlink():
+        return False
+    candidates = [_Paths(directory, key)]  # (folded: one built before packages were named for their weights)
+    if folded:
+        candidates += [_Paths(directory, manifest.stem) for manifest in directory.glob(f"{key}-*.json")
+                       if len(manifest.stem) == len(key) + 1 + WEIGHTS_IN_NAME]
+    for paths in candidates:
+        try:
+            manifest = _read_manifest(paths)
+        except AotUnavailable:
+            if not folded:
+                raise  # (its own name: the same warning as a build would give)
+            continue
+        if manifest is not None and _valid(paths, manifest, structure, files=False) is None:
+            return True
+    return False
+
+
+def _remove_least_used(directory: Path, key: str, built: _Paths) -> None:
+    """Past :data:`FOLDED_KEPT` folded packages of structure ``key``, remove the least recently used (not
+    ``built``, just made): only packages attnlab wrote (its manifest), each under its own lock taken without
+    waiting (one being loaded or rebuilt elsewhere stays), its package before its manifest (a manifest alone is
+    rebuilt; a package alone would be refused as not attnlab's)."""
+    import fcntl
+
+    def used(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    others = sorted((manifest for manifest in directory.glob(f"{key}-*.json")
+                     if len(manifest.stem) == len(key) + 1 + WEIGHTS_IN_NAME and manifest != built.manifest),
+                    key=used, reverse=True)
+    # one built before packages were named for their weights (the same key: a folded package's): replaced
+    others += [directory / f"{key}.json"] if (directory / f"{key}.json").exists() else []
+    kept = 1  # (the one built)
+    for manifest in others:
+        paths = _Paths(directory, manifest.stem)
+        try:
+            if _read_manifest(paths) is None:
+                continue
+        except AotUnavailable:  # not attnlab's: neither counted nor touched
+            continue
+        if kept < FOLDED_KEPT and manifest.stem != key:
+            kept += 1
+            continue
+        try:
+            fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            paths.package.unlink(missing_ok=True)
+            paths.manifest.unlink(missing_ok=True)
+        except OSError:  # (its lock held elsewhere: it stays)
+            continue
+        finally:
+            os.close(fd)
 
 
 INTEGER_CACHE_SHARE = 4
