@@ -741,6 +741,14 @@ def test_auto_with_a_package_for_other_weights_says_so_once_and_decodes_eagerly(
     with pytest.warns(RuntimeWarning, match="test: no build here; decoding eagerly"):  # what "auto" found is not
         generate(model, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="aot")  # in the way of a build
     assert len(calls) == 1
+    own = copied.parent / f"{aot._folded_name(copied.stem.split('-')[0], aot.weights_digest(model))}.pt2"
+    shutil.copy2(copied, own)  # a file at these weights' package's name that attnlab did not write: said so
+    same = lm()  # (a model of its own: the answer kept for the first is kept with its state)
+    with torch.no_grad():
+        same.decoder.stack.layers[0].ffn.linear1.weight.mul_(1.5)
+    with pytest.warns(RuntimeWarning, match=r"compile='auto': .*\.pt2 exists but attnlab did not write it"):
+        assert generate(same, [[3, 4, 5]], max_new_tokens=8, greedy=True, compile="auto") == tokens
+    assert own.exists() and ran == [] and len(calls) == 1
 
 
 def test_auto_finds_a_package_built_after_it_found_none(copied, tmp_path, monkeypatch):

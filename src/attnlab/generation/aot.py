@@ -1523,7 +1523,7 @@ def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snap
     names = sorted(name for name, _ in tensors)
     weights = weights_digest(model, tensors) if snapshot is not None else None
     paths = _Paths(directory, key if weights is None else _folded_name(key, weights))
-    if not build and not paths.manifest.exists() and not paths.manifest.is_symlink():
+    if not build and not any(path.exists() or path.is_symlink() for path in (paths.manifest, paths.package)):
         raise AotUnavailable(f"the packages of this step in {directory} hold other weights than the model's "
                              "(`attnlab compile --model DIR` or compile='aot' builds one for them)")
     _check_directory(paths.directory)
