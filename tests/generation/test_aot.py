@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -762,11 +763,18 @@ def test_auto_finds_a_package_built_after_it_found_none(copied, tmp_path, monkey
     assert ran == [] and not empty.exists()
     (empty / "aot").mkdir(parents=True)  # another model's package there: this one's looked for, none found
     (empty / "aot" / f"{'0' * 32}-{'0' * aot.WEIGHTS_IN_NAME}.json").write_text('{"written_by": "attnlab"}')
-    assert generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto") == first and ran == []
+    settled = time.time_ns() - 10 * aot.STAMP_SETTLED_NS  # (a directory time just set cannot be trusted)
+    os.utime(empty / "aot", ns=(settled, settled))
+    looks = []
+    built = aot._built
+    monkeypatch.setattr(aot, "_built", lambda *args, **kwargs: (looks.append(args), built(*args, **kwargs))[1])
+    for _ in range(2):  # the second time, the answer kept: the directory has not changed
+        assert generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto") == first and ran == []
+    assert len(looks) == 1
     for path in (copied, copied.with_suffix(".json")):
         shutil.copy2(path, empty / "aot" / path.name)
     assert generate(model, [[3, 4, 5]], max_new_tokens=6, greedy=True, compile="auto") == first
-    assert set(ran) == {copied.stem} and calls == []
+    assert set(ran) == {copied.stem} and calls == [] and len(looks) == 2
 
 
 def test_past_folded_kept_packages_of_a_structure_a_build_removes_the_least_recently_used(tmp_path):

@@ -1381,7 +1381,7 @@ def _package(model, layout: Layout, weight: Tensor, folded: bool, exported, quie
             return found
         if not build and isinstance(found, AotUnavailable):  # (packages for other weights alone, say)
             raise found
-        if not build and isinstance(found, _Absent) and _stamp(cache_directory()) == found.stamp:
+        if not build and isinstance(found, _Absent) and found.stamp != -1 and _stamp(cache_directory()) == found.stamp:
             raise AotNotBuilt(f"no package of this step is built in {cache_directory()}")  # (none added since)
     if renew is not None:
         renew()
@@ -1435,10 +1435,17 @@ class _Absent:
 
 
 def _stamp(directory: Path) -> int | None:
+    """``directory``'s modification time (None where it is not there); -1, which no later look at it equals, where
+    that time is less than :data:`STAMP_SETTLED_NS` old: a file added within the file system's clock tick of it
+    (a few ms) may leave it as it was, so a time that recent cannot say nothing was added since."""
     try:
-        return directory.stat().st_mtime_ns
+        stamp = directory.stat().st_mtime_ns
     except OSError:
         return None
+    return -1 if time.time_ns() - stamp < STAMP_SETTLED_NS else stamp
+
+
+STAMP_SETTLED_NS = 2_000_000_000
 
 
 def _remember(model, layout: Layout, looked: tuple[list, list], answer) -> None:
