@@ -1435,9 +1435,10 @@ class _Absent:
 
 
 def _stamp(directory: Path) -> int | None:
-    """``directory``'s modification time (None where it is not there); -1, which no later look at it equals, where
-    that time is less than :data:`STAMP_SETTLED_NS` old: a file added within the file system's clock tick of it
-    (a few ms) may leave it as it was, so a time that recent cannot say nothing was added since."""
+    """``directory``'s modification time (None where it is not there), or -1 (never taken for an unchanged
+    directory: :func:`_package`) where that time is less than :data:`STAMP_SETTLED_NS` old: a file added within the
+    file system's clock tick of it (a few ms) may leave it as it was, so a time that recent cannot say that nothing
+    was added since."""
     try:
         stamp = directory.stat().st_mtime_ns
     except OSError:
