@@ -1578,6 +1578,13 @@ def _folded_name(key: str, weights: str) -> str:
     return f"{key}-{weights[:WEIGHTS_IN_NAME]}"
 
 
+def _folded_manifests(directory: Path, key: str) -> list[Path]:
+    """The manifests' paths named as those of structure ``key``'s folded packages (:func:`_folded_name`), whoever
+    wrote them (the caller reads each)."""
+    return [manifest for manifest in directory.glob(f"{key}-*.json")
+            if len(manifest.stem) == len(key) + 1 + WEIGHTS_IN_NAME]
+
+
 def _built(directory: Path, key: str, structure: dict, *, folded: bool) -> bool:
     """Whether ``directory`` holds a manifest attnlab wrote of a package of ``structure`` (key ``key``): for a
     folded package, for any weights (the one for the model's own is looked for once its weights' digest is
@@ -1587,8 +1594,7 @@ def _built(directory: Path, key: str, structure: dict, *, folded: bool) -> bool:
         return False
     candidates = [_Paths(directory, key)]  # (folded: one built before packages were named for their weights)
     if folded:
-        candidates += [_Paths(directory, manifest.stem) for manifest in directory.glob(f"{key}-*.json")
-                       if len(manifest.stem) == len(key) + 1 + WEIGHTS_IN_NAME]
+        candidates += [_Paths(directory, manifest.stem) for manifest in _folded_manifests(directory, key)]
     for paths in candidates:
         try:
             manifest = _read_manifest(paths)
@@ -1614,8 +1620,7 @@ def _remove_least_used(directory: Path, key: str, built: _Paths) -> None:
         except OSError:
             return 0
 
-    others = sorted((manifest for manifest in directory.glob(f"{key}-*.json")
-                     if len(manifest.stem) == len(key) + 1 + WEIGHTS_IN_NAME and manifest != built.manifest),
+    others = sorted((manifest for manifest in _folded_manifests(directory, key) if manifest != built.manifest),
                     key=used, reverse=True)
     # one built before packages were named for their weights (the same key: a folded package's): replaced
     others += [directory / f"{key}.json"] if (directory / f"{key}.json").exists() else []
