@@ -802,6 +802,11 @@ def test_past_folded_kept_packages_of_a_structure_a_build_removes_the_least_rece
     legacy = aot._Paths(tmp_path, key)  # built before packages were named for their weights: replaced
     legacy.manifest.write_text(json.dumps({"written_by": "attnlab", "bytes": 7}))
     legacy.package.write_bytes(b"package")
+    linked = made(key, "9", 1)  # the least used, but its package a symlink to a user's file: not attnlab's
+    users = tmp_path / "users-file"
+    users.write_bytes(b"the user's")
+    linked.package.unlink()
+    linked.package.symlink_to(users)
     fd = os.open(locked.lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
@@ -821,6 +826,27 @@ def test_past_folded_kept_packages_of_a_structure_a_build_removes_the_least_rece
     aot._remove_least_used(tmp_path, key, built)  # the lock free: removed too
     assert there(*staying) == there(*staying[1:]) and len(there(*staying[1:])) == 6
     assert not locked.package.exists() and not locked.manifest.exists()
+    assert linked.package.is_symlink() and linked.manifest.exists() and users.read_bytes() == b"the user's"
+
+
+def test_a_directory_time_just_set_is_not_taken_for_its_listing(tmp_path):
+    """compile="auto" keeps whether the package cache holds any manifest by the directory's modification time;
+    a manifest added within the file system's clock tick of a look leaves that time as it was, so a time under
+    STAMP_SETTLED_NS old is looked behind every time, and an older one kept."""
+    directory = tmp_path / "aot"
+    directory.mkdir()
+    now = time.time_ns()
+    os.utime(directory, ns=(now, now))
+    assert not aot._holds_packages(directory)
+    (directory / "package.json").write_text("{}")
+    os.utime(directory, ns=(now, now))  # as if in the same tick as the first look
+    assert aot._holds_packages(directory)
+    settled = now - 10 * aot.STAMP_SETTLED_NS
+    os.utime(directory, ns=(settled, settled))
+    assert aot._holds_packages(directory)
+    (directory / "package.json").unlink()
+    os.utime(directory, ns=(settled, settled))  # a listing changed under a time already settled: kept
+    assert aot._holds_packages(directory)
 
 
 def test_the_decoding_verbs_default_to_auto():

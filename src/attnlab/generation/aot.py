@@ -1326,13 +1326,13 @@ _HOLDS: dict[str, tuple[int, bool]] = {}  # directory -> (its st_mtime_ns, wheth
 def _holds_packages(directory: Path) -> bool:
     """Whether ``directory`` (the package cache) holds any manifest: one ``stat`` while its listing is as it
     was (kept by its modification time), so that ``compile="auto"`` costs ~nothing where no package was
-    ever built. (The look-up of one model's package took ~1.6-2.6 ms a search of a multi30k-shaped model.)"""
-    try:
-        stamp = directory.stat().st_mtime_ns
-    except OSError:
+    ever built. (The look-up of one model's package took ~1.6-2.6 ms a search of a multi30k-shaped model.) A
+    time under :data:`STAMP_SETTLED_NS` old is looked behind every time (:func:`_stamp`)."""
+    stamp = _stamp(directory)
+    if stamp is None:
         return False
     kept = _HOLDS.get(str(directory))
-    if kept is not None and kept[0] == stamp:
+    if kept is not None and kept[0] == stamp != -1:
         return kept[1]
     try:
         with os.scandir(directory) as entries:
@@ -1641,9 +1641,11 @@ def _remove_least_used(directory: Path, key: str, built: _Paths) -> None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            paths.package.unlink(missing_ok=True)
-            paths.manifest.unlink(missing_ok=True)
-        except OSError:  # (its lock held elsewhere: it stays)
+            # (read again under the lock: as it is now; a symlink at the package's name is not attnlab's)
+            if _read_manifest(paths) is not None and not paths.package.is_symlink():
+                paths.package.unlink(missing_ok=True)
+                paths.manifest.unlink(missing_ok=True)
+        except (OSError, AotUnavailable):  # (its lock held elsewhere, or no longer attnlab's: it stays)
             continue
         finally:
             os.close(fd)
