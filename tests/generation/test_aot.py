@@ -391,9 +391,9 @@ def _load_checked(monkeypatch, command=None):
     children = []
     real = aot._check_command
 
-    def check_command(package):
+    def check_command(package, shim=None):
         children.append(package)
-        return command if command is not None else real(package)
+        return command if command is not None else real(package, shim)
 
     monkeypatch.setattr(aot, "_load_check_needed", lambda: True)
     monkeypatch.setattr(aot, "_check_command", check_command)
@@ -1361,6 +1361,7 @@ def test_a_many_row_search_package_on_avx2_takes_onednns_products_alone(capabili
     from the product before it (ACTIVATIONS_APART: oneDNN's AVX2 epilogue is slow). Other CPUs, and
     the few-row and int8 packages, are built as before."""
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_SGEMM", "off")  # (with the onednn-cpu-gomp wheel: dnnl_sgemm's, test_sgemm.py)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     calls, activations = [], []
 

@@ -122,6 +122,7 @@ from attnlab.attention.cache import StaticKVCache
 from attnlab.attention.masks import key_padding_mask
 from attnlab.files import atomic_write_json, fsync_path, read_json_object, remove_stale_temporaries, sha256_file
 from attnlab.generation import compiled as _compiled
+from attnlab.generation import sgemm
 from attnlab.generation.candidates import CHUNK, beam_and_token, search_candidates
 from attnlab.linear import OPTIMIZER_STEPS, derived_key, own_product, packed_inference, products_for_folding
 from attnlab.quantize import (code_products, full_range_inputs, integer_products, integer_sums_pay,
@@ -451,10 +452,13 @@ def _layout_key(layout: Layout) -> dict:
 
 
 def _many_row_products(layout: Layout, folded: bool, int8: str | None, capability: str) -> str | None:
-    """"oneDNN" for a folded float search package of any number of rows on an AVX2 CPU (built with
-    :data:`MANY_ROWS_AVX2_CONFIGS`), else None (the build's configs as before)."""
+    """For a folded float search package of any number of rows on an AVX2 CPU (built with
+    :data:`MANY_ROWS_AVX2_CONFIGS`): "sgemm" where :func:`attnlab.generation.sgemm.wanted` (its products
+    oneDNN's ``dnnl_sgemm``), else "oneDNN"; None for any other package (the build's configs as before)."""
     many_rows = layout.kind == "search" and layout.batch is None and layout.max_rows is None
-    return "oneDNN" if many_rows and folded and not int8 and capability == "AVX2" else None
+    if not (many_rows and folded and not int8 and capability == "AVX2"):
+        return None
+    return "sgemm" if sgemm.wanted() else "oneDNN"
 
 
 def package_key(structure: dict) -> str:
@@ -661,9 +665,11 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
             if constants:  # a tensor the package would not read from the model: could go stale
                 raise AotUnavailable(f"the step reads tensors that are not the model's parameters or buffers "
                                      f"({', '.join(sorted(constants.values())[:3])})")
+            shim = _sgemm_library(structure, compiler)
             if structure.get("activations") == "apart":
                 try:
-                    exported = exported.run_decompositions(ACTIVATIONS_APART)
+                    exported = exported.run_decompositions({**ACTIVATIONS_APART,
+                                                            **(sgemm.DECOMPOSITIONS if shim else {})})
                 except Exception as error:
                     raise AotUnavailable(f"torch.export failed to write the activations apart ({type(error).__name__}: "
                                          f"{_first_line(error)})") from error
@@ -677,8 +683,10 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
                 # kernel, an Image Transformer's 2-row step, torch 2.13)
                 configs = OUTSIDE_CONFIGS if weights is None else FOLDED_CONFIGS if int8 == "integer" \
                     else FEW_ROWS_CONFIGS if few_rows or int8 \
-                    else MANY_ROWS_AVX2_CONFIGS if structure.get("products") == "oneDNN" else FOLDED_CONFIGS
+                    else MANY_ROWS_AVX2_CONFIGS if structure.get("products") in ("oneDNN", "sgemm") else FOLDED_CONFIGS
                 chosen = {"cpp.cxx": (None, compiler)} if compiler else {}
+                if shim:  # (the build process loads the library and names its C function: _BUILD_TAIL)
+                    chosen[SGEMM_CONFIG] = str(shim)
                 try:
                     _compile_package(saved, temporary, {**configs, **chosen}, pairs=int8 == "codes")
                 except Exception:
@@ -886,8 +894,15 @@ with ``vpmaddwd``: 16 products an instruction, where the float kernel converts e
 and makes 8 (docs/benchmarks.md, "int8 in integers on an AVX2 CPU")."""
 _PAIRS_KEY = hashlib.sha256(_PAIRS.encode()).hexdigest()[:16]  # in a "codes" package's structure
 _BUILD_HEAD = "import json, sys, torch\n" + _ONE_ROW + _UNIQUE_NAMES
+SGEMM_CONFIG = "attnlab.sgemm"  # in the build's configs: the shim library (attnlab.generation.sgemm) to load
 _BUILD_TAIL = ("torch.set_num_threads(int(sys.argv[3]))\n"
           "configs = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(sys.argv[4]).items()}\n"
+          f"shim = configs.pop({SGEMM_CONFIG!r}, None)\n"
+          "if shim:\n"
+          "    import ctypes, os\n"
+          "    ctypes.CDLL(shim, mode=os.RTLD_NOW | os.RTLD_GLOBAL)\n"
+          "    from attnlab.generation.sgemm import c_shims\n"
+          "    configs['aot_inductor.custom_ops_to_c_shims'] = c_shims()\n"
           "with torch.no_grad():\n"
           "    torch._inductor.aoti_compile_and_package(torch.export.load(sys.argv[1]), package_path=sys.argv[2], "
           "inductor_configs=configs)\n")
@@ -1008,8 +1023,12 @@ def _environment() -> str:
             f"CUDA {'available' if torch.cuda.is_available() else 'unavailable'}")
 
 
-def _check_command(package: Path) -> list[str]:
-    return [sys.executable, "-c", _LOAD_CHECK, str(package)]
+def _check_command(package: Path, shim: Path | None = None) -> list[str]:
+    """The load check's command; ``shim``: the library a package of ``dnnl_sgemm`` products calls, loaded first."""
+    if shim is None:
+        return [sys.executable, "-c", _LOAD_CHECK, str(package)]
+    return [sys.executable, "-c", f"import ctypes, os; ctypes.CDLL({str(shim)!r}, mode=os.RTLD_NOW | os.RTLD_GLOBAL)"
+            f"; {_LOAD_CHECK}", str(package)]
 
 
 def _exit_reason(returncode: int, stderr: bytes, what: str = "the test process") -> str:
@@ -1022,7 +1041,7 @@ def _exit_reason(returncode: int, stderr: bytes, what: str = "the test process")
     return f"{what} exited with status {returncode}" + (f": {lines[-1][:200]}" if lines else "")
 
 
-def _check_loads(paths: _Paths) -> None:
+def _check_loads(paths: _Paths, shim: Path | None = None) -> None:
     """Raise :class:`AotUnavailable` unless the package loads in a child process on this
     machine. The verdict is kept in the manifest per environment (machine, Python, torch,
     CUDA), so it is paid once; called under the key's build lock."""
@@ -1034,7 +1053,7 @@ def _check_loads(paths: _Paths) -> None:
     verdict = checked.get(environment)
     if verdict is None:
         try:
-            result = subprocess.run(_check_command(paths.package), stdin=subprocess.DEVNULL, capture_output=True,
+            result = subprocess.run(_check_command(paths.package, shim), stdin=subprocess.DEVNULL, capture_output=True,
                                     timeout=LOAD_CHECK_SECONDS)
             verdict = "ok" if result.returncode == 0 else _exit_reason(result.returncode, result.stderr)
         except subprocess.TimeoutExpired:
@@ -1046,6 +1065,20 @@ def _check_loads(paths: _Paths) -> None:
     if verdict != "ok":
         raise AotUnavailable(f"loading the package {paths.package.name} failed in a test process on this machine "
                              f"({verdict}; {environment}), so it is not loaded here")
+
+
+def _sgemm_library(structure: dict, compiler: str | None = None) -> Path | None:
+    """For a package of ``dnnl_sgemm`` products (``structure["products"] == "sgemm"``): the shim library it
+    calls, loaded into this process (:func:`attnlab.generation.sgemm.load`, built once into the cache
+    directory with ``compiler``, else the packages' own); else None. Raises :class:`AotUnavailable` where it
+    cannot be built or loaded."""
+    if structure.get("products") != "sgemm":
+        return None
+    try:
+        return sgemm.load(cache_directory(), compiler or package_compiler(quiet=True) or _inductor_compiler())
+    except sgemm.Unavailable as error:
+        raise AotUnavailable(f"oneDNN's sgemm for the package's products: {error} (${sgemm.SETTING}=off "
+                             "builds it with torch's own products)") from None
 
 
 def _remove_leftovers(paths: _Paths) -> None:
@@ -1551,8 +1584,9 @@ def _load_or_build(model, layout, exported, tensors, structure, key, quiet, snap
                    what="the encoder" if layout.kind == "encode" else "the decode step")
             if weights is not None:
                 _remove_least_used(directory, key, paths)
+        shim = _sgemm_library(structure)  # (loaded before the package that calls it)
         if _load_check_needed():
-            _check_loads(paths)
+            _check_loads(paths, shim)
         try:
             step = AotStep(paths.package, layout, names, paths.package.stem, weights=snapshot)
         except RuntimeError as error:
