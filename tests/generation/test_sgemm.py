@@ -72,6 +72,18 @@ def test_wanted_needs_the_wheel_and_follows_the_setting(monkeypatch, tmp_path):
     assert not sgemm.wanted()
 
 
+def test_a_file_at_the_librarys_name_that_does_not_load_is_reported_and_left(monkeypatch, tmp_path):
+    """Whatever sits at the library's name is loaded, never replaced: one that does not load stops the
+    package with its path, and stays as it was."""
+    monkeypatch.setattr(sgemm, "_DNNL", [tmp_path / "libdnnl.so.3"])
+    monkeypatch.setattr(sgemm, "_LOADED", {})
+    path = tmp_path / f"sgemm-{sgemm.SHIM_KEY}.so"
+    path.write_bytes(b"not a library")
+    with pytest.raises(sgemm.Unavailable, match=f"{path} did not load"):
+        sgemm.load(tmp_path, None)
+    assert path.read_bytes() == b"not a library" and sgemm._LOADED == {}
+
+
 def test_a_many_row_avx2_package_takes_sgemm_where_wanted(monkeypatch, tmp_path):
     """The structure of a folded many-row float search package on AVX2 names its products: "sgemm" where
     the wheel is there (and the setting allows), else oneDNN's; never for other packages. A library that

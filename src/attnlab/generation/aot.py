@@ -641,6 +641,7 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
     if reason is not None:
         raise AotUnavailable(reason)
     compiler = package_compiler(quiet=quiet)
+    shim = _sgemm_library(structure, compiler)  # (a package of dnnl_sgemm products: its library, before the work)
     start = time.perf_counter()
     if not quiet:
         once = "model structure and set of weights" if weights is not None else "model structure"
@@ -665,7 +666,6 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
             if constants:  # a tensor the package would not read from the model: could go stale
                 raise AotUnavailable(f"the step reads tensors that are not the model's parameters or buffers "
                                      f"({', '.join(sorted(constants.values())[:3])})")
-            shim = _sgemm_library(structure, compiler)
             if structure.get("activations") == "apart":
                 try:
                     exported = exported.run_decompositions({**ACTIVATIONS_APART,

@@ -192,7 +192,8 @@ def load(directory: Path, compiler: str | None) -> Path:
         try:
             library = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
         except OSError as error:
-            raise Unavailable(f"{path.name} did not load ({error})") from None
+            raise Unavailable(f"{path} did not load ({str(error)[:200]}); attnlab builds it again where it is "
+                              "not there") from None
         if library.attnlab_sgemm_open(str(dnnl).encode()) != 0:
             raise Unavailable(f"{dnnl} did not load or has no dnnl_sgemm")
         _LOADED[SHIM_KEY] = path
