@@ -82,6 +82,15 @@ def test_a_file_at_the_librarys_name_that_does_not_load_is_reported_and_left(mon
     with pytest.raises(sgemm.Unavailable, match=f"{path} did not load"):
         sgemm.load(tmp_path, None)
     assert path.read_bytes() == b"not a library" and sgemm._LOADED == {}
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(sgemm.Unavailable, match=f"{path} is not a file"):
+        sgemm.load(tmp_path, None)
+    path.rmdir()
+    path.symlink_to(tmp_path / "nowhere.so")  # a link that leads nowhere: left too
+    with pytest.raises(sgemm.Unavailable, match=f"{path} is not a file"):
+        sgemm.load(tmp_path, None)
+    assert path.is_symlink() and not (tmp_path / "nowhere.so").exists()
 
 
 def test_a_many_row_avx2_package_takes_sgemm_where_wanted(monkeypatch, tmp_path):

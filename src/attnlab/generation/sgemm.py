@@ -187,14 +187,20 @@ def load(directory: Path, compiler: str | None) -> Path:
         if SHIM_KEY in _LOADED:
             return _LOADED[SHIM_KEY]
         path = directory / f"sgemm-{SHIM_KEY}.so"
-        if not path.is_file():
-            _build(path, compiler or os.environ.get("CXX") or "g++")
+        if not path.exists() and not path.is_symlink():
+            try:
+                _build(path, compiler or os.environ.get("CXX") or "g++")
+            except OSError as error:
+                raise Unavailable(f"{path} could not be written ({error})") from None
+        elif not path.is_file():
+            raise Unavailable(f"{path} is not a file (attnlab never replaces it)")
         try:
             library = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
-        except OSError as error:
+            opened = library.attnlab_sgemm_open(str(dnnl).encode())
+        except (OSError, AttributeError) as error:
             raise Unavailable(f"{path} did not load ({str(error)[:200]}); attnlab builds it again where it is "
                               "not there") from None
-        if library.attnlab_sgemm_open(str(dnnl).encode()) != 0:
+        if opened != 0:
             raise Unavailable(f"{dnnl} did not load or has no dnnl_sgemm")
         _LOADED[SHIM_KEY] = path
         return path
