@@ -44,11 +44,11 @@ def _float64(module, x, columns):
 
 
 def test_decompositions_write_every_float32_product_as_sgemm():
-    """DECOMPOSITIONS: linear, mm and addmm of float32 matrices become attnlab::sgemm_linear (plus the
+    """decompositions(): linear, mm and addmm of float32 matrices become attnlab::sgemm_linear (plus the
     bias), within float32 rounding of a float64 reference; a float64 step keeps its own products."""
     module, example = _example()
     with torch.no_grad():
-        exported = torch.export.export(module, example, strict=True).run_decompositions(sgemm.DECOMPOSITIONS)
+        exported = torch.export.export(module, example, strict=True).run_decompositions(sgemm.decompositions())
         targets = [node.target for node in exported.graph.nodes if node.op == "call_function"]
         assert targets.count(torch.ops.attnlab.sgemm_linear.default) == 4
         assert not {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.linear.default} \
@@ -56,7 +56,7 @@ def test_decompositions_write_every_float32_product_as_sgemm():
         for ours, reference in zip(exported.module()(*example), _float64(module, *example)):
             torch.testing.assert_close(ours.double(), reference, **TOLERANCE)
         module64, example64 = _example(torch.float64)
-        exported = torch.export.export(module64, example64, strict=True).run_decompositions(sgemm.DECOMPOSITIONS)
+        exported = torch.export.export(module64, example64, strict=True).run_decompositions(sgemm.decompositions())
         assert torch.ops.attnlab.sgemm_linear.default not in {node.target for node in exported.graph.nodes}
 
 
@@ -133,7 +133,7 @@ def test_a_package_of_sgemm_products_equals_float64(tmp_path):
     assert library.name == f"sgemm-{sgemm.SHIM_KEY}.so" and library.is_file()
     assert sgemm.load(tmp_path, None) == library
     with torch.no_grad():
-        exported = torch.export.export(module, example, strict=True).run_decompositions(sgemm.DECOMPOSITIONS)
+        exported = torch.export.export(module, example, strict=True).run_decompositions(sgemm.decompositions())
         configs = {**aot.MANY_ROWS_AVX2_CONFIGS, "aot_inductor.custom_ops_to_c_shims": sgemm.c_shims()}
         path = torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp_path / "p.pt2"),
                                                          inductor_configs=configs)

@@ -669,7 +669,7 @@ def _build(module: nn.Module, example, dynamic_shapes, structure: dict, paths: _
             if structure.get("activations") == "apart":
                 try:
                     exported = exported.run_decompositions({**ACTIVATIONS_APART,
-                                                            **(sgemm.DECOMPOSITIONS if shim else {})})
+                                                            **(sgemm.decompositions() if shim else {})})
                 except Exception as error:
                     raise AotUnavailable(f"torch.export failed to write the activations apart ({type(error).__name__}: "
                                          f"{_first_line(error)})") from error
@@ -1070,12 +1070,12 @@ def _check_loads(paths: _Paths, shim: Path | None = None) -> None:
 def _sgemm_library(structure: dict, compiler: str | None = None) -> Path | None:
     """For a package of ``dnnl_sgemm`` products (``structure["products"] == "sgemm"``): the shim library it
     calls, loaded into this process (:func:`attnlab.generation.sgemm.load`, built once into the cache
-    directory with ``compiler``, else the packages' own); else None. Raises :class:`AotUnavailable` where it
-    cannot be built or loaded."""
+    directory with ``compiler``, else the packages' own, looked for only then); else None. Raises
+    :class:`AotUnavailable` where it cannot be built or loaded."""
     if structure.get("products") != "sgemm":
         return None
     try:
-        return sgemm.load(cache_directory(), compiler or package_compiler(quiet=True) or _inductor_compiler())
+        return sgemm.load(cache_directory(), compiler or (lambda: package_compiler(quiet=True) or _inductor_compiler()))
     except sgemm.Unavailable as error:
         raise AotUnavailable(f"oneDNN's sgemm for the package's products: {error} (${sgemm.SETTING}=off "
                              "builds it with torch's own products)") from None

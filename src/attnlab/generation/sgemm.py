@@ -8,7 +8,7 @@ search's many rows: on a Zen 3 EPYC, one thread, the 19 products of a multi30k-s
 of one through torch's (docs/benchmarks.md). torch does not export that function, so it comes from the
 ``onednn-cpu-gomp`` wheel where it is installed (``pip install attnlab[onednn]``), used by a package only:
 
-- :data:`DECOMPOSITIONS` writes the exported step's float32 products (``linear``, ``mm``, ``addmm``) as
+- :func:`decompositions` writes the exported step's float32 products (``linear``, ``mm``, ``addmm``) as
   ``attnlab::sgemm_linear(x, w)`` (``x @ w.T``) plus the bias, which inductor then adds in the loop that
   reads the product;
 - the package calls that operation through a C function of AOTInductor's ABI, ``aoti_torch_cpu_sgemm_linear``
@@ -29,14 +29,18 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["DECOMPOSITIONS", "SETTING", "c_shims", "dnnl_library", "load", "sgemm_linear", "wanted"]
+from attnlab.files import atomic_write
+
+__all__ = ["SETTING", "c_shims", "decompositions", "dnnl_library", "load", "sgemm_linear", "wanted"]
 
 SETTING = "ATTNLAB_SGEMM"  # "off": never
 WHEEL = "onednn-cpu-gomp"
@@ -96,15 +100,25 @@ SHIM_DECLARATION = ("AOTITorchError aoti_torch_cpu_sgemm_linear(AtenTensorHandle
 SHIM_KEY = hashlib.sha256((SHIM_SOURCE + torch.__version__).encode()).hexdigest()[:16]
 
 
-@torch.library.custom_op("attnlab::sgemm_linear", mutates_args=())
-def sgemm_linear(x: Tensor, w: Tensor) -> Tensor:
-    """``x @ w.T`` (``x`` ``(m, k)``, ``w`` ``(n, k)``): in a package, oneDNN's ``dnnl_sgemm``; here ``F.linear``."""
-    return F.linear(x, w)
+_OP: list = []  # [the op], registered on first use (not at import: ~5-8 ms of every `import attnlab`)
+_LOCK = threading.Lock()
 
 
-@sgemm_linear.register_fake
-def _(x: Tensor, w: Tensor) -> Tensor:
-    return x.new_empty(x.shape[0], w.shape[0])
+def sgemm_linear():
+    """The custom op ``attnlab::sgemm_linear(x, w)``, ``x @ w.T`` (``x`` ``(m, k)``, ``w`` ``(n, k)``): in a
+    package, oneDNN's ``dnnl_sgemm``; here ``F.linear``. Registered with torch on the first call."""
+    with _LOCK:
+        if not _OP:
+            @torch.library.custom_op("attnlab::sgemm_linear", mutates_args=())
+            def product(x: Tensor, w: Tensor) -> Tensor:
+                return F.linear(x, w)
+
+            @product.register_fake
+            def _(x: Tensor, w: Tensor) -> Tensor:
+                return x.new_empty(x.shape[0], w.shape[0])
+
+            _OP.append(torch.ops.attnlab.sgemm_linear.default)
+        return _OP[0]
 
 
 def _plain(*tensors: Tensor) -> bool:
@@ -114,29 +128,31 @@ def _plain(*tensors: Tensor) -> bool:
 def _linear(x: Tensor, w: Tensor, b: Tensor | None = None):
     if x.dtype != torch.float32 or w.dim() != 2 or x.dim() < 2 or (b is not None and b.dtype != torch.float32):
         return NotImplemented
-    out = torch.ops.attnlab.sgemm_linear(x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[0])
+    out = torch.ops.attnlab.sgemm_linear.default(x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[0])
     return out if b is None else out + b
 
 
 def _mm(a: Tensor, b: Tensor):
-    return torch.ops.attnlab.sgemm_linear(a, b.t()) if _plain(a, b) else NotImplemented
+    return torch.ops.attnlab.sgemm_linear.default(a, b.t()) if _plain(a, b) else NotImplemented
 
 
 def _addmm(bias: Tensor, a: Tensor, b: Tensor, *, beta=1, alpha=1):
     if not _plain(a, b) or bias.dtype != torch.float32 or beta != 1 or alpha != 1:
         return NotImplemented
-    return torch.ops.attnlab.sgemm_linear(a, b.t()) + bias
+    return torch.ops.attnlab.sgemm_linear.default(a, b.t()) + bias
 
 
-aten = torch.ops.aten
-DECOMPOSITIONS = {aten.linear.default: _linear, aten.mm.default: _mm, aten.addmm.default: _addmm}
-"""For ``ExportedProgram.run_decompositions``: every float32 product of two matrices as :func:`sgemm_linear`
-(and the bias added after it); anything else as it was."""
+def decompositions() -> dict:
+    """For ``ExportedProgram.run_decompositions``: every float32 product of two matrices as :func:`sgemm_linear`
+    (and the bias added after it); anything else as it was."""
+    sgemm_linear()
+    aten = torch.ops.aten
+    return {aten.linear.default: _linear, aten.mm.default: _mm, aten.addmm.default: _addmm}
 
 
 def c_shims() -> dict:
     """``aot_inductor.custom_ops_to_c_shims`` for a package that calls :func:`sgemm_linear`."""
-    return {torch.ops.attnlab.sgemm_linear.default: [SHIM_DECLARATION]}
+    return {sgemm_linear(): [SHIM_DECLARATION]}
 
 
 _DNNL: list = []  # [path or None], found once a process
@@ -172,14 +188,13 @@ class Unavailable(RuntimeError):
 
 
 _LOADED: dict[str, Path] = {}
-_LOCK = threading.Lock()
 
 
-def load(directory: Path, compiler: str | None) -> Path:
+def load(directory: Path, compiler: str | Callable[[], str | None] | None) -> Path:
     """The shim library (:data:`SHIM_SOURCE`) loaded into this process (``RTLD_GLOBAL``: a package's
     undefined ``aoti_torch_cpu_sgemm_linear`` binds to it) with libdnnl opened: built first into
-    ``directory/sgemm-<hash>.so`` with ``compiler`` (a temporary file renamed into place) where none is
-    there. Raises :class:`Unavailable` with the reason."""
+    ``directory/sgemm-<hash>.so`` with ``compiler`` (a path, or a function giving one, called only then;
+    None: $CXX, else g++) where none is there. Raises :class:`Unavailable` with the reason."""
     dnnl = dnnl_library()
     if dnnl is None:
         raise Unavailable(f"the {WHEEL} wheel (libdnnl) is not installed")
@@ -189,7 +204,7 @@ def load(directory: Path, compiler: str | None) -> Path:
         path = directory / f"sgemm-{SHIM_KEY}.so"
         if not path.exists() and not path.is_symlink():
             try:
-                _build(path, compiler or os.environ.get("CXX") or "g++")
+                _build(path, (compiler() if callable(compiler) else compiler) or os.environ.get("CXX") or "g++")
             except OSError as error:
                 raise Unavailable(f"{path} could not be written ({error})") from None
         elif not path.is_file():
@@ -207,26 +222,26 @@ def load(directory: Path, compiler: str | None) -> Path:
 
 
 def _build(path: Path, compiler: str) -> None:
+    """Compile :data:`SHIM_SOURCE` into ``path`` (the source in a private temporary directory, the library
+    written through :func:`attnlab.files.atomic_write`: a temporary file of its own, renamed into place)."""
     from torch.utils.cpp_extension import include_paths
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    source = path.with_name(f".{path.stem}.{os.getpid()}.cpp")
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.so")
     torch_lib = Path(torch.__file__).parent / "lib"
-    try:
-        source.write_text(SHIM_SOURCE)
-        command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", *(f"-I{p}" for p in include_paths()),
-                   str(source), "-o", str(temporary), f"-L{torch_lib}", "-ltorch_cpu", "-lc10",
-                   f"-Wl,-rpath,{torch_lib}", "-ldl"]
-        try:
-            result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise Unavailable(f"the C++ compiler {compiler} could not build {path.name} ({error})") from None
+
+    def compile_to(output: str) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            source = Path(directory) / "sgemm.cpp"
+            source.write_text(SHIM_SOURCE)
+            command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", *(f"-I{p}" for p in include_paths()),
+                       str(source), "-o", output, f"-L{torch_lib}", "-ltorch_cpu", "-lc10",
+                       f"-Wl,-rpath,{torch_lib}", "-ldl"]
+            try:
+                result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+            except (OSError, subprocess.TimeoutExpired) as error:
+                raise Unavailable(f"the C++ compiler {compiler} could not build {path.name} ({error})") from None
         if result.returncode != 0:
             lines = result.stderr.decode(errors="replace").strip().splitlines()
             raise Unavailable(f"the C++ compiler {compiler} could not build {path.name}"
                               + (f": {lines[-1][:200]}" if lines else ""))
-        os.replace(temporary, path)
-    finally:
-        source.unlink(missing_ok=True)
-        temporary.unlink(missing_ok=True)
+
+    atomic_write(path, compile_to)
